@@ -1,0 +1,39 @@
+"""rumik_app: the one inference core for rumik-oss-1 (DESIGN §1-§5).
+
+    from rumik_app import TTSEngine, SynthesisRequest
+    engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")   # or a local path, or "tiny"
+    audio = engine.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", voice="Ira", tone="happy"))
+    audio.samples  # float32 [N] at audio.sample_rate (24000)
+
+Heavy modules (torch, transformers) load on first use of the engine names, so the light
+modules (`rumik_app.prompt`, `rumik_app.languages`) can be imported cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_LAZY = {
+    "TTSEngine": "rumik_app.engine",
+    "SynthesisRequest": "rumik_app.engine",
+    "Audio": "rumik_app.audio",
+    "Rollouts": "rumik_app.generation",
+    "CheckpointError": "rumik_app.checkpoint",
+    "PromptError": "rumik_app.prompt",
+}
+
+__all__ = list(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rumik_app.audio import Audio
+    from rumik_app.checkpoint import CheckpointError
+    from rumik_app.engine import SynthesisRequest, TTSEngine
+    from rumik_app.generation import Rollouts
+    from rumik_app.prompt import PromptError
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rumik_app' has no attribute {name!r}")
