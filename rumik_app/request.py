@@ -1,0 +1,59 @@
+"""`SynthesisRequest`: everything one utterance needs, shared by the engine, app, runner, GRPO.
+
+Light on purpose (no torch import), so `evaluation` systems and the app can build requests
+without loading the model stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from rumik_app.prompt import build_prompt
+
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 30
+DEFAULT_TOP_P = 1.0
+DEFAULT_MIN_NEW_TOKENS = 8
+DEFAULT_MAX_NEW_TOKENS = 2048
+# Hard cap on generated tokens per utterance: ~30 s of audio, the longest training clips.
+MAX_NEW_TOKENS_CAP = 3072
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One utterance to synthesise.
+
+    text: what to say; may hold inline `<laugh>`, `<chuckle>`, `<sigh>`.
+    voice/tone/accent/pace/description: the prompt condition (DESIGN §3).
+    seed: None draws a fresh seed (reported back on the result); an int reproduces exactly.
+    temperature/top_k/top_p: sampling; temperature 0 is greedy; top_k 0 disables top-k.
+    min_new_tokens/max_new_tokens: generated-token bounds (100 tokens = 1 s of audio).
+    language: optional ISO code or name, used only for speaking-rate estimates.
+    """
+
+    text: str
+    voice: str = "Ira"
+    tone: str | None = None
+    accent: str | None = None
+    pace: str | None = None
+    description: str | None = None
+    seed: int | None = None
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K
+    top_p: float = DEFAULT_TOP_P
+    min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    language: str | None = None
+
+    def prompt(self, **kwargs) -> str:
+        """The prompt string (no BOS) this request produces; raises PromptError on bad input."""
+        return build_prompt(
+            self.text, self.voice, self.tone, self.accent, self.pace, self.description, **kwargs
+        )
+
+    def with_(self, **changes) -> "SynthesisRequest":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
