@@ -1,0 +1,120 @@
+"""The one text normaliser shared by the metrics (WER/CER/GCER) and the GRPO rewards (DESIGN §8).
+
+Use it as a library; there is no command line::
+
+    from evaluation.text import normalize, graphemes
+    normalize("नमस्ते <laugh> दोस्त।")        # -> "नमस्ते दोस्त"
+
+`normalize(text)` applies these steps, in this order:
+
+1. Unicode NFC (Python's `unicodedata`). NFC never drops a mark. Note that the
+   precomposed nukta letters क़ ख़ ग़ ज़ ड़ ढ़ फ़ य़ (U+0958-U+095F), Bengali ড় ঢ় য় and Gurmukhi
+   ਖ਼ ਗ਼ ਜ਼ ੜ ਫ਼ are composition exclusions: NFC *decomposes* them to base + nukta (U+093C
+   etc.), so both spellings compare equal. The other nukta letters (ऩ ऱ ऴ) are composed:
+   न + ़ -> ऩ.
+2. Inline tags are replaced by a space: any `<word>` tag (`<laugh>`, `<chuckle>`,
+   `<sigh>`, `<breath>`, ...) and square-bracketed sound spellings (`[laughs]`,
+   `[clears throat]`), each at most 40 characters. Parentheses are left alone: they
+   can be ordinary text.
+3. Case: `str.lower()`. Indic scripts have no case, so only Latin (and other bicameral
+   scripts) change: "Hello" -> "hello", "नमस्ते" is untouched.
+4. Punctuation and symbols: apostrophes (' ‘ ’) are deleted so contractions stay one
+   word ("don't" -> "dont"); every other character of Unicode category P* or S* becomes
+   a space: danda । and double danda ॥, Urdu ۔ ، ؟, quotes, dashes, `₹`, `%`, `+`.
+   Combining marks (Mn, Mc, Me: matras, virama, nukta, anusvara, candrabindu) are
+   never touched; they are category M, not P or S. Categories come from the `regex`
+   package's Unicode tables (the same backend as the grapheme clusters).
+5. Invisible format characters that are not spelling are removed: zero-width space
+   U+200B, word joiner U+2060, soft hyphen U+00AD and BOM U+FEFF. ZWJ U+200D and
+   ZWNJ U+200C are kept: they select conjunct or half forms in Indic scripts.
+6. Whitespace (any Unicode space, tabs, newlines) collapses to single spaces; no
+   leading or trailing space.
+
+Examples::
+
+    normalize("Hello, World!")                 -> "hello world"
+    normalize("मैं ठीक हूँ। तुम?")               -> "मैं ठीक हूँ तुम"   (chandrabindu kept, danda gone)
+    normalize("<laugh> सच में!! [laughs]")     -> "सच में"
+    normalize("क्षत्रिय  ॥")                     -> "क्षत्रिय"          (virama conjuncts intact)
+    normalize("Let's meet at 5 PM, okay?")     -> "lets meet at 5 pm okay"
+    normalize("वो FIR file करो")                -> "वो fir file करो"   (code-switched)
+
+`graphemes(text)` splits into extended grapheme clusters with `regex`'s `\\X`
+(UAX #29 including rule GB9c, so a virama conjunct such as क्ष is one cluster; the
+`grapheme` package splits it in two). `grapheme_backend_info()` names the backend
+and the Unicode version it implements; every report prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import re
+import unicodedata
+
+import regex
+
+NORMAL_FORM = "NFC"
+MAX_TAG_CHARS = 40
+# `<laugh>`, `<chuckle>`, `</s>`, `<breath>`: anything in angle brackets without nested brackets.
+ANGLE_TAG = regex.compile(r"<[^<>\n]{1,%d}>" % MAX_TAG_CHARS)
+# `[laughs]`, `[clears throat]`: letters, spaces, hyphens, apostrophes in square brackets.
+BRACKET_SOUND = regex.compile(r"\[[\p{L}\p{M}\s'’\-]{1,%d}\]" % MAX_TAG_CHARS)
+APOSTROPHES = regex.compile(r"['‘’]")
+PUNCT_OR_SYMBOL = regex.compile(r"[\p{P}\p{S}]")
+INVISIBLE = regex.compile("[\u200b\u2060\u00ad\ufeff]")
+GRAPHEME = regex.compile(r"\X")
+# A Devanagari virama conjunct: one extended cluster under Unicode >= 15.1 (rule GB9c).
+_CONJUNCT_PROBE = "\u0915\u094d\u0937"  # क्ष
+
+
+def strip_tags(text: str) -> str:
+    """Replace inline tags (`<laugh>`) and bracketed sound spellings (`[laughs]`) by a space."""
+    return BRACKET_SOUND.sub(" ", ANGLE_TAG.sub(" ", text))
+
+
+def normalize(text: str) -> str:
+    """Normalise `text` for error-rate scoring; see the module docstring for the rules."""
+    text = unicodedata.normalize(NORMAL_FORM, text)
+    text = strip_tags(text)
+    text = text.lower()
+    text = APOSTROPHES.sub("", text)
+    text = PUNCT_OR_SYMBOL.sub(" ", text)
+    text = INVISIBLE.sub("", text)
+    return " ".join(text.split())
+
+
+def graphemes(text: str) -> list[str]:
+    """Extended grapheme clusters of `text` (regex `\\X`, UAX #29 with GB9c)."""
+    return GRAPHEME.findall(text)
+
+
+@functools.lru_cache(maxsize=1)
+def regex_unicode_version() -> str:
+    """The Unicode version `regex` implements.
+
+    `regex` has no runtime attribute for it (`unicodedata.unidata_version` is Python's own
+    table, 14.0.0 on Python 3.11). Its package description states it ("This module
+    supports Unicode X"), so read that from the installed metadata; "unknown" if absent.
+    """
+    try:
+        description = importlib.metadata.metadata("regex").get_payload() or ""
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - regex is a dependency
+        description = ""
+    found = re.search(r"supports Unicode (\d+(?:\.\d+)*)", str(description))
+    return found.group(1) if found else "unknown"
+
+
+def conjunct_is_one_cluster() -> bool:
+    """True when `\\X` keeps a virama conjunct (क्ष) together: rule GB9c, Unicode >= 15.1."""
+    return len(graphemes(_CONJUNCT_PROBE)) == 1
+
+
+def grapheme_backend_info() -> str:
+    """One line naming the grapheme backend, its Unicode version and the NFC tables' version."""
+    gb9c = "on" if conjunct_is_one_cluster() else "OFF"
+    return (
+        f"graphemes: regex {regex.__version__} \\X, Unicode {regex_unicode_version()} "
+        f"(Indic conjunct rule GB9c {gb9c}); "
+        f"NFC: Python unicodedata {unicodedata.unidata_version}"
+    )
