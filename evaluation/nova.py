@@ -57,14 +57,14 @@ import difflib
 import json
 import sys
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
 import regex
 
-from evaluation.report import markdown_table, write_csv
+from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
 
 CLASSES = ("laugh", "chuckle", "sigh")
 LAUGHTER = "laughter"
@@ -77,14 +77,17 @@ MIN_COVERAGE = 0.5
 # Alignment costs x10 so the DP runs on exact integers (0.9 + 0.9 == 1.8 without rounding).
 WORD_INDEL, TAG_INDEL, WORD_SUB, TAG_SUB, TAG_WORD_SUB = 10, 9, 10, 9, 30
 
-DEFAULT_SPELLINGS: dict[str, str] = {
-    **{f"<{c}>": c for c in CLASSES},
-    **{s: "laugh" for s in ("<laughs>", "<laughter>", "[laugh]", "[laughs]", "[laughing]", "[laughter]", "(laughs)", "(laughing)", "(laughter)")},
-    **{s: "chuckle" for s in ("<chuckles>", "[chuckle]", "[chuckles]", "[chuckling]", "(chuckles)", "(chuckling)")},
-    **{s: "sigh" for s in ("<sighs>", "[sigh]", "[sighs]", "[sighing]", "(sighs)", "(sighing)")},
+# Words naming each class. In any bracket they are default transcript spellings (`<laughs>`,
+# `[laughter]`, `(sighing)`); bare, they are accepted for a prompt's `nvv` and a verifier's `cls`.
+CLASS_WORDS = {
+    "laugh": ("laugh", "laughs", "laughing", "laughter"),
+    "chuckle": ("chuckle", "chuckles", "chuckling"),
+    "sigh": ("sigh", "sighs", "sighing"),
 }
-# Bare names accepted for a prompt's `nvv` and a verifier's `cls` (never for transcript words).
-CLASS_ALIASES = {"laughs": "laugh", "laughter": "laugh", "laughing": "laugh", "chuckles": "chuckle", "chuckling": "chuckle", "sighs": "sigh", "sighing": "sigh"}
+CLASS_ALIASES = {word: cls for cls, words in CLASS_WORDS.items() for word in words}
+DEFAULT_SPELLINGS: dict[str, str] = {
+    f"{left}{word}{right}": cls for word, cls in CLASS_ALIASES.items() for left, right in ("<>", "[]", "()")
+}
 CANONICAL_SPELLINGS = {f"<{c}>": c for c in CLASSES}
 TAG_SPAN = regex.compile(r"<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\]|\([^()\n]{1,40}\)")
 NOT_WORD_CHAR = regex.compile(r"[^\p{L}\p{N}\p{M}]+")
@@ -96,7 +99,9 @@ def _key(spelling: str) -> str:
     return " ".join(spelling.lower().split())
 
 
-def load_spellings(path: str | Path | None = None, extra: Mapping[str, str | None] | None = None) -> dict[str, str | None]:
+def load_spellings(
+    path: str | Path | None = None, extra: Mapping[str, str | None] | None = None
+) -> dict[str, str | None]:
     """The spelling map: `DEFAULT_SPELLINGS` if no file/mapping is given, else the canonical
     `<laugh>`/`<chuckle>`/`<sigh>` plus the given map. A value of null marks a spelling to ignore."""
     given = dict(extra or {})
@@ -223,7 +228,9 @@ def verdict(tags: Sequence[tuple[str, int]], cls: str, index: int, fold: Mapping
 def _prompt_request(prompt: Mapping, spellings: Mapping[str, str | None]) -> tuple[list[Token], str, int]:
     cls = to_class(str(prompt["nvv"]), spellings)
     if cls is None:
-        raise ValueError(f"Prompt {prompt.get('id')!r}: unknown nvv {prompt['nvv']!r}; classes are {', '.join(CLASSES)}.")
+        raise ValueError(
+            f"Prompt {prompt.get('id')!r}: unknown nvv {prompt['nvv']!r}; classes are {', '.join(CLASSES)}."
+        )
     marked = prompt.get("text_with_mark")
     if marked:
         req = tokenize(marked, spellings, mark_class=cls)
@@ -246,7 +253,9 @@ def _verifier_tags(raw: Iterable[Mapping], spellings: Mapping[str, str | None], 
     return tags
 
 
-def score_prompt(prompt: Mapping, transcript: Mapping | None, spellings: Mapping[str, str | None] | None = None) -> dict:
+def score_prompt(
+    prompt: Mapping, transcript: Mapping | None, spellings: Mapping[str, str | None] | None = None
+) -> dict:
     """Verdict line for one prompt. `transcript` None, or with null `hyp`/`hyp_tags`, = listener error."""
     spellings = load_spellings() if spellings is None else spellings
     req, cls, index = _prompt_request(prompt, spellings)
@@ -257,9 +266,17 @@ def score_prompt(prompt: Mapping, transcript: Mapping | None, spellings: Mapping
         tags, coverage = place_tags(req, tokenize(str(transcript["hyp"]), spellings))
     else:
         tags, coverage = None, None
-    out: dict = {"id": prompt["id"], "nvv": cls, "requested_index": index, "coverage": coverage, "listener_error": tags is None}
+    out: dict = {
+        "id": prompt["id"],
+        "nvv": cls,
+        "requested_index": index,
+        "coverage": coverage,
+        "listener_error": tags is None,
+    }
     views = {"3class": THREE_CLASS, "2class": TWO_CLASS}
-    results = {view: verdict(tags, cls, index, fold) if tags is not None else (None, None) for view, fold in views.items()}
+    results = {
+        view: verdict(tags, cls, index, fold) if tags is not None else (None, None) for view, fold in views.items()
+    }
     gated = coverage is not None and coverage < MIN_COVERAGE
     for view, (name, _) in results.items():
         out[f"verdict_{view}"] = "not_rendered" if gated and name else name
@@ -269,7 +286,9 @@ def score_prompt(prompt: Mapping, transcript: Mapping | None, spellings: Mapping
     return out
 
 
-def score_records(prompts: Iterable[Mapping], transcripts: Iterable[Mapping], spellings: Mapping[str, str | None] | None = None) -> list[dict]:
+def score_records(
+    prompts: Iterable[Mapping], transcripts: Iterable[Mapping], spellings: Mapping[str, str | None] | None = None
+) -> list[dict]:
     """Verdicts for every prompt, in prompt order; transcripts are matched by `id`."""
     spellings = load_spellings() if spellings is None else spellings
     by_id: dict[object, Mapping] = {}
@@ -278,20 +297,6 @@ def score_records(prompts: Iterable[Mapping], transcripts: Iterable[Mapping], sp
             raise ValueError(f"Duplicate transcript id {t['id']!r}.")
         by_id[t["id"]] = t
     return [score_prompt(p, by_id.get(p["id"]), spellings) for p in prompts]
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Records of a JSONL file; blank lines are skipped."""
-    with Path(path).open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_jsonl(path: str | Path, records: Iterable[Mapping]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -309,7 +314,7 @@ class ListenerSummary:
     sigh: float
     s: float
     rendered: dict[str, float]  # 3-class rendered rate per class
-    split: dict[str, dict[str, float]]  # 3-class verdict shares per requested class
+    split: dict[str, dict[str, float | None]]  # 3-class verdict shares per requested class; None: no requests
     requests: dict[str, float]  # scored requests per class per run
     unrequested: float  # 2-class view
     unrequested_3class: float
@@ -320,38 +325,72 @@ class NovaAggregate:
     system: str
     listeners: list[ListenerSummary]
     score: float
-    unsupported: frozenset[str] = field(default_factory=frozenset)
+    unsupported: frozenset[str] = field(default_factory=frozenset)  # declared or never requested
+    never_requested: frozenset[str] = field(default_factory=frozenset)
+
+    def _main_columns(self) -> list[tuple[str, str, Callable[[ListenerSummary], object]]]:
+        """(markdown header, CSV header, value) for the main table."""
+        return [
+            ("listener", "listener", lambda x: x.listener),
+            ("runs", "runs", lambda x: x.runs),
+            ("clips/run", "clips_per_run", lambda x: x.clips),
+            ("listener errors", "listener_errors", lambda x: x.listener_errors),
+            ("laughter (union)", "laughter", lambda x: x.laughter),
+            ("sigh", "sigh", lambda x: x.sigh),
+            ("S", "S", lambda x: x.s),
+            ("laugh", "laugh", lambda x: x.rendered["laugh"]),
+            ("chuckle", "chuckle", lambda x: x.rendered["chuckle"]),
+            ("unrequested", "unrequested", lambda x: x.unrequested),
+        ]
 
     def markdown(self) -> str:
-        head = ["listener", "runs", "clips/run", "listener errors", "laughter (union)", "sigh", "S", "laugh", "chuckle", "unrequested"]
-        rows = [[x.listener, x.runs, x.clips, x.listener_errors, x.laughter, x.sigh, x.s, x.rendered["laugh"], x.rendered["chuckle"], x.unrequested] for x in self.listeners]
-        split = [[x.listener, c, x.requests[c], *(x.split[c][v] for v in VERDICTS)] for x in self.listeners for c in CLASSES]
+        cols = self._main_columns()
+        rows = [[get(x) for _, _, get in cols] for x in self.listeners]
+        split = [[x.listener, c, x.requests[c], *x.split[c].values()] for x in self.listeners for c in CLASSES]
         lines = [
             f"## NoVA: {self.system}",
             "",
             "Rendered rates at the requested word, mean over runs. S = (laughter + sigh) / 2.",
             "",
-            markdown_table(head, rows),
+            markdown_table([head for head, _, _ in cols], rows),
             "",
             f"**Score (mean S over {len(self.listeners)} listener(s)): {self.score:.3f}**",
         ]
-        if self.unsupported:
-            lines.append(f"Classes the system cannot be asked for (counted 0): {', '.join(sorted(self.unsupported))}")
-        lines += ["", "### 3-class verdict split (share of scored requests, mean over runs)", "", markdown_table(["listener", "class", "requests/run", *VERDICTS], split)]
+        declared = sorted(self.unsupported - self.never_requested)
+        if declared:
+            lines.append(f"Classes the system cannot be asked for (counted 0): {', '.join(declared)}")
+        if self.never_requested:
+            lines.append(f"Classes no verdict file requests (counted 0): {', '.join(sorted(self.never_requested))}")
+        lines += ["", "### 3-class verdict split (share of scored requests, mean over runs)", ""]
+        lines.append(markdown_table(["listener", "class", "requests/run", *VERDICTS], split))
         return "\n".join(lines)
 
     def csv_headers(self) -> list[str]:
-        return ["system", "listener", "runs", "clips_per_run", "listener_errors", "laughter", "sigh", "S", "score", "laugh", "chuckle", "unrequested", "unrequested_3class", *(f"{c}_{v}" for c in CLASSES for v in VERDICTS)]
+        split = [f"{c}_{v}" for c in CLASSES for v in VERDICTS]
+        return ["system", *(name for _, name, _ in self._main_columns()), "score", "unrequested_3class", *split]
 
     def csv_rows(self) -> list[list[object]]:
         return [
-            [self.system, x.listener, x.runs, x.clips, x.listener_errors, x.laughter, x.sigh, x.s, self.score, x.rendered["laugh"], x.rendered["chuckle"], x.unrequested, x.unrequested_3class, *(x.split[c][v] for c in CLASSES for v in VERDICTS)]
+            [self.system, *(get(x) for _, _, get in self._main_columns()), self.score, x.unrequested_3class]
+            + [x.split[c][v] for c in CLASSES for v in VERDICTS]
             for x in self.listeners
         ]
 
 
 def _rate(hits: int, n: int) -> float:
     return hits / n if n else 0.0
+
+
+def _mean_known(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return mean(known) if known else None
+
+
+def _shares(requests: Sequence[Mapping]) -> dict[str, float | None]:
+    """Share of each 3-class verdict among `requests`; None for every verdict if there are none."""
+    return {
+        v: (sum(x["verdict_3class"] == v for x in requests) / len(requests) if requests else None) for v in VERDICTS
+    }
 
 
 def _run_stats(verdicts: Sequence[Mapping], unsupported: frozenset[str]) -> dict:
@@ -362,18 +401,20 @@ def _run_stats(verdicts: Sequence[Mapping], unsupported: frozenset[str]) -> dict
         "clips": len(scored),
         "errors": len(verdicts) - len(scored),
         "requests": {c: len(by_cls[c]) for c in CLASSES},
-        "split": {c: {v: _rate(sum(x["verdict_3class"] == v for x in by_cls[c]), len(by_cls[c])) for v in VERDICTS} for c in CLASSES},
+        "split": {c: _shares(by_cls[c]) for c in CLASSES},
         "laughter": _rate(sum(x["verdict_2class"] == "rendered" for x in laughs), len(laughs)),
         "unrequested": _rate(sum(bool(x["spurious_2class"]) for x in scored), len(scored)),
         "unrequested_3class": _rate(sum(bool(x["spurious_3class"]) for x in scored), len(scored)),
     }
-    stats["rendered"] = {c: 0.0 if c in unsupported else stats["split"][c]["rendered"] for c in CLASSES}
+    stats["rendered"] = {c: 0.0 if c in unsupported else stats["split"][c]["rendered"] or 0.0 for c in CLASSES}
     if {"laugh", "chuckle"} <= unsupported:
         stats["laughter"] = 0.0
     return stats
 
 
-def aggregate(system: str, listeners: Mapping[str, Sequence[Sequence[Mapping]]], unsupported: Iterable[str] = ()) -> NovaAggregate:
+def aggregate(
+    system: str, listeners: Mapping[str, Sequence[Sequence[Mapping]]], unsupported: Iterable[str] = ()
+) -> NovaAggregate:
     """Aggregate verdict lines: `listeners` maps a listener name to its runs (lists of verdicts)."""
     if not listeners:
         raise ValueError("aggregate needs at least one listener with one run")
@@ -384,8 +425,8 @@ def aggregate(system: str, listeners: Mapping[str, Sequence[Sequence[Mapping]]],
             raise ValueError(f"Unknown class {name!r} in unsupported; use {', '.join((*CLASSES, LAUGHTER))}.")
         off |= {"laugh", "chuckle"} if key == LAUGHTER else {key}
     every = [v for runs in listeners.values() for run in runs for v in run]
-    off |= {c for c in CLASSES if not any(v.get("nvv") == c for v in every)}
-    off_set = frozenset(off)
+    never = frozenset(c for c in CLASSES if not any(v.get("nvv") == c for v in every))
+    off_set = frozenset(off) | never
     summaries = []
     for name, runs in listeners.items():
         if not runs:
@@ -403,13 +444,13 @@ def aggregate(system: str, listeners: Mapping[str, Sequence[Sequence[Mapping]]],
                 sigh=sigh,
                 s=(laughter + sigh) / 2,
                 rendered={c: avg("rendered", c) for c in CLASSES},
-                split={c: {v: mean(s["split"][c][v] for s in st) for v in VERDICTS} for c in CLASSES},
+                split={c: {v: _mean_known(s["split"][c][v] for s in st) for v in VERDICTS} for c in CLASSES},
                 requests={c: float(mean(s["requests"][c] for s in st)) for c in CLASSES},
                 unrequested=avg("unrequested"),
                 unrequested_3class=avg("unrequested_3class"),
             )
         )
-    return NovaAggregate(system, summaries, mean(x.s for x in summaries), off_set)
+    return NovaAggregate(system, summaries, mean(x.s for x in summaries), off_set, never)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -433,8 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sc.add_argument("--spellings", help="JSON map of tag spellings to laugh/chuckle/sigh")
     ag = sub.add_parser("aggregate", help="rates, S and score from verdict files")
     ag.add_argument("--system", required=True)
-    ag.add_argument("--listener", required=True, action="extend", nargs="+", type=_parse_listener, help="NAME=VERDICTS.jsonl[,RUN2.jsonl,...]")
-    ag.add_argument("--unsupported", action="extend", nargs="+", default=[], choices=[*CLASSES, LAUGHTER], help="classes the system cannot be asked for")
+    listener_help = "NAME=VERDICTS.jsonl[,RUN2.jsonl,...]"
+    ag.add_argument("--listener", required=True, action="extend", nargs="+", type=_parse_listener, help=listener_help)
+    classes = [*CLASSES, LAUGHTER]
+    ag.add_argument("--unsupported", action="extend", nargs="+", default=[], choices=classes, help="count these as 0")
     ag.add_argument("--spellings", help="the system's spelling map; classes it lacks count 0")
     ag.add_argument("--csv", help="also write the table as CSV")
     args = parser.parse_args(argv)

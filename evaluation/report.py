@@ -1,10 +1,11 @@
-"""Small table helpers shared by the evaluation scorers: markdown tables and CSV files.
+"""Small I/O helpers shared by the evaluation scorers: markdown tables, CSV and JSONL files.
 
 Library module, no command line::
 
     from evaluation.report import markdown_table, write_csv
     print(markdown_table(["system", "score"], [["rumik", 0.884]]))
     write_csv("out.csv", ["system", "score"], [["rumik", 0.884]])
+    records = read_jsonl("verdicts.jsonl")
 
 Floats are printed with `FLOAT_DIGITS` decimals in markdown and in full in CSV; `None`
 prints as an empty cell in CSV and as "n/a" in markdown.
@@ -13,8 +14,9 @@ prints as an empty cell in CSV and as "n/a" in markdown.
 from __future__ import annotations
 
 import csv
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 FLOAT_DIGITS = 3
@@ -47,4 +49,20 @@ def write_csv(path: str | Path, headers: Sequence[str], rows: Iterable[Sequence[
         writer.writerow(headers)
         for row in rows:
             writer.writerow(["" if v is None else v for v in row])
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Records of a JSONL file (UTF-8); blank lines are skipped."""
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(path: str | Path, records: Iterable[Mapping]) -> Path:
+    """Write one JSON object per line (UTF-8, non-ASCII kept); parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
     return path

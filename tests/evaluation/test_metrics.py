@@ -143,9 +143,7 @@ def test_content_error_uses_gcer_for_indic_and_mix_for_latin():
     assert content_error(ref, "मेरा फोन charge नहीं हो रहा") == pytest.approx(5 / 23)
     # Latin: WER 1/3 and CER 5/11 mixed 0.5/0.5, then 0.25/0.75.
     assert content_error("The cat sat.", "the cat sat down") == pytest.approx(0.5 / 3 + 0.5 * 5 / 11)
-    assert content_error("The cat sat.", "the cat sat down", wer_weight=0.25) == pytest.approx(
-        0.25 / 3 + 0.75 * 5 / 11
-    )
+    assert content_error("The cat sat.", "the cat sat down", wer_weight=0.25) == pytest.approx(0.25 / 3 + 0.75 * 5 / 11)
     # The language code wins over the script of the text (romanised Hindi scored as Indic).
     assert content_error("namaste dost", "namaste dost", language="en") == 0.0
     assert content_error("ab", "ac", language="hi") == pytest.approx(0.5)  # GCER 1/2

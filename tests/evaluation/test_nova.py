@@ -43,7 +43,13 @@ def verdicts(out):
 def test_tokens_tags_single_punctuation_stripped_empty_dropped():
     spellings = load_spellings()
     assert tokenize("I was, like <chuckle>, THERE! — ok[laughs].", spellings) == [
-        ("w", "i"), ("w", "was"), ("w", "like"), ("t", "chuckle"), ("w", "there"), ("w", "ok"), ("t", "laugh"),
+        ("w", "i"),
+        ("w", "was"),
+        ("w", "like"),
+        ("t", "chuckle"),
+        ("w", "there"),
+        ("w", "ok"),
+        ("t", "laugh"),
     ]
     # Unknown bracket spans are dropped; parentheses that are not spellings stay words.
     assert tokenize("a [music] (b) (Sighs) <foo> c", spellings) == [("w", "a"), ("w", "b"), ("t", "sigh"), ("w", "c")]
@@ -143,7 +149,12 @@ def test_spelling_map_from_json(tmp_path):
     path.write_text(json.dumps({"*giggle*": "chuckle", "[noise]": None}))
     spellings = load_spellings(path)
     assert spellings["<laugh>"] == "laugh" and "[laughs]" not in spellings
-    assert tokenize("a *giggle* b [noise] <sigh>", spellings) == [("w", "a"), ("w", "giggle"), ("w", "b"), ("t", "sigh")]
+    assert tokenize("a *giggle* b [noise] <sigh>", spellings) == [
+        ("w", "a"),
+        ("w", "giggle"),
+        ("w", "b"),
+        ("t", "sigh"),
+    ]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"[lol]": "laughter"}))
     with pytest.raises(ValueError):
@@ -166,13 +177,33 @@ def test_verifier_style_hyp_tags():
 
 def _v(nvv, v3, v2, s3=0, s2=0, error=False):
     if error:
-        return {"nvv": nvv, "listener_error": True, "verdict_3class": None, "verdict_2class": None, "spurious_3class": None, "spurious_2class": None}
-    return {"nvv": nvv, "listener_error": False, "verdict_3class": v3, "verdict_2class": v2, "spurious_3class": s3, "spurious_2class": s2}
+        return {
+            "nvv": nvv,
+            "listener_error": True,
+            "verdict_3class": None,
+            "verdict_2class": None,
+            "spurious_3class": None,
+            "spurious_2class": None,
+        }
+    return {
+        "nvv": nvv,
+        "listener_error": False,
+        "verdict_3class": v3,
+        "verdict_2class": v2,
+        "spurious_3class": s3,
+        "spurious_2class": s2,
+    }
 
 
 R, W, M, N = "rendered", "wrong_class", "misplaced", "not_rendered"
 # Listener A run 1: laughter 2/2, sigh 1/2, laugh 1/1, chuckle 0/1, unrequested 1/4 (1 listener error).
-A1 = [_v("laugh", R, R), _v("chuckle", W, R), _v("sigh", R, R, 1, 1), _v("sigh", N, N), _v("laugh", None, None, error=True)]
+A1 = [
+    _v("laugh", R, R),
+    _v("chuckle", W, R),
+    _v("sigh", R, R, 1, 1),
+    _v("sigh", N, N),
+    _v("laugh", None, None, error=True),
+]
 # Listener A run 2: laughter 1/2, sigh 2/2, laugh 0/1, chuckle 1/1, unrequested 0/4.
 A2 = [_v("laugh", M, M), _v("chuckle", R, R), _v("sigh", R, R), _v("sigh", R, R)]
 # Listener B: laughter 1/2, sigh 1/2 -> S 0.5; unrequested 0 in 2-class, 1/4 in 3-class.
@@ -196,18 +227,22 @@ def test_system_without_sigh_scores_zero_for_sigh():
     # Declared unsupported: rendered sigh verdicts do not count.
     res = aggregate("no-sigh", {"A": [A1, A2]}, unsupported=["sigh"])
     assert (res.listeners[0].sigh, res.listeners[0].s, res.score) == (0.0, 0.375, 0.375)
-    assert res.unsupported == {"sigh"}
+    assert res.unsupported == {"sigh"} and not res.never_requested
+    assert "cannot be asked for (counted 0): sigh" in res.markdown()
     # Inferred: no verdict file ever requests a sigh.
     only_laughs = [v for v in A1 if v["nvv"] != "sigh"]
     res = aggregate("no-sigh", {"A": [only_laughs]})
     assert (res.listeners[0].laughter, res.listeners[0].sigh, res.score) == (1.0, 0.0, 0.5)
-    assert "cannot be asked for (counted 0): sigh" in res.markdown()
+    assert "Classes no verdict file requests (counted 0): sigh" in res.markdown()
+    assert res.listeners[0].split["sigh"]["rendered"] is None  # no sigh requests: n/a, not 0
     with pytest.raises(ValueError):
         aggregate("x", {"A": [A1]}, unsupported=["giggle"])
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "evaluation.nova", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "evaluation.nova", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
 
 
 def _write_jsonl(path, records):
@@ -216,21 +251,47 @@ def _write_jsonl(path, records):
 
 
 def test_cli_round_trip(tmp_path, capsys):
-    sigh_prompt = {"id": "p2", "text": "Fine, whatever.", "text_with_mark": "Fine, <sigh> whatever.", "nvv": "sigh", "requested_index": 1, "n_words": 2}
+    sigh_prompt = {
+        "id": "p2",
+        "text": "Fine, whatever.",
+        "text_with_mark": "Fine, <sigh> whatever.",
+        "nvv": "sigh",
+        "requested_index": 1,
+        "n_words": 2,
+    }
     prompts = _write_jsonl(tmp_path / "prompts.jsonl", [PROMPT, sigh_prompt, {**PROMPT, "id": "p3"}])
     transcripts = _write_jsonl(
         tmp_path / "t.jsonl",
-        [{"id": "p1", "hyp": "I was like [giggles] there"}, {"id": "p2", "hyp": "fine [sighs] whatever [sighs]"}, {"id": "p3", "hyp": None}],
+        [
+            {"id": "p1", "hyp": "I was like [giggles] there"},
+            {"id": "p2", "hyp": "fine [sighs] whatever [sighs]"},
+            {"id": "p3", "hyp": None},
+        ],
     )
     spellings = tmp_path / "map.json"
     spellings.write_text(json.dumps({"[giggles]": "chuckle", "[sighs]": "sigh"}))
     out = tmp_path / "verdicts.jsonl"
-    done = _run("score", "--prompts", prompts, "--transcripts", transcripts, "--out", str(out), "--spellings", str(spellings))
+    done = _run(
+        "score", "--prompts", prompts, "--transcripts", transcripts, "--out", str(out), "--spellings", str(spellings)
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert list(lines[0]) == ["id", "nvv", "requested_index", "coverage", "listener_error", "verdict_3class", "verdict_2class", "spurious_3class", "spurious_2class", "hyp_tags"]
+    assert list(lines[0]) == [
+        "id",
+        "nvv",
+        "requested_index",
+        "coverage",
+        "listener_error",
+        "verdict_3class",
+        "verdict_2class",
+        "spurious_3class",
+        "spurious_2class",
+        "hyp_tags",
+    ]
     assert [(x["id"], x["verdict_3class"], x["verdict_2class"], x["spurious_2class"]) for x in lines] == [
-        ("p1", W, R, 0), ("p2", R, R, 1), ("p3", None, None, None),
+        ("p1", W, R, 0),
+        ("p2", R, R, 1),
+        ("p3", None, None, None),
     ]
     csv_path = tmp_path / "nova.csv"
     done = _run("aggregate", "--system", "demo", "--listener", f"asr={out},{out}", "--csv", str(csv_path))
@@ -238,7 +299,13 @@ def test_cli_round_trip(tmp_path, capsys):
     # laughter 1/1 (2-class), sigh 1/1 -> S 1.0; unrequested 1 of 2 scored clips.
     assert "Score (mean S over 1 listener(s)): 1.000" in done.stdout
     row = next(csv.DictReader(csv_path.open()))
-    assert (row["listener"], row["runs"], float(row["S"]), float(row["unrequested"]), float(row["chuckle"])) == ("asr", "2", 1.0, 0.5, 0.0)
+    assert (row["listener"], row["runs"], float(row["S"]), float(row["unrequested"]), float(row["chuckle"])) == (
+        "asr",
+        "2",
+        1.0,
+        0.5,
+        0.0,
+    )
     # A system whose own map has no sigh spelling gets 0 for sigh (in-process: same main()).
     no_sigh = tmp_path / "nosigh.json"
     no_sigh.write_text(json.dumps({"[laughs]": "laugh"}))
