@@ -63,23 +63,72 @@ def write_wav(path: str | os.PathLike, samples: np.ndarray, sample_rate: int = S
     return path
 
 
+def _seam(tail: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """Equal-power crossfade of two equal-length pieces (cos fade-out, sin fade-in)."""
+    t = np.linspace(0.0, np.pi / 2, len(tail), dtype=np.float32)
+    return (tail * np.cos(t) + head * np.sin(t)).astype(np.float32)
+
+
+class CrossfadeStream:
+    """Join chunks with crossfaded seams while they arrive piece by piece.
+
+    Per chunk: `start_chunk()`, any number of `push(samples)`, `end_chunk()`; then
+    `finish()`. Every call returns the samples that are final (possibly empty). The last
+    `fade` samples are held back until the next chunk's head is known, so the emitted
+    stream equals `crossfade_concat` of the whole chunks exactly.
+    """
+
+    def __init__(self, fade_samples: int):
+        self.fade = int(fade_samples)
+        self.out_len = 0  # samples of the joined output so far (emitted + held)
+        self.held = np.zeros(0, dtype=np.float32)
+        self.head: np.ndarray | None = None  # head of the current chunk while a seam is pending
+
+    def start_chunk(self) -> np.ndarray:
+        self.head = np.zeros(0, dtype=np.float32) if self.out_len else None
+        return np.zeros(0, dtype=np.float32)
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        samples = np.asarray(samples, dtype=np.float32)
+        if self.head is None:
+            self.out_len += len(samples)
+            return self._emit(samples)
+        self.head = np.concatenate([self.head, samples])
+        return self._join() if len(self.head) >= self.fade else np.zeros(0, dtype=np.float32)
+
+    def end_chunk(self) -> np.ndarray:
+        return self._join() if self.head is not None else np.zeros(0, dtype=np.float32)
+
+    def finish(self) -> np.ndarray:
+        out, self.held = self.held, np.zeros(0, dtype=np.float32)
+        return out
+
+    def _emit(self, samples: np.ndarray) -> np.ndarray:
+        combined = np.concatenate([self.held, samples])
+        cut = max(0, len(combined) - self.fade)
+        self.held = combined[cut:]
+        return combined[:cut]
+
+    def _join(self) -> np.ndarray:
+        head, self.head = self.head, None
+        n = min(self.fade, self.out_len, len(head))
+        before = self.held[: len(self.held) - n]
+        seam = _seam(self.held[len(self.held) - n:], head[:n])
+        self.held = np.zeros(0, dtype=np.float32)
+        self.out_len += len(head) - n
+        return self._emit(np.concatenate([before, seam, head[n:]]))
+
+
 def crossfade_concat(chunks: list[np.ndarray], fade_samples: int) -> np.ndarray:
     """Join waveforms with an equal-power crossfade of `fade_samples` at each seam.
 
-    Each seam overlaps the tail of one chunk with the head of the next, so the result is
-    shorter than the plain concatenation by `fade_samples` per seam (clipped to the chunk
-    lengths). A single chunk is returned unchanged.
+    Each seam overlaps the tail of the output so far with the head of the next chunk, so the
+    result is shorter than the plain concatenation by min(fade, lengths) per seam. Empty
+    chunks are skipped; a single chunk is returned unchanged.
     """
-    chunks = [np.asarray(c, dtype=np.float32) for c in chunks if len(c)]
-    if not chunks:
-        return np.zeros(0, dtype=np.float32)
-    out = chunks[0]
-    for nxt in chunks[1:]:
-        n = min(fade_samples, len(out), len(nxt))
-        if n == 0:
-            out = np.concatenate([out, nxt])
-            continue
-        t = np.linspace(0.0, np.pi / 2, n, dtype=np.float32)
-        seam = out[-n:] * np.cos(t) + nxt[:n] * np.sin(t)
-        out = np.concatenate([out[:-n], seam, nxt[n:]])
-    return out.astype(np.float32, copy=False)
+    stream = CrossfadeStream(fade_samples)
+    parts = []
+    for chunk in chunks:
+        parts += [stream.start_chunk(), stream.push(chunk), stream.end_chunk()]
+    parts.append(stream.finish())
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

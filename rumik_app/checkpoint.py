@@ -1,0 +1,213 @@
+"""Find, load and save rumik-oss-1 checkpoints in the published format (DESIGN §2).
+
+A model argument is one of:
+  - a local folder (`/models/rumik-oss-1`, or a training output),
+  - a Hugging Face hub id (`rumik-ai/rumik-oss-1`, `rumik-ai/rumik-oss-1-base`), fetched
+    through the HF cache (only config, tokenizer, safetensors and codec files: python files
+    in the repo are never downloaded, and `trust_remote_code` is never passed),
+  - `tiny`: a random-weight checkpoint in the same format, built once in a cache folder.
+
+Every failure is a `CheckpointError` with one message naming the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rumik_app.config import RumikOSSConfig
+
+DEFAULT_MODEL = "rumik-ai/rumik-oss-1"
+TINY_MODEL = "tiny"
+REQUIRED_FILES = ("config.json", "tokenizer.json", "codec/config.json", "codec/model.safetensors")
+WEIGHT_FILE = "model.safetensors"
+WEIGHT_INDEX = "model.safetensors.index.json"
+HUB_PATTERNS = ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "model*.safetensors", "model.safetensors.index.json", "codec/*.json", "codec/*.safetensors"]
+COPY_ALONG = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+MAX_SHARD_SIZE = "5GB"
+FIXES = (
+    "Fixes: pass a local checkpoint folder (--model /path/to/rumik-oss-1); or go online once so it "
+    "downloads into the Hugging Face cache (huggingface-cli download {repo}); or try the pipeline "
+    "with random weights (--model tiny)."
+)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be found or loaded; the message says how to fix it."""
+
+
+def cache_root() -> Path:
+    """Folder for derived artefacts (tiny checkpoints, ASR caches): $RUMIK_CACHE or ~/.cache/rumik."""
+    return Path(os.environ.get("RUMIK_CACHE", Path.home() / ".cache" / "rumik"))
+
+
+def tiny_checkpoint_path() -> Path:
+    """Build (once) and return the cached tiny checkpoint used by `--model tiny`."""
+    from rumik_app import tiny
+
+    path = cache_root() / "tiny-v1"
+    if not (path / "codec" / "model.safetensors").exists():
+        cache_root().mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache_root()))
+        tiny.build_tiny_checkpoint(tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process won the race; theirs is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~")) and "\\" not in name
+
+
+def resolve_checkpoint(model: str | os.PathLike) -> Path:
+    """Turn a model argument into a local folder holding every required file."""
+    name = str(model)
+    if name == TINY_MODEL:
+        return tiny_checkpoint_path()
+    path = Path(name).expanduser()
+    if path.exists():
+        return check_checkpoint_dir(path)
+    if looks_like_hub_id(name):
+        return check_checkpoint_dir(_download(name))
+    raise CheckpointError(f"No checkpoint folder at {path}. " + FIXES.format(repo=DEFAULT_MODEL))
+
+
+def _download(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+        reason = "the hub is offline (HF_HUB_OFFLINE is set)" if offline else f"{type(exc).__name__}"
+        raise CheckpointError(
+            f"Could not get {repo_id!r} from the Hugging Face Hub ({reason}) and it is not in the "
+            f"local cache. " + FIXES.format(repo=repo_id)
+        ) from exc
+
+
+def check_checkpoint_dir(path: Path) -> Path:
+    """Raise CheckpointError listing missing files; return the folder."""
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is a file; pass the checkpoint folder that holds config.json.")
+    missing = [f for f in REQUIRED_FILES if not (path / f).exists()]
+    if not (path / WEIGHT_FILE).exists() and not (path / WEIGHT_INDEX).exists():
+        missing.append(f"{WEIGHT_FILE} (or {WEIGHT_INDEX} + shards)")
+    if missing:
+        raise CheckpointError(
+            f"{path} is not a complete rumik-oss-1 checkpoint: missing {', '.join(missing)}. "
+            + FIXES.format(repo=DEFAULT_MODEL)
+        )
+    return path
+
+
+def load_tokenizer(path: Path):
+    """`PreTrainedTokenizerFast(tokenizer_file=...)` directly (AutoTokenizer rebuilds Cohere's
+    pre-tokenizer on transformers 5.x and Indic text gets different ids)."""
+    from transformers import PreTrainedTokenizerFast
+
+    kwargs = {}
+    tok_cfg = path / "tokenizer_config.json"
+    if tok_cfg.exists():
+        data = json.loads(tok_cfg.read_text(encoding="utf-8"))
+        kwargs = {k: data[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if isinstance(data.get(k), str)}
+    return PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **kwargs)
+
+
+def auto_device(device: str | torch.device | None = None) -> torch.device:
+    """Explicit device, else CUDA if available, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def auto_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    """Explicit dtype, else bf16 on CUDA, float32 elsewhere."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype:
+        names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+                 "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+        if dtype not in names:
+            raise CheckpointError(f"Unknown dtype {dtype!r}; use one of {', '.join(names)}.")
+        return names[dtype]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_model(path: Path, config: RumikOSSConfig, device: torch.device, dtype: torch.dtype):
+    """Our own RumikOSSForCausalLM with the checkpoint's weights (tied embeddings)."""
+    from rumik_app.model import RumikOSSForCausalLM
+
+    try:
+        model = RumikOSSForCausalLM.from_pretrained(
+            str(path), config=config.lm, dtype=dtype, device_map={"": device}, use_safetensors=True
+        )
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"Could not load weights from {path}: {exc}") from exc
+    _check_tied(model)
+    return model.eval()
+
+
+def _check_tied(model) -> None:
+    if model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr():
+        raise CheckpointError("lm_head is not tied to the embeddings; the checkpoint format is not rumik-oss-1.")
+
+
+def load_codec(path: Path, device: torch.device):
+    """The frozen Mimi codec from `codec/` (always float32: it is small and bf16 costs quality)."""
+    from transformers import MimiModel
+
+    try:
+        codec = MimiModel.from_pretrained(str(path), subfolder="codec", dtype=torch.float32)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"Could not load the Mimi codec from {path / 'codec'}: {exc}") from exc
+    return codec.to(device).eval()
+
+
+def save_checkpoint(model, config: RumikOSSConfig, source_dir: Path, out_dir: str | os.PathLike,
+                    dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write `model` as a published-format checkpoint, atomically (temp folder + rename).
+
+    Tokenizer files and `codec/` are copied from `source_dir` (the checkpoint training
+    started from). lm_head.weight is not written (tied). Shards above 5 GB get an index.
+    """
+    from huggingface_hub import save_torch_state_dict
+
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()
+                 if k != "lm_head.weight"}
+        save_torch_state_dict(state, tmp, max_shard_size=MAX_SHARD_SIZE)
+        config.save(tmp, dtype_name=str(dtype).removeprefix("torch."))
+        for name in COPY_ALONG:
+            if (Path(source_dir) / name).exists():
+                shutil.copy2(Path(source_dir) / name, tmp / name)
+        shutil.copytree(Path(source_dir) / "codec", tmp / "codec")
+        _replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Move `src` to `dst`, replacing an existing `dst` with at most a rename's window of risk."""
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)

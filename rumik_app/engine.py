@@ -1,0 +1,248 @@
+"""`TTSEngine`: load a checkpoint once, then synthesise, stream and batch (DESIGN §5).
+
+    from rumik_app import TTSEngine, SynthesisRequest
+    engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")        # or a folder, or "tiny"
+    audio = engine.synthesize(SynthesisRequest("नमस्ते! <laugh> कैसे हो?", tone="happy", seed=7))
+    for chunk in engine.stream(SynthesisRequest("Hello there.")):    # float32 [n] pieces
+        play(chunk)
+    rollouts = engine.generate_batch(requests, num_samples=4)        # GRPO rollouts
+
+The app, the CLI, the benchmark runner and GRPO all sample through this class.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
+from rumik_app.checkpoint import (
+    DEFAULT_MODEL, auto_device, auto_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
+)
+from rumik_app.chunking import MAX_CHUNK_SECONDS, split_text
+from rumik_app.codec import MimiCodec
+from rumik_app.config import RumikOSSConfig
+from rumik_app.generation import BatchDecoder, Rollouts, RowParams
+from rumik_app.languages import expected_seconds
+from rumik_app.model import AudioHead
+from rumik_app.prompt import validate_text
+from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.tokens import FrameParser
+
+__all__ = ["TTSEngine", "SynthesisRequest"]
+
+CROSSFADE_SECONDS = 0.05
+# A chunk's expected speech may use at most this share of its token budget, so normal
+# variation in speaking rate does not run into max_new_tokens.
+CHUNK_BUDGET_SHARE = 0.8
+FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
+STREAM_FRAMES = 5  # then 400 ms pieces
+MAX_BATCH = 8
+SEED_RANGE = 2**31
+
+
+def resolve_seed(seed: int | None) -> int:
+    """The seed to use: the given one, or a fresh random one (reported back to the caller)."""
+    return int(seed) if seed is not None and int(seed) >= 0 else secrets.randbelow(SEED_RANGE)
+
+
+class TTSEngine:
+    """One loaded checkpoint: model, tokenizer, codec, config; thread-unsafe, load once per process."""
+
+    def __init__(self, model, tokenizer, codec: MimiCodec, config: RumikOSSConfig, checkpoint_dir: Path,
+                 restrict_phase: bool = True):
+        self.model, self.tokenizer, self.codec, self.config = model, tokenizer, codec, config
+        self.layout = config.layout
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.head = AudioHead(model, self.layout, restrict_phase=restrict_phase)
+        self.bos_id = self._bos_id()
+        self.pad_id = config.lm.pad_token_id if config.lm.pad_token_id is not None else self.bos_id
+
+    @classmethod
+    def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
+                        dtype: str | torch.dtype | None = None, restrict_phase: bool = True) -> "TTSEngine":
+        """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
+
+        device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
+        restrict_phase: sample each position only from its codebook's rows (DESIGN §5).
+        Raises CheckpointError with the fix in the message.
+        """
+        path = resolve_checkpoint(model)
+        config = RumikOSSConfig.from_file(path)
+        dev = auto_device(device)
+        lm = load_model(path, config, dev, auto_dtype(dev, dtype))
+        codec = MimiCodec(load_codec(path, dev), config.layout.num_quantizers)
+        return cls(lm, load_tokenizer(path), codec, config, path, restrict_phase=restrict_phase)
+
+    def _bos_id(self) -> int:
+        bos = self.tokenizer.convert_tokens_to_ids("<BOS_TOKEN>")
+        if bos is None or bos == self.tokenizer.unk_token_id:
+            bos = self.config.lm.bos_token_id
+        return int(bos)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.config.speakers
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    def prompt_text(self, req: SynthesisRequest) -> str:
+        """The exact prompt string (BOS shown as `[BOS]`); raises PromptError on bad input."""
+        return "[BOS]" + req.prompt(voices=self.voices)
+
+    def prompt_ids(self, req: SynthesisRequest) -> list[int]:
+        """[BOS] + tokens of the prompt string (DESIGN §3)."""
+        text = req.prompt(voices=self.voices)
+        return [self.bos_id] + self.tokenizer.encode(text, add_special_tokens=False)
+
+    def row_params(self, req: SynthesisRequest, seed: int) -> RowParams:
+        return RowParams(seed=seed, temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                         min_new_tokens=req.min_new_tokens,
+                         max_new_tokens=min(req.max_new_tokens, MAX_NEW_TOKENS_CAP))
+
+    def generate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
+                       stop_mode: str = "threshold") -> Rollouts:
+        """Sample `num_samples` completions per request in one batch (the GRPO interface).
+
+        Row order: request 0 samples 0..n-1, request 1 samples 0..n-1, ... Sample j of a
+        request uses seed (request seed or a random one) + j. Texts are not chunked here.
+        stop_mode: "threshold" (sigmoid > 0.5, as at inference) or "sample" (Bernoulli, for RL).
+        """
+        prompts, rows, owners = [], [], []
+        for i, req in enumerate(requests):
+            ids, base = self.prompt_ids(req), resolve_seed(req.seed)
+            for j in range(num_samples):
+                prompts.append(ids)
+                rows.append(self.row_params(req, base + j))
+                owners.append(i)
+        decoder = BatchDecoder(self.model, self.head, prompts, rows, pad_id=self.pad_id, stop_mode=stop_mode,
+                               request_index=owners)
+        for _ in decoder.steps():
+            pass
+        return decoder.rollouts()
+
+    def decode(self, codes: torch.Tensor, num_frames: torch.Tensor | Sequence[int]) -> list[np.ndarray]:
+        """codes: [B, Q, T] -> one float32 waveform per row, cut to its own frame count."""
+        audio = self.codec.decode(codes).cpu().numpy()
+        return [audio[i, : int(n) * self.codec.frame_size].astype(np.float32) for i, n in enumerate(num_frames)]
+
+    def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
+        """Split a request into chunk requests that each fit the token budget (DESIGN §5).
+
+        Chunks keep voice, description and sampling settings; chunk i uses seed + i.
+        """
+        text = validate_text(req.text)
+        seed = resolve_seed(req.seed)
+        budget_s = CHUNK_BUDGET_SHARE * min(req.max_new_tokens, MAX_NEW_TOKENS_CAP) / self.layout.tokens_per_second
+        limit = min(MAX_CHUNK_SECONDS, budget_s)
+        if expected_seconds(text, req.language, req.pace) <= limit:
+            return [req.with_(text=text, seed=seed)]
+        chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
+        return [req.with_(text=chunk, seed=seed + i) for i, chunk in enumerate(chunks)]
+
+    def synthesize(self, req: SynthesisRequest) -> Audio:
+        """Synthesise any length of text; long text is chunked and crossfaded."""
+        return self.synthesize_many([req])[0]
+
+    def synthesize_many(self, requests: Sequence[SynthesisRequest], max_batch: int = MAX_BATCH) -> list[Audio]:
+        """Synthesise several requests, batching their chunks `max_batch` at a time."""
+        start = time.perf_counter()
+        plans = [self.plan(req) for req in requests]
+        flat = [(i, chunk) for i, plan in enumerate(plans) for chunk in plan]
+        waves: list[list[np.ndarray]] = [[] for _ in requests]
+        stats = {"tokens": [0] * len(requests), "finish": [[] for _ in requests]}
+        for lo in range(0, len(flat), max_batch):
+            part = flat[lo : lo + max_batch]
+            rollouts = self.generate_batch([chunk for _, chunk in part])
+            for (i, _), wave, n_tok, why in zip(part, self.decode(rollouts.codes, rollouts.num_frames),
+                                                rollouts.lengths.tolist(), rollouts.finish_reasons):
+                waves[i].append(wave)
+                stats["tokens"][i] += n_tok
+                stats["finish"][i].append(why)
+        elapsed = time.perf_counter() - start
+        fade = int(CROSSFADE_SECONDS * self.sample_rate)
+        out = []
+        for i, plan in enumerate(plans):
+            audio = Audio(crossfade_concat(waves[i], fade), self.sample_rate, seed=plan[0].seed)
+            audio.info = self._info(stats["tokens"][i], audio.duration, elapsed, len(plan), stats["finish"][i])
+            out.append(audio)
+        return out
+
+    def _info(self, tokens: int, duration: float, elapsed: float, chunks: int, finish: list[str]) -> dict:
+        return {"tokens": tokens, "chunks": chunks, "finish_reasons": finish, "seconds": elapsed,
+                "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+                "real_time_factor": duration / elapsed if elapsed else 0.0}
+
+    def stream(self, req: SynthesisRequest, first_frames: int = FIRST_STREAM_FRAMES,
+               frames_per_chunk: int = STREAM_FRAMES, stats: dict | None = None) -> Iterator[np.ndarray]:
+        """Yield float32 audio pieces as they are generated; their concatenation equals
+        `synthesize(req)` with the same seed (chunks generated one after another).
+
+        stats: optional dict, filled with `seed`, `tokens`, `chunks`, `finish_reasons`.
+        """
+        plan = self.plan(req)
+        stats = stats if stats is not None else {}
+        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[])
+        if len(plan) == 1:  # nothing to crossfade: no hold-back, lowest latency
+            yield from self._stream_chunk(plan[0], first_frames, frames_per_chunk, stats)
+            return
+        joiner = CrossfadeStream(int(CROSSFADE_SECONDS * self.sample_rate))
+        for chunk in plan:
+            joiner.start_chunk()
+            for piece in self._stream_chunk(chunk, first_frames, frames_per_chunk, stats):
+                out = joiner.push(piece)
+                if len(out):
+                    yield out
+            tail = joiner.end_chunk()
+            if len(tail):
+                yield tail
+        rest = joiner.finish()
+        if len(rest):
+            yield rest
+
+    def _stream_chunk(self, req: SynthesisRequest, first_frames: int, frames_per_chunk: int,
+                      stats: dict) -> Iterator[np.ndarray]:
+        decoder = BatchDecoder(self.model, self.head, [self.prompt_ids(req)], [self.row_params(req, req.seed)],
+                               pad_id=self.pad_id)
+        parser, codec_stream = FrameParser(self.layout), self.codec.streaming_decoder(batch=1)
+        pending: list[list[int]] = []
+        want = first_frames
+        for step in decoder.steps():
+            stats["tokens"] += 1
+            frame = parser.push(int(step.tokens[0]))
+            if frame is not None:
+                pending.append(frame)
+            if len(pending) >= want:
+                yield self._decode_frames(codec_stream, pending)
+                pending, want = [], frames_per_chunk
+        stats["finish_reasons"].append(decoder.finish[0])
+        if pending:
+            yield self._decode_frames(codec_stream, pending)
+
+    def _decode_frames(self, codec_stream, frames: list[list[int]]) -> np.ndarray:
+        codes = torch.tensor(frames, dtype=torch.long, device=self.codec.device).T[None]
+        return codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
+
+    def max_new_tokens_for(self, seconds: float) -> int:
+        """Token budget for `seconds` of audio, in whole frames, capped at ~30 s."""
+        per_frame = self.layout.num_quantizers
+        tokens = math.ceil(seconds * self.layout.frame_rate_hz) * per_frame
+        return max(per_frame, min(tokens, MAX_NEW_TOKENS_CAP))
+
+    def __repr__(self) -> str:
+        lm = self.config.lm
+        return (f"TTSEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
+                f"device={self.device}, dtype={self.model.dtype})")
+

@@ -1,0 +1,280 @@
+"""The one sampler (DESIGN §5): batched KV-cache decoding over the audio-only head.
+
+    decoder = BatchDecoder(model, head, prompt_ids, [RowParams(seed=1), RowParams(seed=2)])
+    for step in decoder.steps():        # step.tokens: [B] ids, -1 where a row has finished
+        ...
+    rollouts = decoder.rollouts()       # token ids, log-probs, stop decisions, codes, lengths
+
+Prefill once (left-padded batch), then one token per step for every row. Each row has its
+own seed: its uniforms are drawn up front from a CPU `torch.Generator`, so a (request, seed)
+pair gives the same tokens alone or in a batch, on any device, up to float rounding of the
+logits. Sampling is inverse-CDF over the temperature/top-k/top-p filtered distribution.
+Rows stop on `</audio>`, on the stop head (> 0.5 at a frame boundary, after
+`min_new_tokens`), or at their own `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache
+
+from rumik_app.model import AudioHead, RumikOSSForCausalLM
+from rumik_app.request import MAX_NEW_TOKENS_CAP
+
+STOP_MODES = ("threshold", "sample")
+FINISH_END_TOKEN, FINISH_STOP_HEAD, FINISH_MAX_TOKENS = "end_token", "stop_head", "max_tokens"
+
+
+@dataclass(frozen=True)
+class RowParams:
+    """Sampling settings for one sequence of a batch."""
+
+    seed: int
+    temperature: float = 0.8
+    top_k: int = 30
+    top_p: float = 1.0
+    min_new_tokens: int = 8
+    max_new_tokens: int = 2048
+
+
+@dataclass
+class Rollouts:
+    """What a batch of generations produced (the GRPO interface). B rows, N = longest row.
+
+    token_ids: [B, N] long, generated ids (`</audio>` included when emitted), -1 padding.
+    token_mask: [B, N] bool, True at generated positions.
+    log_probs: [B, N] float32, log pi(token) under the audio-only distribution at the
+        sampling temperature (before top-k/top-p truncation; greedy rows use temperature 1).
+    stop_mask: [B, F] bool, True where the stop head made a decision (F = N // Q + 1;
+        slot j is the boundary after j frames, i.e. before generated position j * Q).
+    stop_decisions: [B, F] bool, True where it decided to stop.
+    stop_log_probs: [B, F] float32, log p(decision) under sigmoid(stop logit).
+    codes: [B, Q, T] long, parsed frames (zero padding); num_frames: [B] long.
+    lengths: [B] long, generated tokens per row. finish_reasons: per row.
+    prompt_ids: the prompt ids per row; request_index: which request each row samples;
+    seeds, params: per-row sampling settings; restrict_phase, stop_mode: how it was sampled.
+    """
+
+    token_ids: torch.Tensor
+    token_mask: torch.Tensor
+    log_probs: torch.Tensor
+    stop_mask: torch.Tensor
+    stop_decisions: torch.Tensor
+    stop_log_probs: torch.Tensor
+    codes: torch.Tensor
+    num_frames: torch.Tensor
+    lengths: torch.Tensor
+    finish_reasons: list[str]
+    prompt_ids: list[list[int]]
+    request_index: list[int]
+    seeds: list[int]
+    params: list[RowParams]
+    restrict_phase: bool
+    stop_mode: str
+    timings: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.finish_reasons)
+
+
+@dataclass
+class Step:
+    """One decoding step: `tokens` [B] (-1 for rows already finished), `t` the position."""
+
+    t: int
+    tokens: torch.Tensor
+
+
+def draw_uniforms(seed: int, count: int) -> torch.Tensor:
+    """`count` uniforms in [0, 1) from a CPU generator seeded with `seed` (device-independent)."""
+    return torch.rand(count, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64).float()
+
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one index per row by inverse CDF.
+
+    logits: [B, V] float32 (-inf = not allowed); temperature, top_p, uniform: [B] float;
+    top_k: [B] long (0 = off). Temperature 0 means greedy.
+    Returns (index [B] long, log-prob [B] float32 of the index under softmax(logits / T)).
+    """
+    greedy = temperature <= 0
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
+    scaled = logits / temp[:, None]
+    log_probs = torch.log_softmax(scaled, dim=-1)
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    rank = torch.arange(scaled.shape[-1], device=scaled.device)[None]
+    keep = (rank < top_k[:, None]) | (top_k[:, None] <= 0)
+    sorted_probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
+    keep &= (sorted_probs.cumsum(-1) - sorted_probs) < top_p[:, None]
+    keep[:, 0] = True
+    probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
+    cdf = probs.cumsum(-1)
+    pos = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None]).clamp(max=scaled.shape[-1] - 1)
+    index = order.gather(1, pos).squeeze(1)
+    index = torch.where(greedy, scaled.argmax(-1), index)
+    return index, log_probs.gather(1, index[:, None]).squeeze(1)
+
+
+class BatchDecoder:
+    """Generate audio tokens for B prompts at once; see the module docstring."""
+
+    def __init__(
+        self,
+        model: RumikOSSForCausalLM,
+        head: AudioHead,
+        prompt_ids: list[list[int]],
+        rows: list[RowParams],
+        pad_id: int = 0,
+        stop_mode: str = "threshold",
+        request_index: list[int] | None = None,
+    ):
+        if stop_mode not in STOP_MODES:
+            raise ValueError(f"stop_mode must be one of {STOP_MODES}")
+        if len(prompt_ids) != len(rows) or not rows:
+            raise ValueError("need one RowParams per prompt, and at least one prompt")
+        self.model, self.head, self.layout = model, head, head.layout
+        self.prompt_ids, self.rows, self.pad_id, self.stop_mode = prompt_ids, rows, pad_id, stop_mode
+        self.request_index = request_index or list(range(len(rows)))
+        self.device = model.get_input_embeddings().weight.device
+        self.max_steps = max(min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows)
+        self._tensor_params()
+        self._tokens: list[torch.Tensor] = []
+        self._log_probs: list[torch.Tensor] = []
+        q = self.layout.num_quantizers
+        self.stop_slots = self.max_steps // q + 1
+        batch = len(rows)
+        self.stop_mask = torch.zeros(batch, self.stop_slots, dtype=torch.bool)
+        self.stop_decisions = torch.zeros(batch, self.stop_slots, dtype=torch.bool)
+        self.stop_log_probs = torch.zeros(batch, self.stop_slots)
+        self.finish = [""] * batch
+        self.timings: dict = {}
+
+    def _tensor_params(self) -> None:
+        dev, rows = self.device, self.rows
+        self.temperature = torch.tensor([r.temperature for r in rows], device=dev, dtype=torch.float32)
+        self.top_k = torch.tensor([r.top_k for r in rows], device=dev, dtype=torch.long)
+        self.top_p = torch.tensor([r.top_p for r in rows], device=dev, dtype=torch.float32)
+        self.max_new = torch.tensor([min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows], device=dev)
+        # No stop (head or </audio>) before min_new_tokens, and never before one whole frame.
+        self.stop_floor = torch.tensor(
+            [max(r.min_new_tokens, self.layout.num_quantizers) for r in rows], device=dev
+        )
+        q = self.layout.num_quantizers
+        self.u_token = torch.stack([draw_uniforms(r.seed, MAX_NEW_TOKENS_CAP) for r in rows]).to(dev)
+        self.u_stop = torch.stack(
+            [draw_uniforms(r.seed + 1_000_003, MAX_NEW_TOKENS_CAP // q + 1) for r in rows]
+        ).to(dev)
+
+    def _prefill(self) -> torch.Tensor:
+        lengths = [len(p) for p in self.prompt_ids]
+        width = max(lengths)
+        ids = torch.full((len(lengths), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(lengths), width, dtype=torch.long)
+        for i, p in enumerate(self.prompt_ids):  # left padding: every row ends at the same column
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        self.padded = min(lengths) != width
+        self.attention_mask = mask if self.padded else None
+        self.position = (mask.sum(-1) - 1).long()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.cache = DynamicCache(config=self.model.config)
+        out = self.model.body(input_ids=ids, attention_mask=self.attention_mask, position_ids=positions,
+                              cache=self.cache, use_cache=True)
+        return out.last_hidden_state[:, -1]
+
+    def _advance(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.position = self.position + 1
+        if self.attention_mask is not None:
+            ones = torch.ones_like(self.attention_mask[:, :1])
+            self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)
+        out = self.model.body(input_ids=tokens[:, None], attention_mask=self.attention_mask,
+                              position_ids=self.position[:, None], cache=self.cache, use_cache=True)
+        return out.last_hidden_state[:, -1]
+
+    def _stop_check(self, hidden: torch.Tensor, t: int, active: torch.Tensor) -> torch.Tensor:
+        """Stop-head decisions at the boundary before position t; returns rows that stop."""
+        eligible = active & (t >= self.stop_floor)
+        if not bool(eligible.any()):
+            return torch.zeros_like(active)
+        logit = self.model.stop_logits(hidden)
+        slot = t // self.layout.num_quantizers
+        if self.stop_mode == "threshold":
+            stop = logit > 0  # sigmoid(logit) > 0.5
+        else:
+            stop = self.u_stop[:, slot] < torch.sigmoid(logit)
+        stop &= eligible
+        logp = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
+        cpu = eligible.cpu()
+        self.stop_mask[:, slot] = cpu
+        self.stop_decisions[:, slot] = stop.cpu()
+        self.stop_log_probs[:, slot] = torch.where(cpu, logp.cpu(), torch.zeros_like(logp.cpu()))
+        return stop
+
+    def _finish(self, rows: torch.Tensor, reason: str) -> None:
+        for i in rows.nonzero().flatten().tolist():
+            if not self.finish[i]:
+                self.finish[i] = reason
+
+    @torch.no_grad()
+    def steps(self) -> Iterator[Step]:
+        """Run the decode loop, yielding each step's tokens."""
+        start = time.perf_counter()
+        hidden = self._prefill()
+        self.timings["prefill_s"] = time.perf_counter() - start
+        q = self.layout.num_quantizers
+        active = torch.ones(len(self.rows), dtype=torch.bool, device=self.device)
+        for t in range(self.max_steps):
+            at_max = active & (t >= self.max_new)
+            self._finish(at_max.cpu(), FINISH_MAX_TOKENS)
+            active &= ~at_max
+            if t % q == 0 and t > 0:
+                stop = self._stop_check(hidden, t, active)
+                self._finish(stop.cpu(), FINISH_STOP_HEAD)
+                active &= ~stop
+            if not bool(active.any()):
+                break
+            allow_end = (t >= self.stop_floor) & (t % q == 0 or not self.head.restrict_phase)
+            logits = self.head.logits(hidden, t % q, allow_end)
+            index, logp = sample_tokens(logits, self.temperature, self.top_k, self.top_p, self.u_token[:, t])
+            tokens = self.head.index_to_token(index, t % q)
+            tokens = torch.where(active, tokens, torch.full_like(tokens, -1))
+            self._tokens.append(tokens.cpu())
+            self._log_probs.append(torch.where(active, logp, torch.zeros_like(logp)).cpu())
+            ended = active & (tokens == self.layout.audio_end_token_id)
+            self._finish(ended.cpu(), FINISH_END_TOKEN)
+            active &= ~ended
+            yield Step(t=t, tokens=tokens)
+            if not bool(active.any()):
+                break
+            hidden = self._advance(torch.where(tokens >= 0, tokens, torch.full_like(tokens, self.pad_id)))
+        self._finish(active.cpu(), FINISH_MAX_TOKENS)
+        self.timings["total_s"] = time.perf_counter() - start
+
+    def rollouts(self) -> Rollouts:
+        """Collect everything generated (call after `steps()` is exhausted)."""
+        batch, q = len(self.rows), self.layout.num_quantizers
+        token_ids = torch.stack(self._tokens, 1) if self._tokens else torch.full((batch, 0), -1)
+        log_probs = torch.stack(self._log_probs, 1) if self._log_probs else torch.zeros(batch, 0)
+        mask = token_ids >= 0
+        parsed = [torch.from_numpy(self.layout.parse(row[row >= 0].tolist())[0]) for row in token_ids]
+        num_frames = torch.tensor([c.shape[-1] for c in parsed], dtype=torch.long)
+        codes = torch.zeros(batch, q, int(num_frames.max()) if batch else 0, dtype=torch.long)
+        for i, c in enumerate(parsed):
+            codes[i, :, : c.shape[-1]] = c
+        slots = token_ids.shape[1] // q + 1
+        return Rollouts(
+            token_ids=token_ids, token_mask=mask, log_probs=log_probs,
+            stop_mask=self.stop_mask[:, :slots], stop_decisions=self.stop_decisions[:, :slots],
+            stop_log_probs=self.stop_log_probs[:, :slots], codes=codes, num_frames=num_frames,
+            lengths=mask.sum(1), finish_reasons=list(self.finish), prompt_ids=self.prompt_ids,
+            request_index=list(self.request_index), seeds=[r.seed for r in self.rows], params=list(self.rows),
+            restrict_phase=self.head.restrict_phase, stop_mode=self.stop_mode, timings=dict(self.timings),
+        )

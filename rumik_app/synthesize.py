@@ -1,0 +1,96 @@
+"""Command-line synthesis: text in, 24 kHz mono WAV out.
+
+    python -m rumik_app.synthesize --model rumik-ai/rumik-oss-1 --text "नमस्ते <laugh> दोस्तों!" \
+        --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
+    python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
+
+Prints the duration, tokens/s and the real-time factor (seconds of audio per second of
+compute; above 1 is faster than real time). `--stream` synthesises through the streaming
+path and also reports the time to first audio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from rumik_app.audio import Audio
+from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
+from rumik_app.prompt import PromptError
+from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
+
+DEFAULT_MAX_SECONDS = 20.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
+    p.add_argument("--text", required=True, help="text to speak; inline <laugh> <chuckle> <sigh> allowed")
+    p.add_argument("--voice", default="Ira")
+    p.add_argument("--tone", help="happy | sad | angry | excited | professional")
+    p.add_argument("--accent", help="Hindi | Telugu | Tamil | Kannada | Bengali | Punjabi | Indian English")
+    p.add_argument("--pace", help="slow | steady | fast")
+    p.add_argument("--description", help="free-form description instead of tone/accent/pace")
+    p.add_argument("--language", help="optional language code for speaking-rate estimates (long text)")
+    p.add_argument("--seed", type=int, help="reproducible sampling; omitted = random (printed)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
+    p.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
+                   help="cap per utterance (per chunk for long text), at most ~30")
+    p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
+    p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
+    p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--out", required=True, help="output .wav path")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> Audio:
+    from rumik_app.engine import TTSEngine, resolve_seed
+    from rumik_app.prompt import validate_text
+
+    validate_text(args.text)  # fail fast, before loading a 7 GB model
+    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype)
+    req = SynthesisRequest(
+        text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
+        description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, max_new_tokens=engine.max_new_tokens_for(args.max_seconds),
+        language=args.language,
+    )
+    engine.prompt_text(req)  # voice and description against this checkpoint's speakers
+    start = time.perf_counter()
+    if args.stream:
+        pieces, first, stats = [], None, {}
+        for piece in engine.stream(req, stats=stats):
+            first = first if first is not None else time.perf_counter() - start
+            pieces.append(piece)
+        elapsed = time.perf_counter() - start
+        audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
+        audio.info = {"seconds": elapsed, "first_audio_s": first, "tokens": stats["tokens"]}
+    else:
+        audio = engine.synthesize(req)
+        elapsed = audio.info["seconds"]
+    audio.save(args.out)
+    tokens = audio.info["tokens"]
+    print(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {req.seed}")
+    print(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
+          f"real-time factor {audio.duration / max(elapsed, 1e-9):.2f}x"
+          + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
+    return audio
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        run(args)
+    except (CheckpointError, PromptError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

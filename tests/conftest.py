@@ -1,0 +1,60 @@
+"""Shared pytest fixtures: a tiny random checkpoint in the published format, built once.
+
+Tests never touch the network: the Hugging Face hub is forced offline, and every model is
+built on the fly by `rumik_app.tiny` and loaded through the same code path a user's
+`rumik-ai/rumik-oss-1` download takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+# Before anything imports huggingface_hub (it reads these at import time).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("RUMIK_CACHE", tempfile.mkdtemp(prefix="rumik-test-cache-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tiny models gain nothing from intra-op threads, and OpenMP spin-waits make them crawl
+# when another process holds the second core.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> "os.PathLike":
+    """Path to a tiny random checkpoint (hidden 64, 2 layers) in the exact published format."""
+    from rumik_app.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "rumik-oss-1-tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_checkpoint):
+    """A TTSEngine on the tiny checkpoint (CPU, float32). Do not leave it modified."""
+    from rumik_app import TTSEngine
+
+    return TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+
+
+@contextlib.contextmanager
+def stop_head_bias(engine, bias: float):
+    """Temporarily set the stop head's output bias: large positive stops at the first
+    allowed boundary, large negative never stops."""
+    layer = engine.model.stop_predictor[3]
+    old = layer.bias.detach().clone()
+    with torch.no_grad():
+        layer.bias.fill_(bias)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            layer.bias.copy_(old)
+
+
+NEVER_STOP = -1e4
+ALWAYS_STOP = 1e4

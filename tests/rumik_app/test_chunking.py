@@ -1,0 +1,73 @@
+"""Long-text chunking and crossfaded joins."""
+
+import numpy as np
+
+from rumik_app.audio import CrossfadeStream, crossfade_concat
+from rumik_app.chunking import sentences, split_text
+from rumik_app.languages import expected_seconds
+
+
+def test_sentences_split_on_danda_and_latin_punctuation():
+    text = "पहला वाक्य। दूसरा वाक्य॥ Third one! Fourth? اردو جملہ۔ last"
+    assert sentences(text) == ["पहला वाक्य।", "दूसरा वाक्य॥", "Third one!", "Fourth?", "اردو جملہ۔", "last"]
+
+
+def test_chunks_respect_limit_and_keep_all_words():
+    text = " ".join(f"यह वाक्य संख्या {i} है, और यह थोड़ा लंबा है।" for i in range(60))
+    chunks = split_text(text, max_seconds=10.0)
+    assert len(chunks) > 1
+    assert all(expected_seconds(c) <= 10.0 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+
+
+def test_overlong_sentence_splits_at_clauses_then_words():
+    sentence = ", ".join("one two three four five six" for _ in range(20)) + "."
+    chunks = split_text(sentence, max_seconds=3.0)
+    assert all(expected_seconds(c) <= 3.0 for c in chunks)
+    assert " ".join(chunks).split() == sentence.split()
+    no_punct = " ".join(["word"] * 300)
+    assert all(expected_seconds(c) <= 3.0 for c in split_text(no_punct, max_seconds=3.0))
+
+
+def test_tags_stay_with_their_words():
+    chunks = split_text("Hello there <laugh> friend. " * 30, max_seconds=4.0)
+    assert all(c.count("<") == c.count(">") for c in chunks)
+    assert sum(c.count("<laugh>") for c in chunks) == 30
+
+
+def _reference_crossfade(chunks, fade):
+    chunks = [np.asarray(c, np.float32) for c in chunks if len(c)]
+    out = chunks[0]
+    for nxt in chunks[1:]:
+        n = min(fade, len(out), len(nxt))
+        t = np.linspace(0, np.pi / 2, n, dtype=np.float32)
+        out = np.concatenate([out[: len(out) - n], out[len(out) - n:] * np.cos(t) + nxt[:n] * np.sin(t), nxt[n:]])
+    return out
+
+
+def test_crossfade_concat_matches_direct_formula():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        chunks = [rng.standard_normal(rng.integers(0, 60)) for _ in range(rng.integers(1, 6))]
+        if not any(len(c) for c in chunks):
+            continue
+        fade = int(rng.integers(0, 25))
+        np.testing.assert_allclose(crossfade_concat(chunks, fade), _reference_crossfade(chunks, fade), atol=1e-6)
+
+
+def test_crossfade_stream_equals_offline_join_for_any_piece_sizes():
+    rng = np.random.default_rng(2)
+    chunks = [rng.standard_normal(n).astype(np.float32) for n in (500, 30, 800, 5, 400)]
+    stream, out = CrossfadeStream(64), []
+    for chunk in chunks:
+        out.append(stream.start_chunk())
+        pos = 0
+        while pos < len(chunk):
+            step = int(rng.integers(1, 90))
+            out.append(stream.push(chunk[pos: pos + step]))
+            pos += step
+        out.append(stream.end_chunk())
+    out.append(stream.finish())
+    np.testing.assert_allclose(np.concatenate(out), crossfade_concat(chunks, 64), atol=1e-6)
+    seam = crossfade_concat([np.ones(100), np.ones(100)], 50)
+    assert len(seam) == 150 and seam.max() <= np.sqrt(2) + 1e-6  # equal-power: no gap, no spike
