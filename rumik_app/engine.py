@@ -32,7 +32,7 @@ from rumik_app.generation import BatchDecoder, Rollouts, RowParams
 from rumik_app.languages import expected_seconds
 from rumik_app.model import AudioHead
 from rumik_app.prompt import validate_text
-from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest
 from rumik_app.tokens import FrameParser
 
 __all__ = ["TTSEngine", "SynthesisRequest"]
@@ -139,14 +139,18 @@ class TTSEngine:
         return [audio[i, : int(n) * self.codec.frame_size].astype(np.float32) for i, n in enumerate(num_frames)]
 
     def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
-        """Split a request into chunk requests that each fit the token budget (DESIGN §5).
+        """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
+        of expected speech (DESIGN §5). `max_new_tokens` caps each chunk.
 
         Chunks keep voice, description and sampling settings; chunk i uses seed + i.
         """
         text = validate_text(req.text)
         seed = resolve_seed(req.seed)
-        budget_s = CHUNK_BUDGET_SHARE * min(req.max_new_tokens, MAX_NEW_TOKENS_CAP) / self.layout.tokens_per_second
-        limit = min(MAX_CHUNK_SECONDS, budget_s)
+        # Chunk size follows the default budget (or a larger one the caller set), never a
+        # smaller one: max_new_tokens below the default truncates each chunk as asked,
+        # rather than shredding the text into many tiny chunks.
+        budget = min(max(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS), MAX_NEW_TOKENS_CAP)
+        limit = min(MAX_CHUNK_SECONDS, CHUNK_BUDGET_SHARE * budget / self.layout.tokens_per_second)
         if expected_seconds(text, req.language, req.pace) <= limit:
             return [req.with_(text=text, seed=seed)]
         chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
@@ -236,9 +240,9 @@ class TTSEngine:
         return codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
 
     def max_new_tokens_for(self, seconds: float) -> int:
-        """Token budget for `seconds` of audio, in whole frames, capped at ~30 s."""
+        """Token budget for at most `seconds` of audio, in whole frames (>= 1), capped at ~30 s."""
         per_frame = self.layout.num_quantizers
-        tokens = math.ceil(seconds * self.layout.frame_rate_hz) * per_frame
+        tokens = math.floor(seconds * self.layout.frame_rate_hz + 1e-9) * per_frame
         return max(per_frame, min(tokens, MAX_NEW_TOKENS_CAP))
 
     def __repr__(self) -> str:
