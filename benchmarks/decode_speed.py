@@ -1,0 +1,142 @@
+"""Decode speed: this engine vs a faithful copy of the published reference loop, same run.
+
+    python benchmarks/decode_speed.py                    # real width + vocabulary, 4 layers, CPU
+    python benchmarks/decode_speed.py --layers 2 --new-tokens 200 --repeats 1   # quicker look
+
+Builds (once, cached) a random-weight checkpoint of the published width and vocabulary
+(hidden 2048, 16/4 heads, FFN 11008, vocab 277,404) at reduced depth, loads it once, and
+times generating exactly `--new-tokens` tokens (min = max, so the stop head never ends a
+run early) from the same prompt with:
+
+  reference  the published loop: a transformers forward per token returning full-vocabulary
+             logits (277k rows x 2048) and `output_hidden_states=True` for the stop head,
+             then a freshly built -inf mask over non-audio ids, top-k sampling;
+  engine     `TTSEngine.generate_batch`: audio-only head (codebook rows + </audio> only),
+             stop head on the final hidden state it already has, KV cache, one token/step.
+
+Runs alternate (ref, engine, ref, engine, ...) so background load hits both alike; the
+median of each is reported with the ratio, plus streaming time-to-first-audio. Decode is
+memory-bound: the reference reads ~3.5 GB of fp32 weights per token, the engine ~1.3 GB,
+so ~2.7x is the ceiling on CPU. Goal: ratio >= 2.3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
+from rumik_app.checkpoint import cache_root  # noqa: E402
+from rumik_app.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
+
+GOAL_RATIO = 2.3
+PROMPT_TEXT = "आज की मीटिंग बहुत अच्छी रही, and everyone loved the new idea. <chuckle> चलो, कॉफ़ी पीते हैं!"
+TEMPERATURE, TOP_K, SEED = 0.8, 30, 1234
+
+
+def build_checkpoint(layers: int) -> Path:
+    path = cache_root() / f"bench-real-width-{layers}l"
+    if not (path / "codec" / "model.safetensors").exists():
+        print(f"building real-width checkpoint ({layers} layers) in {path} ...", flush=True)
+        build_tiny_checkpoint(path, TinySpec.real_width(layers=layers))
+    return path
+
+
+@torch.no_grad()
+def reference_generate(engine: TTSEngine, prompt_ids: list[int], new_tokens: int, seed: int) -> list[int]:
+    """The published loop, kept deliberately as it was: full logits, fresh mask, all hidden states."""
+    model, lay = engine.model, engine.layout
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.tensor([prompt_ids])
+    cache, generated = None, []
+    for step in range(new_tokens):
+        out = model(input_ids=input_ids, cache=cache, use_cache=True, output_hidden_states=True)
+        cache = out.cache
+        logits = out.logits[:, -1, :].float()  # [1, vocab]: every row of the tied embedding
+        mask = torch.full_like(logits, float("-inf"))  # rebuilt every step, as published
+        mask[:, lay.first_unit_id : lay.last_unit_id + 1] = 0
+        mask[:, lay.audio_end_token_id] = 0
+        logits = (logits + mask) / TEMPERATURE
+        if step % lay.num_quantizers == 0:  # stop head on the last layer's hidden state
+            hidden = out.hidden_states[-1][:, -1]
+            torch.sigmoid(model.stop_predictor(hidden))  # min_new_tokens = max: never acted on
+        top = torch.topk(logits, TOP_K)
+        probs = torch.softmax(top.values, dim=-1)
+        token = top.indices.gather(1, torch.multinomial(probs, 1, generator=generator))
+        generated.append(int(token))
+        input_ids = token
+    return generated
+
+
+def time_engine(engine: TTSEngine, req: SynthesisRequest) -> tuple[float, int]:
+    start = time.perf_counter()
+    rollouts = engine.generate_batch([req])
+    return time.perf_counter() - start, int(rollouts.lengths[0])
+
+
+def time_reference(engine: TTSEngine, prompt_ids: list[int], new_tokens: int) -> tuple[float, int]:
+    start = time.perf_counter()
+    tokens = reference_generate(engine, prompt_ids, new_tokens, SEED)
+    return time.perf_counter() - start, len(tokens)
+
+
+def time_to_first_audio(engine: TTSEngine, req: SynthesisRequest) -> float:
+    start = time.perf_counter()
+    stream = engine.stream(req)
+    next(stream)
+    elapsed = time.perf_counter() - start
+    stream.close()
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    engine = TTSEngine.from_pretrained(str(build_checkpoint(args.layers)), device="cpu", dtype="fp32")
+    req = SynthesisRequest(PROMPT_TEXT, seed=SEED, temperature=TEMPERATURE, top_k=TOP_K,
+                           min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens)
+    prompt_ids = engine.prompt_ids(req)
+    print(f"{engine}; prompt {len(prompt_ids)} tokens; {args.new_tokens} new tokens; "
+          f"{torch.get_num_threads()} threads", flush=True)
+    time_reference(engine, prompt_ids, 8)  # warm-up both paths
+    time_engine(engine, req.with_(min_new_tokens=8, max_new_tokens=8))
+    ref_times, eng_times = [], []
+    for r in range(args.repeats):
+        t, n = time_reference(engine, prompt_ids, args.new_tokens)
+        ref_times.append(t)
+        print(f"  run {r + 1}: reference {n} tokens in {t:.1f} s ({n / t:.2f} tokens/s)", flush=True)
+        t, n = time_engine(engine, req)
+        eng_times.append(t)
+        print(f"  run {r + 1}: engine    {n} tokens in {t:.1f} s ({n / t:.2f} tokens/s)", flush=True)
+    ttfa = time_to_first_audio(engine, req)
+    ref_tps = args.new_tokens / statistics.median(ref_times)
+    eng_tps = args.new_tokens / statistics.median(eng_times)
+    result = {"layers": args.layers, "new_tokens": args.new_tokens, "threads": torch.get_num_threads(),
+              "reference_tokens_per_s": ref_tps, "engine_tokens_per_s": eng_tps, "ratio": eng_tps / ref_tps,
+              "stream_time_to_first_audio_s": ttfa, "goal_ratio": GOAL_RATIO}
+    print(f"reference: {ref_tps:.2f} tokens/s   engine: {eng_tps:.2f} tokens/s   "
+          f"ratio: {result['ratio']:.2f}x (goal >= {GOAL_RATIO}x: {'met' if result['ratio'] >= GOAL_RATIO else 'NOT met'})")
+    print(f"streaming time to first audio: {ttfa:.2f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
