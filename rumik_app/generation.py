@@ -199,63 +199,78 @@ class BatchDecoder:
                               position_ids=self.position[:, None], cache=self.cache, use_cache=True)
         return out.last_hidden_state[:, -1]
 
-    def _stop_check(self, hidden: torch.Tensor, t: int, active: torch.Tensor) -> torch.Tensor:
-        """Stop-head decisions at the boundary before position t; returns rows that stop."""
-        eligible = active & (t >= self.stop_floor)
+    def _stop_check(self, hidden: torch.Tensor, t: int) -> torch.Tensor:
+        """Stop-head decisions at the boundary before position t for the live rows.
+
+        hidden: [b, h] for the b live rows; returns bool [b], True where the row stops.
+        """
+        alive = self.alive
+        eligible = t >= self.stop_floor[alive]
         if not bool(eligible.any()):
-            return torch.zeros_like(active)
+            return torch.zeros_like(eligible)
         logit = self.model.stop_logits(hidden)
         slot = t // self.layout.num_quantizers
         if self.stop_mode == "threshold":
             stop = logit > 0  # sigmoid(logit) > 0.5
         else:
-            stop = self.u_stop[:, slot] < torch.sigmoid(logit)
+            stop = self.u_stop[alive, slot] < torch.sigmoid(logit)
         stop &= eligible
         logp = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
-        cpu = eligible.cpu()
-        self.stop_mask[:, slot] = cpu
-        self.stop_decisions[:, slot] = stop.cpu()
-        self.stop_log_probs[:, slot] = torch.where(cpu, logp.cpu(), torch.zeros_like(logp.cpu()))
+        rows = alive.cpu()
+        self.stop_mask[rows, slot] = eligible.cpu()
+        self.stop_decisions[rows, slot] = stop.cpu()
+        self.stop_log_probs[rows, slot] = torch.where(eligible, logp, torch.zeros_like(logp)).cpu()
         return stop
 
-    def _finish(self, rows: torch.Tensor, reason: str) -> None:
-        for i in rows.nonzero().flatten().tolist():
-            if not self.finish[i]:
-                self.finish[i] = reason
+    def _drop(self, done: torch.Tensor, reason: str, hidden: torch.Tensor) -> torch.Tensor:
+        """Finish the live rows flagged in `done` [b] and compact the batch (cache, masks)."""
+        if not bool(done.any()):
+            return hidden
+        for i in self.alive[done].tolist():
+            self.finish[i] = reason
+        keep = (~done).nonzero().squeeze(1)
+        self.alive = self.alive[keep]
+        if len(keep):  # finished rows stop costing compute: drop them from the KV cache
+            self.cache.batch_select_indices(keep)
+            self.position = self.position[keep]
+            if self.attention_mask is not None:
+                self.attention_mask = self.attention_mask[keep]
+        return hidden[keep]
 
     @torch.no_grad()
     def steps(self) -> Iterator[Step]:
-        """Run the decode loop, yielding each step's tokens."""
+        """Run the decode loop, yielding each step's tokens (full batch order, -1 = finished)."""
         start = time.perf_counter()
         hidden = self._prefill()
         self.timings["prefill_s"] = time.perf_counter() - start
         q = self.layout.num_quantizers
-        active = torch.ones(len(self.rows), dtype=torch.bool, device=self.device)
+        self.alive = torch.arange(len(self.rows), device=self.device)
         for t in range(self.max_steps):
-            at_max = active & (t >= self.max_new)
-            self._finish(at_max.cpu(), FINISH_MAX_TOKENS)
-            active &= ~at_max
-            if t % q == 0 and t > 0:
-                stop = self._stop_check(hidden, t, active)
-                self._finish(stop.cpu(), FINISH_STOP_HEAD)
-                active &= ~stop
-            if not bool(active.any()):
+            hidden = self._drop(t >= self.max_new[self.alive], FINISH_MAX_TOKENS, hidden)
+            if t % q == 0 and t > 0 and len(self.alive):
+                hidden = self._drop(self._stop_check(hidden, t), FINISH_STOP_HEAD, hidden)
+            if not len(self.alive):
                 break
-            allow_end = (t >= self.stop_floor) & (t % q == 0 or not self.head.restrict_phase)
+            alive = self.alive
+            allow_end = (t >= self.stop_floor[alive]) & (t % q == 0 or not self.head.restrict_phase)
             logits = self.head.logits(hidden, t % q, allow_end)
-            index, logp = sample_tokens(logits, self.temperature, self.top_k, self.top_p, self.u_token[:, t])
+            index, logp = sample_tokens(logits, self.temperature[alive], self.top_k[alive], self.top_p[alive],
+                                        self.u_token[alive, t])
             tokens = self.head.index_to_token(index, t % q)
-            tokens = torch.where(active, tokens, torch.full_like(tokens, -1))
-            self._tokens.append(tokens.cpu())
-            self._log_probs.append(torch.where(active, logp, torch.zeros_like(logp)).cpu())
-            ended = active & (tokens == self.layout.audio_end_token_id)
-            self._finish(ended.cpu(), FINISH_END_TOKEN)
-            active &= ~ended
-            yield Step(t=t, tokens=tokens)
-            if not bool(active.any()):
+            full = torch.full((len(self.rows),), -1, dtype=torch.long)
+            full[alive.cpu()] = tokens.cpu()
+            full_logp = torch.zeros(len(self.rows))
+            full_logp[alive.cpu()] = logp.float().cpu()
+            self._tokens.append(full)
+            self._log_probs.append(full_logp)
+            yield Step(t=t, tokens=full)
+            ended = tokens == self.layout.audio_end_token_id
+            hidden = self._drop(ended, FINISH_END_TOKEN, hidden)
+            if not len(self.alive):
                 break
-            hidden = self._advance(torch.where(tokens >= 0, tokens, torch.full_like(tokens, self.pad_id)))
-        self._finish(active.cpu(), FINISH_MAX_TOKENS)
+            hidden = self._advance(tokens[~ended])
+        for i in self.alive.tolist():
+            self.finish[i] = self.finish[i] or FINISH_MAX_TOKENS
         self.timings["total_s"] = time.perf_counter() - start
 
     def rollouts(self) -> Rollouts:

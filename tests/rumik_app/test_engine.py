@@ -177,3 +177,18 @@ def test_two_thousand_characters_synthesise_via_chunking(tiny_engine):
     fade = int(0.05 * 24_000)
     assert len(audio.samples) == len(chunks) * 1920 - (len(chunks) - 1) * fade
     np.testing.assert_allclose(streamed, audio.samples, atol=1e-5)
+
+
+def test_sampled_stop_decisions_are_bernoulli_with_logged_log_probs(tiny_engine):
+    reqs = [SynthesisRequest("bernoulli", seed=s, max_new_tokens=400) for s in range(6)]
+    with stop_head_bias(tiny_engine, 0.0):
+        r = tiny_engine.generate_batch(reqs, stop_mode="sample")
+        again = tiny_engine.generate_batch(reqs, stop_mode="sample")
+    assert torch.equal(r.token_ids, again.token_ids)  # seeded, so reproducible
+    assert len(set(r.lengths.tolist())) > 1  # p(stop) near 0.5: rows stop at different frames
+    for i in range(len(reqs)):
+        decided = r.stop_decisions[i][r.stop_mask[i]]
+        assert decided[:-1].logical_not().all()  # every decision but the last said "continue"
+        assert (r.stop_log_probs[i][r.stop_mask[i]] < 0).all()
+        if r.finish_reasons[i] == "stop_head":
+            assert bool(decided[-1]) and int(r.lengths[i]) % 8 == 0
