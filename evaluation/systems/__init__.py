@@ -1,0 +1,48 @@
+"""Systems the benchmark runner and the app can score, behind one `Synthesizer` interface.
+
+    from evaluation.systems import load_system
+    system = load_system("espeak")            # espeak-ng (classical baseline), offline
+    system = load_system("rumik")             # rumik-oss-1 from the hub
+    system = load_system("rumik:/ckpt/dir")   # a local checkpoint; "tiny" = tiny random one
+    system = load_system("folder:clips/xtts") # pre-generated clips <dir>/<id>.wav
+    audio = system.synthesize(request, clip_id="p01", run=1)   # float32 [N] mono, 24 kHz
+
+Not a CLI; tested by tests/evaluation/test_systems.py.
+"""
+
+from __future__ import annotations
+
+from evaluation.systems.base import SynthesisError, Synthesizer, conform
+from evaluation.systems.espeak import EspeakSystem, espeak_synthesize
+from evaluation.systems.folder import FolderSystem
+from evaluation.systems.rumik import HUB_ID, TINY, RumikSystem
+
+__all__ = ["Synthesizer", "SynthesisError", "RumikSystem", "FolderSystem", "EspeakSystem",
+           "espeak_synthesize", "load_system", "conform", "VALID_SPECS"]
+
+VALID_SPECS = (
+    f"rumik                    rumik-oss-1 from the hub ({HUB_ID})",
+    "rumik:PATH_OR_HUB_ID     a local checkpoint folder or another hub id in the same format",
+    "tiny                     the tiny random checkpoint (tests, smoke runs)",
+    "espeak                   espeak-ng, the classical offline baseline",
+    "folder:DIR               pre-generated clips DIR/<id>.wav (or .flac/.ogg/.mp3)",
+)
+
+
+def load_system(spec: str, device: str | None = None) -> Synthesizer:
+    """Build a system from a spec (see VALID_SPECS); SynthesisError listing them otherwise.
+    `device` applies to rumik systems (None: CUDA if available, else CPU)."""
+    spec = (spec or "").strip()
+    kind, sep, arg = spec.partition(":")
+    kind = kind.lower()
+    if kind == "rumik" and not sep:
+        return RumikSystem(HUB_ID, device=device)
+    if kind == "rumik" and arg:
+        return RumikSystem(arg, device=device)
+    if kind == TINY and not sep:
+        return RumikSystem(TINY, device=device)
+    if kind in ("espeak", "espeak-ng") and not sep:
+        return EspeakSystem()
+    if kind == "folder" and arg:
+        return FolderSystem(arg)
+    raise SynthesisError(f"Unknown system spec {spec!r}. Valid specs:\n  " + "\n  ".join(VALID_SPECS))

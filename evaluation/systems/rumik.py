@@ -1,0 +1,75 @@
+"""`RumikSystem`: rumik-oss-1 through the one inference core (`rumik_app.TTSEngine`).
+
+    system = RumikSystem()                       # the hub checkpoint rumik-ai/rumik-oss-1
+    system = RumikSystem("/ckpt/sft-step-2000")  # a local checkpoint folder (DESIGN §2 format)
+    system = RumikSystem("tiny")                 # the random tiny checkpoint used by tests
+    audio = system.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", seed=7))
+
+The engine (torch, transformers, the codec) is loaded once, on the first `synthesize` (or
+an explicit `load()`), so building the system is cheap.
+
+Not a CLI; tested by tests/evaluation/test_systems.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evaluation.systems.base import SynthesisError, Synthesizer, conform
+from rumik_app.audio import Audio
+from rumik_app.request import SynthesisRequest
+
+HUB_ID = "rumik-ai/rumik-oss-1"
+TINY = "tiny"
+
+
+class RumikSystem(Synthesizer):
+    """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
+
+    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None) -> None:
+        self.model = str(model)
+        self.device = device
+        self.dtype = dtype
+        self._engine = None
+        self.name = "rumik" if self.model == HUB_ID else f"rumik:{self.model}"
+        if self.model == HUB_ID:
+            self.label = "rumik-oss-1"
+        elif self.model == TINY:
+            self.label = "rumik-oss-1 architecture, tiny random checkpoint (tests only)"
+        else:
+            self.label = f"rumik-oss-1 ({self.model})"
+
+    def load(self):
+        """Load the engine once (returns it); loader errors become SynthesisError."""
+        if self._engine is None:
+            from rumik_app import TTSEngine
+
+            try:
+                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise SynthesisError(f"Could not load the rumik-oss-1 checkpoint {self.model!r}: {exc}") from exc
+        return self._engine
+
+    @property
+    def engine(self):
+        return self.load()
+
+    def _synthesize(self, request: SynthesisRequest, *, clip_id: str | None, run: int | None) -> Audio:
+        return self.engine.synthesize(request)
+
+    def synthesize_many(self, requests: Sequence[SynthesisRequest], clip_ids: Sequence[str | None] | None = None,
+                        run: int | None = None) -> list[Audio | Exception]:
+        """Batched through `TTSEngine.synthesize_many`; if the batch fails (e.g. one invalid
+        prompt), each request is retried alone so only the bad one carries the error."""
+        engine = self.engine
+        try:
+            return [conform(a) for a in engine.synthesize_many(list(requests))]
+        except Exception:  # noqa: BLE001 - fall back to one by one to isolate the failure
+            return super().synthesize_many(requests, clip_ids, run)
+
+    def request_settings(self, request: SynthesisRequest) -> dict:
+        sampling = ("temperature", "top_k", "top_p", "min_new_tokens", "max_new_tokens")
+        return {**super().request_settings(request), **{k: getattr(request, k) for k in sampling}}
+
+    def settings(self) -> dict:
+        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype}
