@@ -1,0 +1,178 @@
+"""Teacher-forced log-probs of GRPO rollout actions under a model, with gradients (DESIGN §7).
+
+Library module, no command line; `training.grpo` wraps `PolicyScorer` with accelerate::
+
+    scorer = PolicyScorer(engine.model, engine.layout, restrict_phase=True)
+    batch = ScoringBatch.from_rollouts(rollouts, engine.layout.num_quantizers, rows=[0, 1], pad_id=engine.pad_id)
+    token_logp, stop_logp = scorer(batch)      # [b, n], [b, f], differentiable
+
+One forward of the body over `prompt + generated` (right-padded, so no attention mask is
+needed: with causal attention real tokens never see the padding after them). The hidden
+state at index p - 1 + t predicts generated position t; `AudioHead.sequence_log_probs`
+gives log softmax(logits / T) over the audio-only rows the sampler used (the same rows,
+`</audio>` rule and temperature; top-k/top-p truncation is not part of the policy density,
+as in TRL). Stop slot j's decision was made on the hidden state at p - 1 + j * Q, and its
+log-prob is logsigmoid(+logit) for "stop" and logsigmoid(-logit) for "continue".
+
+`PolicyScorer` is an `nn.Module` whose `forward` does all of this, so wrapping it with
+`accelerator.prepare` (DDP) makes gradient synchronisation see the call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rumik_app.generation import Rollouts
+from rumik_app.model import AudioHead
+from rumik_app.tokens import TokenLayout
+
+
+@dataclass
+class ScoringBatch:
+    """Rows of a `Rollouts`, laid out for one teacher-forced forward.
+
+    input_ids: [b, L] prompt + generated tokens, right-padded with pad_id;
+    token_index: [b, n] hidden index that predicts generated position t (clamped at padding);
+    tokens: [b, n] generated ids (-1 padding); token_mask: [b, n] bool;
+    stop_index: [b, f] hidden index of stop slot j; stop_decisions, stop_mask: [b, f] bool;
+    temperature: [b] float (sampling temperature; 0 = greedy, scored at 1);
+    min_new_tokens: [b] long. n, f: the longest selected row's tokens and stop slots.
+    """
+
+    input_ids: torch.Tensor
+    token_index: torch.Tensor
+    tokens: torch.Tensor
+    token_mask: torch.Tensor
+    stop_index: torch.Tensor
+    stop_decisions: torch.Tensor
+    stop_mask: torch.Tensor
+    temperature: torch.Tensor
+    min_new_tokens: torch.Tensor
+
+    @classmethod
+    def from_rollouts(cls, rollouts: Rollouts, num_quantizers: int, rows: list[int] | None = None,
+                      pad_id: int = 0) -> "ScoringBatch":
+        """Select `rows` (default: all) of `rollouts`; trims to their longest row."""
+        rows = list(range(len(rollouts))) if rows is None else list(rows)
+        q = num_quantizers
+        lengths = [int(rollouts.lengths[i]) for i in rows]
+        n = max(lengths) if lengths else 0
+        f = n // q + 1
+        prompts = [rollouts.prompt_ids[i] for i in rows]
+        width = max(len(p) + length for p, length in zip(prompts, lengths))
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        for k, (i, p, length) in enumerate(zip(rows, prompts, lengths)):
+            input_ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
+            input_ids[k, len(p) : len(p) + length] = rollouts.token_ids[i, :length]
+        plen = torch.tensor([len(p) for p in prompts], dtype=torch.long)[:, None]
+        token_index = (plen - 1 + torch.arange(n)[None]).clamp(max=width - 1)
+        stop_index = (plen - 1 + q * torch.arange(f)[None]).clamp(max=width - 1)
+        sel = torch.tensor(rows, dtype=torch.long)
+        params = [rollouts.params[i] for i in rows]
+        return cls(
+            input_ids=input_ids,
+            token_index=token_index,
+            tokens=rollouts.token_ids[sel, :n],
+            token_mask=rollouts.token_mask[sel, :n],
+            stop_index=stop_index,
+            stop_decisions=_pad_cols(rollouts.stop_decisions[sel], f),
+            stop_mask=_pad_cols(rollouts.stop_mask[sel], f),
+            temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32),
+            min_new_tokens=torch.tensor([p.min_new_tokens for p in params], dtype=torch.long),
+        )
+
+    def to(self, device: torch.device | str) -> "ScoringBatch":
+        return ScoringBatch(**{k: v.to(device) for k, v in self.__dict__.items()})
+
+    @property
+    def num_actions(self) -> int:
+        """Unmasked actions: generated tokens plus stop-head decisions."""
+        return int(self.token_mask.sum()) + int(self.stop_mask.sum())
+
+
+def _pad_cols(x: torch.Tensor, width: int) -> torch.Tensor:
+    if x.shape[1] >= width:
+        return x[:, :width]
+    pad = torch.zeros(x.shape[0], width - x.shape[1], dtype=x.dtype)
+    return torch.cat([x, pad], dim=1)
+
+
+class PolicyScorer(nn.Module):
+    """forward(batch) -> (token_logp [b, n], stop_logp [b, f]) float32, 0 at masked positions.
+
+    model: a RumikOSSForCausalLM (with peft, the base model with adapters injected).
+    restrict_phase: score with the codebook-restricted head (must match the rollouts).
+    """
+
+    def __init__(self, model: nn.Module, layout: TokenLayout, restrict_phase: bool = True):
+        super().__init__()
+        self.model = model
+        self.layout = layout
+        self.restrict_phase = restrict_phase
+
+    def forward(self, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        head = AudioHead(self.model, self.layout, restrict_phase=self.restrict_phase)
+        hidden = self.model.body(input_ids=batch.input_ids, use_cache=False).last_hidden_state
+        width = hidden.shape[-1]
+        tok_hidden = hidden.gather(1, batch.token_index[..., None].expand(-1, -1, width))
+        token_logp = torch.zeros(batch.tokens.shape, dtype=torch.float32, device=hidden.device)
+        temps = torch.where(batch.temperature > 0, batch.temperature, torch.ones_like(batch.temperature))
+        for temp in torch.unique(temps).tolist():
+            rows = (temps == temp).nonzero().flatten()
+            logp = head.sequence_log_probs(tok_hidden[rows], batch.tokens[rows], temperature=float(temp),
+                                           min_new_tokens=batch.min_new_tokens[rows])
+            token_logp = token_logp.index_copy(0, rows, logp)
+        token_logp = token_logp * batch.token_mask
+        stop_hidden = hidden.gather(1, batch.stop_index[..., None].expand(-1, -1, width))
+        logit = self.model.stop_logits(stop_hidden)
+        stop_logp = torch.where(batch.stop_decisions, F.logsigmoid(logit), F.logsigmoid(-logit))
+        return token_logp, stop_logp * batch.stop_mask
+
+
+def apply_lora(model: nn.Module, r: int, alpha: int, dropout: float, target_modules: list[str],
+               train_stop_head: bool = True):
+    """Inject LoRA adapters into `model` in place; returns the `peft.PeftModel`.
+
+    The base model object keeps working (the engine samples through it, adapters active);
+    `peft_model.disable_adapter()` gives the reference policy without a copy. The stop head
+    is fully trainable when `train_stop_head` (peft `modules_to_save`).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+                        modules_to_save=["stop_predictor"] if train_stop_head else None)
+    return get_peft_model(model, config)
+
+
+def merged_state_dict(peft_model, adapter: str = "default") -> dict[str, torch.Tensor]:
+    """The base model's state dict with the adapter merged in, under the published key names.
+
+    Computed out of place (W + delta per LoRA layer), so the live model is untouched (merging
+    in place and unmerging would round bf16 weights). Tensors are detached copies on CPU.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    lora_layers = {name: mod for name, mod in base.named_modules() if isinstance(mod, LoraLayer)}
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, value in base.state_dict().items():
+            if ".lora_" in key or ".original_module." in key:
+                continue
+            key = _MODULES_TO_SAVE.sub(".", key)
+            if ".base_layer." in key:
+                module_name, param = key.split(".base_layer.")
+                if param == "weight":
+                    delta = lora_layers[module_name].get_delta_weight(adapter)
+                    value = (value.float() + delta.float()).to(value.dtype)
+                key = f"{module_name}.{param}"
+            out[key] = value.detach().to("cpu", copy=True)
+    return out
+
+
+_MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")
