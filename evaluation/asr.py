@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.audio_io import audio_sha256, load_audio, resample
+from evaluation.audio_io import SILENCE_PEAK, audio_sha256, load_audio, resample
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.languages import get_language
 
@@ -41,9 +41,11 @@ CUT_SEARCH_SECONDS = 2.0
 CUT_FRAME_SECONDS = 0.02
 POCKETSPHINX_RATE = 16_000
 INT16_MAX = 32767
-# Fixed seed for pocketsphinx's dither (it adds tiny noise so digital silence has a finite
-# log energy); fixed so a clip always gets the same transcript.
-POCKETSPHINX_DITHER_SEED = 1
+# pocketsphinx settings that make a transcript a function of the clip alone: cepstral mean
+# normalisation per utterance ("batch") instead of a running estimate carried over from
+# the previous clip, and no random dither. With the defaults the same clip decodes
+# differently depending on which clips came before it, which would poison the cache.
+POCKETSPHINX_CONFIG = {"loglevel": "FATAL", "cmn": "batch", "dither": False}
 HF_BATCH_SIZE = 8
 # Whisper's language table (ISO 639-1 codes) covers these of our languages; the rest get
 # no hint and Whisper detects the language itself.
@@ -106,7 +108,7 @@ class PocketSphinxJudge(ASRJudge):
         if self._decoder is None:
             from pocketsphinx import Decoder
 
-            self._decoder = Decoder(loglevel="FATAL", dither=True, seed=POCKETSPHINX_DITHER_SEED)
+            self._decoder = Decoder(**POCKETSPHINX_CONFIG)
         return self._decoder
 
     def transcribe(self, samples: np.ndarray, sample_rate: int, language: str | None = None,
@@ -119,6 +121,8 @@ class PocketSphinxJudge(ASRJudge):
                 "(--asr supplied:PATH.jsonl)."
             )
         audio = resample(np.asarray(samples, dtype=np.float32), sample_rate, POCKETSPHINX_RATE)
+        if audio.size == 0 or float(np.max(np.abs(audio))) < SILENCE_PEAK:
+            return ""  # without dither, pocketsphinx hears words ("i'm") in digital silence
         pcm = (np.clip(audio, -1.0, 1.0) * INT16_MAX).astype("<i2").tobytes()
         decoder = self._get_decoder()
         decoder.start_utt()
