@@ -1,0 +1,409 @@
+"""Benchmark runner: synthesise a prompt set N times, transcribe, score, report (DESIGN §8).
+
+    python -m evaluation.run --system espeak --prompts evaluation/prompts/intelligibility_en.jsonl \\
+        --runs 1 --asr pocketsphinx --out results/espeak_en
+    python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
+        --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
+
+Prompt lines (JSONL): `id, text, language, domain` (+ optional `voice, tone, accent, pace,
+description`). NoVA lines (`text_with_mark, nvv, requested_index`) are synthesised from
+`text_with_mark` and also get a tag-placement verdict (`evaluation.nova`). A missing
+`language` is inferred from the script when that is unambiguous (Latin -> en).
+
+Writes under --out:
+  run<r>/<id>.wav        the clips (kept on a rerun: the run is resumable)
+  manifest.jsonl         id, run, path, seed, system, settings, sha256, duration, error
+  transcripts.jsonl      id, run, hyp, judge, error
+  clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
+  nova_verdicts.jsonl, nova.csv   when prompts carry tags
+  report.md, charts/*.png
+A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
+the manifest and the report and is left out of the rates; the run continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evaluation import nova
+from evaluation.asr import ASRError, ASRJudge, load_asr, run_key
+from evaluation.audio_io import AudioLoadError, check_audio, file_sha256, load_audio
+from evaluation.charts import grouped_bar_chart
+from evaluation.metrics import ErrorCounts, content_error, corpus_rate, grapheme_backend_info, score_pair
+from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
+from evaluation.systems import SynthesisError, Synthesizer, load_system
+from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.languages import LANGUAGES, dominant_script, get_language
+from rumik_app.request import SynthesisRequest
+
+MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
+CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
+CHARTS_DIR, DEFAULT_CACHE = "charts", "asr_cache.json"
+DEFAULT_SEED, DEFAULT_BATCH = 0, 8
+SEED_RANGE = 2**31
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
+REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
+MAX_REPORT_CLIPS = 300
+REPORT_TEXT_CHARS = 80
+RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be run; the message names the line and the fix."""
+
+
+def is_nova(prompt: dict) -> bool:
+    return all(f in prompt for f in NOVA_FIELDS)
+
+
+def infer_language(text: str) -> str | None:
+    """The language code when the script names exactly one language (Latin -> en), else None."""
+    script = dominant_script(text)
+    codes = [lang.code for lang in LANGUAGES if lang.script == script]
+    return codes[0] if len(codes) == 1 else None
+
+
+def load_prompts(path: str | os.PathLike, limit: int | None = None) -> list[dict]:
+    """Prompt records with `language` (ISO code) and `domain` filled in; PromptFileError on bad lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise PromptFileError(f"Prompt file {path} does not exist.")
+    prompts, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            p = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(f"{where}: not valid JSON ({exc.msg}).") from exc
+        if not isinstance(p, dict) or not p.get("id") or not str(p.get("text", "")).strip():
+            raise PromptFileError(f"{where}: every line needs non-empty `id` and `text` fields.")
+        p["id"] = str(p["id"])
+        if not SAFE_ID.match(p["id"]):
+            raise PromptFileError(f"{where}: id {p['id']!r} is not usable as a file name; use letters, digits, . _ -")
+        if p["id"] in seen:
+            raise PromptFileError(f"{where}: duplicate id {p['id']!r}; ids must be unique.")
+        seen.add(p["id"])
+        if p.get("language"):
+            try:
+                p["language"] = get_language(str(p["language"])).code
+            except ValueError as exc:
+                raise PromptFileError(f"{where}: {exc}") from exc
+        else:
+            p["language"] = infer_language(p["text"])
+            if p["language"] is None:
+                raise PromptFileError(f"{where}: no `language` field and the script does not tell; add one.")
+        p["domain"] = str(p.get("domain") or ("nova" if is_nova(p) else "general"))
+        prompts.append(p)
+    if not prompts:
+        raise PromptFileError(f"{path} holds no prompts.")
+    return prompts[:limit] if limit else prompts
+
+
+def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
+    """Deterministic per-clip seed from (base seed, run, id), so runs differ but reproduce."""
+    digest = hashlib.sha256(f"{base_seed}:{run}:{clip_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % SEED_RANGE
+
+
+def build_request(prompt: dict, seed: int) -> SynthesisRequest:
+    """The request for a prompt: NoVA prompts are spoken from `text_with_mark`."""
+    text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
+    fields = {k: prompt[k] for k in REQUEST_FIELDS if prompt.get(k)}
+    return SynthesisRequest(text=text, seed=seed, language=prompt["language"], **fields)
+
+
+def _error_text(exc: BaseException) -> str:
+    mine = (SynthesisError, AudioLoadError, ASRError, ValueError)
+    msg = str(exc).strip() or type(exc).__name__
+    return msg if isinstance(exc, mine) else f"{type(exc).__name__}: {msg}"
+
+
+def _atomic_jsonl(path: Path, records: list[dict]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write_jsonl(tmp, records)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesizer, out: Path,
+                 error: str | None, settings: dict) -> dict:
+    """Manifest line; reads the written clip back to check it and hash it."""
+    rec = {"id": prompt["id"], "run": run, "path": str(path.relative_to(out)), "seed": seed, "system": system.name,
+           "settings": settings, "sha256": None, "duration": None, "error": error}
+    if error is None or path.is_file():
+        try:
+            samples = load_audio(path, SAMPLE_RATE)
+            rec["sha256"], rec["duration"] = file_sha256(path), round(len(samples) / SAMPLE_RATE, 3)
+            check_audio(samples, SAMPLE_RATE, where=f"run{run}/{prompt['id']}")
+        except AudioLoadError as exc:
+            rec["error"] = rec["error"] or f"audio: {exc}"
+    return rec
+
+
+def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: int, seed: int,
+                   batch_size: int = DEFAULT_BATCH) -> tuple[list[dict], dict]:
+    """Make every (run, prompt) clip that is not on disk yet; returns manifest lines and counts."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
+    previous = {(r["run"], r["id"]): r for r in read_jsonl(manifest_path)} if manifest_path.is_file() else {}
+    records: dict[tuple[int, str], dict] = {}
+    pending: list[tuple[int, dict]] = []
+    for run in range(1, runs + 1):
+        for p in prompts:
+            path = out / f"run{run}" / f"{p['id']}.wav"
+            if path.is_file():  # resume: keep the clip, re-check it
+                old = previous.get((run, p["id"]), {})
+                records[(run, p["id"])] = _clip_record(p, run, path, old.get("seed", clip_seed(seed, p["id"], run)),
+                                                       system, out, None, old.get("settings", {}))
+            else:
+                pending.append((run, p))
+    counts = {"kept": len(records), "synthesized": 0, "failed": 0}
+    system.load()
+    with open(manifest_path, "a", encoding="utf-8") as log, \
+            tqdm(total=len(pending), desc=f"synthesising ({system.name})", unit="clip") as bar:
+        for lo in range(0, len(pending), batch_size):
+            chunk = pending[lo:lo + batch_size]
+            by_run: dict[int, list[dict]] = defaultdict(list)
+            for run, p in chunk:
+                by_run[run].append(p)
+            for run, group in by_run.items():
+                requests, errors, settings = [], {}, {}
+                for p in group:
+                    try:
+                        requests.append(build_request(p, clip_seed(seed, p["id"], run)))
+                        settings[p["id"]] = system.request_settings(requests[-1])
+                    except (ValueError, TypeError) as exc:
+                        errors[p["id"]] = f"request: {_error_text(exc)}"
+                ok = [p for p in group if p["id"] not in errors]
+                results = system.synthesize_many(requests, [p["id"] for p in ok], run=run) if ok else []
+                for p, req, res in zip(ok, requests, results):
+                    path = out / f"run{run}" / f"{p['id']}.wav"
+                    if isinstance(res, Exception):
+                        errors[p["id"]] = f"synthesis: {_error_text(res)}"
+                        continue
+                    write_wav(path, res.samples, res.sample_rate)
+                    seed_used = res.seed if res.seed is not None else req.seed
+                    records[(run, p["id"])] = _clip_record(p, run, path, seed_used, system, out, None, settings[p["id"]])
+                    counts["synthesized"] += 1
+                for p in group:
+                    if p["id"] in errors:
+                        records[(run, p["id"])] = _clip_record(
+                            p, run, out / f"run{run}" / f"{p['id']}.wav", clip_seed(seed, p["id"], run), system, out,
+                            errors[p["id"]], settings.get(p["id"], {}))
+                        counts["failed"] += 1
+                    log.write(json.dumps(records[(run, p["id"])], ensure_ascii=False) + "\n")
+                log.flush()
+            bar.update(len(chunk))
+    ordered = [records[(run, p["id"])] for run in range(1, runs + 1) for p in prompts]
+    _atomic_jsonl(manifest_path, ordered)
+    return ordered, counts
+
+
+def transcribe_all(judge: ASRJudge, prompts: list[dict], manifest: list[dict], out: Path) -> list[dict]:
+    """ASR for every clip without an error; per-clip ASR errors are recorded, not raised."""
+    by_id = {p["id"]: p for p in prompts}
+    lines = []
+    for rec in tqdm(manifest, desc=f"transcribing ({judge.name})", unit="clip"):
+        line = {"id": rec["id"], "run": rec["run"], "hyp": None, "judge": judge.name, "error": rec["error"]}
+        if rec["error"] is None:
+            try:
+                samples = load_audio(out / rec["path"], SAMPLE_RATE)
+                line["hyp"] = judge.transcribe(samples, SAMPLE_RATE, by_id[rec["id"]]["language"],
+                                               clip_id=run_key(rec["id"], rec["run"]))
+            except Exception as exc:  # noqa: BLE001 - one clip's ASR failure must not stop the run
+                line["error"] = f"asr: {_error_text(exc)}"
+        lines.append(line)
+    write_jsonl(out / TRANSCRIPTS, lines)
+    return lines
+
+
+def _pool(rows: list[dict]) -> dict:
+    scored = [r for r in rows if r["error"] is None]
+    out = {"clips": len(rows), "scored": len(scored), "failed": len(rows) - len(scored)}
+    for rate, unit in RATE_KEYS:
+        out[rate] = corpus_rate(ErrorCounts(r[f"{unit}_errors"], r[f"{unit}_ref_len"]) for r in scored) \
+            if scored else None
+    durations = [r["duration"] for r in scored if r["duration"] is not None]
+    out["mean_duration"] = sum(durations) / len(durations) if durations else None
+    return out
+
+
+def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Per-clip rows (metrics, errors) and corpus-pooled summary rows (overall/language/domain/run)."""
+    by_id = {p["id"]: p for p in prompts}
+    rows = []
+    for rec, tr in zip(manifest, transcripts):
+        p = by_id[rec["id"]]
+        row = {"run": rec["run"], "id": rec["id"], "language": p["language"], "domain": p["domain"],
+               "duration": rec["duration"], "ref": p["text"], "hyp": tr["hyp"], "error": tr["error"]}
+        if tr["error"] is None:
+            row.update(score_pair(p["text"], tr["hyp"]))
+            row["content_error"] = content_error(p["text"], tr["hyp"], p["language"])
+        rows.append(row)
+    summary = [{"level": "overall", "group": "all", **_pool(rows)}]
+    for level in ("language", "domain", "run"):
+        for group in sorted({str(r[level]) for r in rows}):
+            summary.append({"level": level, "group": group, **_pool([r for r in rows if str(r[level]) == group])})
+    return rows, summary
+
+
+def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict], system: str,
+             listener: str) -> tuple[list[dict], nova.NovaAggregate | None]:
+    """NoVA verdicts for tagged prompts. No usable clip -> empty hypothesis (not rendered);
+    an ASR failure -> listener error (no verdict)."""
+    by_id = {p["id"]: p for p in prompts if is_nova(p)}
+    if not by_id:
+        return [], None
+    per_run: dict[int, list[dict]] = defaultdict(list)
+    for rec, tr in zip(manifest, transcripts):
+        if rec["id"] not in by_id:
+            continue
+        if rec["error"] is not None:
+            hyp = {"id": rec["id"], "hyp": ""}
+        else:
+            hyp = {"id": rec["id"], "hyp": tr["hyp"]}
+        verdict = nova.score_prompt(by_id[rec["id"]], hyp)
+        per_run[rec["run"]].append({"run": rec["run"], **verdict})
+    verdicts = [v for r in sorted(per_run) for v in per_run[r]]
+    return verdicts, nova.aggregate(system, {listener: [per_run[r] for r in sorted(per_run)]})
+
+
+def _short(text: str | None) -> str:
+    text = "" if text is None else " ".join(str(text).split())
+    return text if len(text) <= REPORT_TEXT_CHARS else text[:REPORT_TEXT_CHARS - 1] + "…"
+
+
+def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: str, prompts_path: str, runs: int,
+                  seed: int, counts: dict, rows: list[dict], summary: list[dict], verdicts: list[dict],
+                  agg: nova.NovaAggregate | None) -> Path:
+    """CSV files, charts and report.md; returns the report path."""
+    clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", "gcer", "content_error",
+                 "word_errors", "word_ref_len", "char_errors", "char_ref_len", "grapheme_errors",
+                 "grapheme_ref_len", "ref", "hyp", "error"]
+    write_csv(out / CLIPS_CSV, clip_cols, [[r.get(c) for c in clip_cols] for r in rows])
+    sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", "gcer", "mean_duration"]
+    write_csv(out / SUMMARY_CSV, sum_cols, [[s[c] for c in sum_cols] for s in summary])
+    charts = []
+    for level in ("language", "domain"):
+        groups = [s for s in summary if s["level"] == level]
+        if groups:
+            charts.append(grouped_bar_chart(out / CHARTS_DIR / f"by_{level}.png",
+                                            f"{system.label}: error rates by {level} ({judge.name})",
+                                            [s["group"] for s in groups],
+                                            {k.upper(): [s[k] for s in groups] for k, _ in RATE_KEYS},
+                                            ylabel="corpus error rate"))
+    if agg is not None:
+        write_jsonl(out / NOVA_JSONL, verdicts)
+        write_csv(out / NOVA_CSV, agg.csv_headers(), agg.csv_rows())
+        x = agg.listeners[0]
+        charts.append(grouped_bar_chart(out / CHARTS_DIR / "nova.png", f"{system.label}: NoVA rendered rate",
+                                        ["laughter", "sigh", "laugh", "chuckle"],
+                                        {"rendered": [x.laughter, x.sigh, x.rendered["laugh"], x.rendered["chuckle"]]},
+                                        ylabel="rendered at the requested word", ylim=(0, 1)))
+    overall = summary[0]
+    lines = [
+        f"# Benchmark report: {system.label}", "",
+        f"- System: **{system.label}** (`{system.name}`)",
+        f"- ASR judge: `{judge.name}`",
+        f"- Prompts: `{prompts_path}` ({len({r['id'] for r in rows})} prompts) x {runs} run(s), base seed {seed}",
+        f"- Command: `{args_line}`",
+        f"- Graphemes: {grapheme_backend_info()}",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"- Clips: {overall['clips']} ({counts['synthesized']} synthesised now, {counts['kept']} kept from an "
+        f"earlier run, {counts['failed']} failed at synthesis); scored {overall['scored']}, "
+        f"failed {overall['failed']} (listed below, left out of the rates)", "",
+        "Rates are corpus-pooled (summed edit errors / summed reference length) after the shared normaliser "
+        "(`evaluation.text.normalize`). GCER is the content metric for Indic scripts, WER for Latin.", "",
+    ]
+    table_cols = ["clips", "scored", "failed", "wer", "cer", "gcer", "mean_duration"]
+    for level, title in (("overall", "Overall"), ("language", "By language"), ("domain", "By domain"),
+                         ("run", "By run")):
+        part = [s for s in summary if s["level"] == level]
+        lines += [f"## {title}", "", markdown_table([level if level != "overall" else "", *table_cols],
+                                                    [[s["group"], *(s[c] for c in table_cols)] for s in part]), ""]
+    lines += [f"![by language]({CHARTS_DIR}/by_language.png)", f"![by domain]({CHARTS_DIR}/by_domain.png)", ""]
+    if agg is not None:
+        lines += [agg.markdown(), "", "Clips that failed count as not rendered; ASR failures are listener errors.",
+                  f"![NoVA]({CHARTS_DIR}/nova.png)", ""]
+    failed = [r for r in rows if r["error"] is not None]
+    lines += ["## Per-clip errors", ""]
+    lines += [markdown_table(["run", "id", "error"], [[r["run"], r["id"], r["error"]] for r in failed])
+              if failed else "None.", ""]
+    shown = rows[:MAX_REPORT_CLIPS]
+    lines += ["## Per clip", "", markdown_table(
+        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", "GCER", "reference", "transcript"],
+        [[r["run"], r["id"], r["language"], r["domain"], r["duration"], r.get("wer"), r.get("cer"), r.get("gcer"),
+          _short(r["ref"]), _short(r["hyp"]) if r["error"] is None else "(error)"] for r in shown])]
+    if len(rows) > len(shown):
+        lines.append(f"\n({len(rows) - len(shown)} more clips in {CLIPS_CSV}.)")
+    report = out / REPORT
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return report
+
+
+def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> int:
+    """CLI entry; `system` lets tests inject a Synthesizer instead of --system."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m evaluation.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--system", required=system is None, help="rumik | rumik:PATH_OR_ID | tiny | espeak | folder:DIR")
+    parser.add_argument("--prompts", required=True, help="prompt set (JSONL)")
+    parser.add_argument("--runs", type=int, default=1, help="times each prompt is synthesised (default 1)")
+    parser.add_argument("--asr", required=True, help="pocketsphinx | hf:MODEL | whisper:SIZE | supplied:PATH")
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="base seed; per-clip seeds derive from it")
+    parser.add_argument("--limit", type=int, default=None, help="only the first K prompts")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="requests per synthesis batch")
+    parser.add_argument("--asr-cache", default=None, help=f"transcript cache file (default OUT/{DEFAULT_CACHE}; "
+                        "'none' disables)")
+    parser.add_argument("--device", default=None, help="cuda / cpu for the rumik system and HF ASR (default: auto)")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or (args.limit is not None and args.limit < 1) or args.batch_size < 1:
+        parser.error("--runs, --limit and --batch-size must be at least 1")
+    out = Path(args.out)
+    cache = out / DEFAULT_CACHE if args.asr_cache is None else args.asr_cache
+    cache = None if str(cache).lower() == "none" else cache
+    try:
+        prompts = load_prompts(args.prompts, args.limit)
+        system = system or load_system(args.system, device=args.device)
+        judge = load_asr(args.asr, cache=cache, device=args.device)
+        manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size)
+    except (PromptFileError, SynthesisError, ASRError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    transcripts = transcribe_all(judge, prompts, manifest, out)
+    rows, summary = score_all(prompts, manifest, transcripts)
+    verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)
+    args_line = "python -m evaluation.run " + shlex.join(argv)
+    report = write_outputs(out, system, judge, args_line, args.prompts, args.runs, args.seed, counts, rows,
+                           summary, verdicts, agg)
+    overall = summary[0]
+    print(markdown_table(["system", "judge", "clips", "scored", "failed", "WER", "CER", "GCER"],
+                         [[system.label, judge.name, overall["clips"], overall["scored"], overall["failed"],
+                           overall["wer"], overall["cer"], overall["gcer"]]]))
+    if agg is not None:
+        print(f"NoVA score ({judge.name}): {agg.score:.3f}")
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
