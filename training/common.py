@@ -453,7 +453,42 @@ def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Opti
     return extra
 
 
+PUBLISHED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "model.safetensors.index.json")
+
+
+def publish_checkpoint(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Make OUT itself a published-format checkpoint (`TTSEngine.from_pretrained(OUT)` loads it).
+
+    Hard-links (or copies, across file systems) the published files of a training checkpoint
+    folder into OUT, each replaced atomically, next to OUT's checkpoints/ and metrics.jsonl.
+    Weight shards left from an earlier publish that the new one lacks are removed.
+    """
+    src, out = Path(ckpt_dir), Path(out_dir)
+    names = [n for n in PUBLISHED_FILES if (src / n).exists()]
+    names += sorted(p.name for p in src.glob("model*.safetensors"))
+    for stale in out.glob("model*.safetensors*"):
+        if stale.name not in names:
+            stale.unlink()
+    if not (src / "model.safetensors.index.json").exists():
+        (out / "model.safetensors.index.json").unlink(missing_ok=True)
+    for name in names:
+        tmp = out / f".{name}.publish"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src / name, tmp)
+        except OSError:
+            shutil.copy2(src / name, tmp)
+        os.replace(tmp, out / name)
+    codec_tmp = out / ".codec.publish"
+    shutil.rmtree(codec_tmp, ignore_errors=True)
+    shutil.copytree(src / "codec", codec_tmp)
+    shutil.rmtree(out / "codec", ignore_errors=True)
+    os.replace(codec_tmp, out / "codec")
+    return out
+
+
 __all__ = [
     "ConfigError", "load_config", "save_config", "set_seed", "rng_state", "set_rng_state", "MetricsLogger",
-    "wsd_lambda", "save_training_checkpoint", "latest_checkpoint", "load_training_state",
+    "wsd_lambda", "save_training_checkpoint", "latest_checkpoint", "load_training_state", "publish_checkpoint",
 ]

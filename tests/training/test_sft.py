@@ -1,0 +1,123 @@
+"""training.sft end to end: the smoke run, checkpoint round trip, exact resume, accumulation."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rumik_app import SynthesisRequest, TTSEngine
+from training.common import ConfigError, load_config
+from training.sft import SFTConfig, main, train
+
+CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
+
+
+def _losses(out: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def smoke_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("smoke") / "run"
+    assert main(["--smoke", "--out", str(out)]) == out
+    return out
+
+
+def _short_config(smoke_dir: Path, out: Path, **changes) -> SFTConfig:
+    """A few full-vocabulary steps on the smoke data, crossing the stage boundary."""
+    cfg = load_config(SFTConfig, smoke_dir / "smoke_config.json",
+                      ["stages.0.steps=3", "stages.1.steps=3", "loss.head=\"full\"", "batch.global_batch=4",
+                       "batch.micro_batch=2", "save_every=2", "keep_last=5", "eval.every=0", "optim.warmup_steps=2"])
+    cfg.out_dir = str(out)
+    for key, value in changes.items():
+        obj, *path = key.split("__")
+        target = getattr(cfg, obj) if path else cfg
+        setattr(target, path[0] if path else obj, value)
+    return cfg
+
+
+@pytest.mark.slow
+def test_smoke_loss_falls_clearly(smoke_dir):
+    rows = _losses(smoke_dir)
+    first = np.mean([r["loss"] for r in rows[:10]])
+    last = np.mean([r["loss"] for r in rows[-10:]])
+    assert last < 0.8 * first, (first, last)
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    assert {r["stage"] for r in rows} == {"english", "indic+replay"}
+    for key in ("acoustic_loss", "stop_loss", "lr", "tokens_per_s"):
+        assert all(np.isfinite(r[key]) and r[key] >= 0 for r in rows), key
+    assert "heldout_loss" in rows[-1] and rows[0]["lr"] < rows[20]["lr"]  # warmup, then held-out at the end
+    summary = json.loads((smoke_dir / "smoke_summary.json").read_text())
+    assert summary["ratio"] < 0.8 and summary["synth_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_saved_checkpoint_round_trips_through_the_engine(smoke_dir):
+    steps = sorted(p.name for p in (smoke_dir / "checkpoints").iterdir() if p.is_dir())
+    assert steps == ["step_00000030", "step_00000060"]  # keep_last 2
+    last = smoke_dir / "checkpoints" / steps[-1]
+    master = torch.load(last / "training_state.pt", weights_only=False)["model"]
+    published = TTSEngine.from_pretrained(str(smoke_dir), device="cpu")
+    state = published.model.state_dict()
+    assert set(state) - set(master) == {"lm_head.weight"}  # tied to model.embed_tokens.weight
+    for key, value in master.items():
+        assert torch.equal(state[key], value.to(torch.bfloat16).float()), key
+    base = json.loads((smoke_dir / "base" / "config.json").read_text())
+    assert json.loads((smoke_dir / "config.json").read_text()) == base
+    assert json.loads((last / "train_config.json").read_text())["loss"]["head"] == "audio"
+    req = SynthesisRequest("नमस्ते, आप कैसे हैं?", seed=3, max_new_tokens=80)
+    from_step = TTSEngine.from_pretrained(str(last), device="cpu")
+    a, b = published.generate_batch([req]), from_step.generate_batch([req])
+    assert torch.equal(a.token_ids, b.token_ids)
+    audio = published.synthesize(req)
+    assert audio.duration > 0 and np.isfinite(audio.samples).all()
+
+
+@pytest.mark.slow
+def test_resume_from_a_mid_run_checkpoint_reproduces_the_next_losses(smoke_dir, tmp_path):
+    full = train(_short_config(smoke_dir, tmp_path / "full"))
+    killed = tmp_path / "killed"
+    (killed / "checkpoints").mkdir(parents=True)  # what a kill after step 5 leaves: checkpoints up to 4
+    shutil.copytree(full / "checkpoints" / "step_00000004", killed / "checkpoints" / "step_00000004")
+    train(_short_config(smoke_dir, killed))
+    expected = {r["step"]: r for r in _losses(full)}
+    resumed = _losses(killed)
+    assert [r["step"] for r in resumed] == [5, 6]
+    for row in resumed:
+        for key in ("loss", "acoustic_loss", "stop_loss", "lr", "grad_norm", "stage"):
+            assert row[key] == expected[row["step"]][key], (row["step"], key)
+    a = TTSEngine.from_pretrained(str(full), device="cpu").model.state_dict()
+    b = TTSEngine.from_pretrained(str(killed), device="cpu").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_equals_one_big_batch(smoke_dir, tmp_path):
+    one = train(_short_config(smoke_dir, tmp_path / "one", batch__micro_batch=4, save_every=100))
+    two = train(_short_config(smoke_dir, tmp_path / "two", batch__micro_batch=1, save_every=100))
+    for x, y in zip(_losses(one), _losses(two)):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
+
+
+def test_example_configs_load_and_check():
+    for path in sorted(CONFIGS.glob("*.toml")):
+        cfg = load_config(SFTConfig, path)
+        cfg.check(world=1)
+        assert cfg.stages and all(s.mixture for s in cfg.stages)
+    cfg = load_config(SFTConfig, CONFIGS / "pretrain_curriculum.toml")
+    assert cfg.batch.global_batch == 96 and cfg.optim.lr == 1e-4 and len(cfg.stages) == 3
+    with pytest.raises(ConfigError, match="multiple of"):
+        cfg.check(world=5)
+    with pytest.raises(ConfigError, match="head"):
+        load_config(SFTConfig, CONFIGS / "finetune_voice.toml", ["loss.head=\"softmax\""]).check(world=1)
+
+
+def test_cli_needs_a_config(capsys):
+    with pytest.raises(SystemExit):
+        main([])
+    assert "--config" in capsys.readouterr().err

@@ -1,0 +1,170 @@
+"""Smoke run: the whole training pipeline on CPU in a couple of minutes.
+
+    python -m training.sft --smoke --out /tmp/rumik-smoke
+    python -m training.sft --smoke --out /tmp/rumik-smoke --set stages.1.steps=200
+
+1. speech from espeak-ng (`evaluation.systems.espeak_synthesize`) in English, Hindi, Tamil,
+   Bengali and Telugu: two voices, some rows with a tone/pace description, one `<laugh>`,
+   one clip re-encoded as 44.1 kHz stereo FLAC to exercise mixing and resampling; wav files
+   and manifests under OUT/smoke_data/;
+2. a tiny random checkpoint in the published format (OUT/base);
+3. `training.prepare` for an English folder, an Indic folder and a held-out folder;
+4. `training.sft` with a two-stage curriculum (English, then Indic with English replay);
+5. OUT (the final published checkpoint) is loaded with `TTSEngine.from_pretrained(OUT)` and
+   synthesises one sentence.
+
+The codes of a random Mimi carry no speech, so the model can only memorise its small
+training set: the training loss falls well below its start, the held-out loss does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import soundfile as sf
+from scipy.signal import resample_poly
+
+from evaluation.systems.espeak import espeak_synthesize
+from rumik_app.audio import write_wav
+from training.common import load_config, save_config
+
+# (language code, sentences)
+CORPUS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("en", ("Good morning, how are you today?", "The train leaves at nine.", "That is so funny <laugh> really.",
+            "I like hot tea with ginger.", "See you tomorrow.", "What a lovely day it is!")),
+    ("hi", ("नमस्ते, आप कैसे हैं?", "आज मौसम बहुत अच्छा है।", "मुझे चाय पसंद है।")),
+    ("ta", ("வணக்கம், எப்படி இருக்கிறீர்கள்?", "இன்று நல்ல நாள்.")),
+    ("bn", ("নমস্কার, কেমন আছেন?", "আমি ভাত খাই।")),
+    ("te", ("నమస్కారం, మీరు ఎలా ఉన్నారు?", "ఈ రోజు బాగుంది.")),
+)
+HELDOUT: tuple[tuple[str, str], ...] = (
+    ("en", "The market opens early."),
+    ("hi", "कल फिर मिलेंगे।"),
+    ("ta", "நன்றி, மீண்டும் வருக."),
+)
+SMOKE_STEPS = (25, 35)  # English stage, then Indic + replay
+FLAC_RATE = 44_100
+# A hidden-64 model gains nothing from intra-op threads; on a busy machine they cost 5x.
+SMOKE_THREADS = 1
+
+
+def _clip_rows(entries, wav_dir: Path, prefix: str) -> list[dict]:
+    rows = []
+    for n, (lang, text, voice, tone, pace) in enumerate(entries):
+        audio = espeak_synthesize(text, language=lang, voice=voice, pace=pace, tone=tone)
+        name = f"{prefix}_{n:02d}_{lang}.wav"
+        write_wav(wav_dir / name, audio.samples, audio.sample_rate)
+        row = {"audio": f"wav/{name}", "text": text, "speaker": voice, "language": lang}
+        row.update({k: v for k, v in (("tone", tone), ("pace", pace)) if v})
+        rows.append(row)
+    return rows
+
+
+def synthesize_corpus(data_dir: Path) -> dict[str, Path]:
+    """Write wav files and the english/indic/heldout manifests; returns their paths."""
+    wav_dir = data_dir / "wav"
+    wav_dir.mkdir(parents=True, exist_ok=True)
+    styles = [("Ira", None, None), ("Aisha", "happy", "fast"), ("Ira", "sad", "slow"), ("Aisha", None, None)]
+    entries = {"en": [], "indic": []}
+    for lang, sentences in CORPUS:
+        for n, text in enumerate(sentences):
+            voice, tone, pace = styles[n % len(styles)]
+            entries["en" if lang == "en" else "indic"].append((lang, text, voice, tone, pace))
+    manifests = {}
+    for group, items in entries.items():
+        manifests[group] = _write_manifest(data_dir / f"{group}.jsonl", _clip_rows(items, wav_dir, group))
+    held = [(lang, text, "Ira", None, None) for lang, text in HELDOUT]
+    manifests["heldout"] = _write_manifest(data_dir / "heldout.jsonl", _clip_rows(held, wav_dir, "heldout"))
+    first = json.loads(manifests["en"].read_text().splitlines()[0])  # one stereo 44.1 kHz FLAC clip
+    mono, rate = sf.read(str(data_dir / first["audio"]), dtype="float32")
+    stereo = np.stack([mono, 0.5 * mono], axis=1)
+    flac = data_dir / "wav" / "en_stereo.flac"
+    up, down = FLAC_RATE // math.gcd(FLAC_RATE, rate), rate // math.gcd(FLAC_RATE, rate)
+    sf.write(str(flac), resample_poly(stereo, up, down, axis=0).astype(np.float32), FLAC_RATE)
+    first["audio"] = "wav/en_stereo.flac"
+    lines = manifests["en"].read_text().splitlines()
+    manifests["en"].write_text("\n".join([json.dumps(first, ensure_ascii=False)] + lines[1:]) + "\n")
+    return manifests
+
+
+def _write_manifest(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def smoke_config(out: Path, base: Path, data: dict[str, Path]) -> dict:
+    """The smoke run's SFTConfig as a dict: memorise a small set quickly on one CPU core."""
+    english, indic = str(data["en"]), str(data["indic"])
+    return {
+        "model": str(base), "out_dir": str(out), "seed": 0,
+        "stages": [
+            {"name": "english", "steps": SMOKE_STEPS[0], "mixture": [{"data": english, "weight": 1.0}]},
+            {"name": "indic+replay", "steps": SMOKE_STEPS[1],
+             "mixture": [{"data": indic, "weight": 1.0}, {"data": english, "weight": 0.25}]},
+        ],
+        "optim": {"lr": 1e-2, "warmup_steps": 10, "decay_fraction": 0.2, "min_lr_ratio": 0.1,
+                  "weight_decay": 0.0, "grad_clip": 1.0},
+        "batch": {"global_batch": 8, "micro_batch": 8},
+        "loss": {"stop_lambda": 1.0, "head": "audio"},
+        "eval": {"every": 20, "data": [str(data["heldout"])], "max_items": 8},
+        "save_every": 30, "keep_last": 2, "mixed_precision": "no",
+    }
+
+
+def prepare_smoke_data(out: Path) -> tuple[Path, dict[str, Path]]:
+    """Steps 1-3: tiny checkpoint at OUT/base and prepared folders under OUT/smoke_data."""
+    from rumik_app.tiny import build_tiny_checkpoint
+    from training.prepare import prepare
+
+    base = out / "base"
+    if not (base / "codec" / "model.safetensors").exists():
+        build_tiny_checkpoint(base)
+    data_dir = out / "smoke_data"
+    manifests = synthesize_corpus(data_dir)
+    prepared = {}
+    for group, manifest in manifests.items():
+        report = prepare(manifest, str(base), data_dir / f"prepared_{group}", shard_size=4, batch_size=8,
+                         device="cpu")
+        if report["skipped_count"]:
+            raise RuntimeError(f"smoke data: unexpected skipped rows {report['skipped']}")
+        prepared[group] = data_dir / f"prepared_{group}"
+    return base, prepared
+
+
+def run_smoke(out: Path, overrides: Sequence[str] = ()) -> Path:
+    """Prepare, train and check; prints a summary; returns OUT (a loadable checkpoint)."""
+    from rumik_app import SynthesisRequest, TTSEngine
+    from training.sft import SFTConfig, train
+
+    import torch
+
+    torch.set_num_threads(SMOKE_THREADS)
+    start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    base, prepared = prepare_smoke_data(out)
+    config_path = out / "smoke_config.json"
+    config_path.write_text(json.dumps(smoke_config(out, base, prepared), indent=2), encoding="utf-8")
+    cfg = load_config(SFTConfig, config_path, overrides)
+    save_config(cfg, config_path)
+    t_train = time.perf_counter()
+    train(cfg)
+    t_done = time.perf_counter()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r for r in rows if "loss" in r]
+    first, last = np.mean([r["loss"] for r in losses[:10]]), np.mean([r["loss"] for r in losses[-10:]])
+    engine = TTSEngine.from_pretrained(str(out), device="cpu")
+    audio = engine.synthesize(SynthesisRequest("नमस्ते, आप कैसे हैं?", voice="Ira", seed=0, max_new_tokens=400))
+    summary = {"first10_loss": round(float(first), 4), "last10_loss": round(float(last), 4),
+               "ratio": round(float(last / first), 4),
+               "tokens_per_s": round(float(np.median([r["tokens_per_s"] for r in losses])), 1),
+               "steps": len(losses), "train_s": round(t_done - t_train, 1),
+               "total_s": round(time.perf_counter() - start, 1), "synth_seconds": round(audio.duration, 2),
+               "synth_finish": audio.info.get("finish_reasons")}
+    (out / "smoke_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print("smoke:", json.dumps(summary))
+    return out
