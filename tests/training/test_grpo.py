@@ -1,0 +1,180 @@
+"""The GRPO loop (training.grpo) on the tiny checkpoint: gradient = plain policy gradient,
+the normaliser, the smoke run's rising reward, zero learning rate, resume, LoRA."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import training.grpo as grpo
+from rumik_app import TTSEngine
+from training.common import latest_checkpoint, load_config
+from training.grpo import GRPOTrainer, main
+from training.grpo_config import SMOKE_CONFIG, GRPOConfig
+from training.grpo_policy import ScoringBatch
+
+
+def _cfg(tiny_checkpoint, out, *overrides) -> GRPOConfig:
+    return load_config(GRPOConfig, SMOKE_CONFIG, [f"model={tiny_checkpoint}", f"out_dir={out}", *overrides])
+
+
+def _metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+GRAD_OVERRIDES = (
+    "rollout.prompts_per_step=2", "rollout.num_generations=3", "rollout.max_new_tokens=24",
+    "micro_batch_size=4", "optim.max_grad_norm=0",
+    'rewards=[{"name": "content", "kind": "codebook0_low"}, {"name": "duration", "kind": "duration"}]',
+)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")  # optimizer.step is stubbed
+def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_path, monkeypatch):
+    trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *GRAD_OVERRIDES))
+    with torch.no_grad():  # stop probability ~0.5 per boundary: varied lengths, real stop decisions
+        trainer.model.stop_predictor[3].bias.fill_(0.0)
+    rb = trainer.make_batch(1)
+    r = rb.rollouts
+    assert r.stop_mask.any() and rb.stop_adv.ne(0).any() and rb.token_adv.ne(0).any()
+    n_actions = int(r.token_mask.sum() + r.stop_mask.sum())
+
+    # Hand-built: sum over actions of A * grad log pi, divided by the batch's action count.
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    tok, stop = trainer.scorer(ScoringBatch.from_rollouts(r, 8, pad_id=trainer.engine.pad_id))
+    expected = [torch.zeros_like(p) for p in params]
+    n = tok.shape[1]
+    actions = [(tok[i, t], rb.token_adv[i, t]) for i in range(len(r)) for t in range(n) if r.token_mask[i, t]]
+    actions += [(stop[i, j], rb.stop_adv[i, j]) for i in range(len(r)) for j in range(stop.shape[1])
+                if r.stop_mask[i, j]]
+    for logp, adv in actions:
+        if adv != 0:
+            grads = torch.autograd.grad(logp, params, retain_graph=True, allow_unused=True)
+            for e, g in zip(expected, grads):
+                if g is not None:
+                    e.add_(adv * g / n_actions)
+
+    seen, captured = [], {}
+    real_objective = grpo.clipped_objective
+
+    def spy(*args, **kwargs):
+        seen.append(args[5])  # the normaliser
+        return real_objective(*args, **kwargs)
+
+    def capture():
+        captured["grads"] = [p.grad.clone() for p in params]
+
+    monkeypatch.setattr(grpo, "clipped_objective", spy)
+    monkeypatch.setattr(trainer.optimizer, "step", capture)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    stats = trainer.update(rb)
+    assert seen == [float(n_actions)] * 2  # two micro-batches, one global normaliser
+    assert stats["count"] == n_actions
+    for got, want in zip(captured["grads"], expected):
+        torch.testing.assert_close(got, -want, rtol=1e-4, atol=1e-7)  # loss = -objective
+    assert any(float(g.abs().max()) > 0 for g in captured["grads"])
+
+
+def test_config_validation(tiny_checkpoint, tmp_path):
+    cfg = _cfg(tiny_checkpoint, tmp_path)
+    cfg.validate(1)
+    for override, message in (("rollout.num_generations=1", "num_generations"),
+                              ("rollout.prompts_per_step=3", "multiple"),
+                              ("rollout.temperature=0", "temperature"),
+                              ("loss.routing=diagonal", "routing"),
+                              ("rollout.stop_mode=maybe", "stop_mode")):
+        bad = _cfg(tiny_checkpoint, tmp_path, override)
+        with pytest.raises(ValueError, match=message):
+            bad.validate(2)
+
+
+@pytest.mark.slow
+def test_smoke_reward_rises_and_stays_put_without_learning_rate(tiny_checkpoint, tmp_path):
+    out = tmp_path / "smoke"
+    main(["--smoke", "--out", str(out), "--set", f"model={tiny_checkpoint}"])
+    rows = _metrics(out)
+    rewards = [row["reward"] for row in rows]
+    assert [row["step"] for row in rows] == list(range(1, 21))
+    assert _mean(rewards[-5:]) >= _mean(rewards[:5]) + 0.1, rewards
+    assert rows[-1]["kl"] > 0 and all(row["rewards/codebook0_low/mean"] == row["reward"] for row in rows)
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and ckpt.name == "step_00000020"
+    engine = TTSEngine.from_pretrained(str(ckpt), device="cpu")  # the published format loads
+    assert engine.layout.num_quantizers == 8
+
+    frozen = tmp_path / "frozen"
+    main(["--smoke", "--out", str(frozen), "--set", f"model={tiny_checkpoint}", "--set", "optim.lr=0",
+          "--set", "steps=10"])
+    still = _metrics(frozen)
+    flat = [row["reward"] for row in still]
+    assert flat[0] == rewards[0]  # same seeds, same starting weights
+    assert abs(_mean(flat[-5:]) - _mean(flat[:5])) < 0.1, flat
+    assert all(row["kl"] == 0.0 for row in still)  # policy == reference throughout
+    before = load_file(str(tiny_checkpoint / "model.safetensors"))
+    after = load_file(str(latest_checkpoint(frozen) / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly(tiny_checkpoint, tmp_path, monkeypatch):
+    sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "rollout.max_new_tokens=32", "save_every=2",
+                                       "steps=4")), [])
+    whole = tmp_path / "whole"
+    main(["--smoke", "--out", str(whole), *sets])
+    part = tmp_path / "part"
+    real = GRPOTrainer.make_batch
+
+    def crash_at_step_3(self, step):
+        if step == 3:
+            raise KeyboardInterrupt  # killed after the step-2 checkpoint
+        return real(self, step)
+
+    monkeypatch.setattr(GRPOTrainer, "make_batch", crash_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--smoke", "--out", str(part), *sets])
+    monkeypatch.setattr(GRPOTrainer, "make_batch", real)
+    with pytest.raises(SystemExit, match="--resume"):
+        main(["--smoke", "--out", str(part), *sets])
+    main(["--smoke", "--out", str(part), "--resume", *sets])
+    a, b = _metrics(whole), _metrics(part)
+    assert [row["step"] for row in b] == [1, 2, 3, 4]
+    for key in ("reward", "loss", "kl", "completions/mean_length", "learning_rate"):
+        assert [row[key] for row in b] == pytest.approx([row[key] for row in a], rel=1e-5, abs=1e-8), key
+
+
+@pytest.mark.slow
+def test_lora_reference_is_the_adapter_disabled_model(tiny_checkpoint, tmp_path):
+    out = tmp_path / "lora"
+    overrides = [f"model={tiny_checkpoint}", "lora.enabled=true", "lora.r=4", "optim.lr=1e-2", "steps=3",
+                 "save_every=3", "rollout.max_new_tokens=32", "loss.routing=flat", "loss.num_iterations=2",
+                 "loss.beta=0.04"]
+    trainer = GRPOTrainer(_cfg(tiny_checkpoint, out, *overrides[1:]))
+    batch = ScoringBatch.from_rollouts(trainer.make_batch(1).rollouts, 8, pad_id=trainer.engine.pad_id)
+    with torch.no_grad():
+        ref_before, policy_before = trainer._reference_logps(batch), trainer.scorer(batch)
+    for a, b in zip(ref_before, policy_before):  # LoRA B starts at zero: policy == reference
+        torch.testing.assert_close(a, b)
+    trainer.train()
+    with torch.no_grad():
+        ref_after, policy_after = trainer._reference_logps(batch), trainer.scorer(batch)
+    for a, b in zip(ref_before, ref_after):  # the reference stays frozen
+        torch.testing.assert_close(a, b)
+    assert not torch.allclose(policy_after[0], ref_after[0])
+    rows = _metrics(out)
+    assert rows[-1]["kl"] > 0 and all(row["loss"] is not None for row in rows)
+    ckpt = latest_checkpoint(out)
+    state = torch.load(ckpt / "training_state.pt", weights_only=False)
+    assert "lora" in state["extra_state"] and "model" not in state
+    merged = load_file(str(ckpt / "model.safetensors"))
+    base = load_file(str(tiny_checkpoint / "model.safetensors"))
+    assert set(merged) == set(base)
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"],
+                           base["model.layers.0.self_attn.q_proj.weight"])
+    assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    main(["--smoke", "--out", str(out), "--resume", *sum((["--set", o] for o in overrides + ["steps=4"]), [])])
+    assert [row["step"] for row in _metrics(out)] == [1, 2, 3, 4]

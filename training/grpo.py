@@ -1,0 +1,369 @@
+"""GRPO post-training with per-codebook reward routing (DESIGN §7).
+
+    python -m training.grpo --config training/configs/grpo_example.toml --out runs/grpo1
+    python -m training.grpo --config ... --out runs/grpo1 --resume     # continue from the latest checkpoint
+    python -m training.grpo --config ... --set loss.routing=flat --set optim.lr=5e-7
+    python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
+    accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
+
+One step (a "rollout batch"):
+1. Draw `prompts_per_step` prompts (domain and language weights, seeded by (seed, step));
+   each process takes its shard (prompt k goes to process k mod world).
+2. Rollouts: G = `num_generations` samples per prompt through `TTSEngine.generate_batch`
+   (sample j of a prompt uses seed + j), with `stop_mode="sample"` by default: the stop head
+   then draws Bernoulli decisions, so they are policy actions with a log-prob gradient; the
+   inference rule ("threshold") is deterministic and gives the duration stream nothing to
+   push on.
+3. Rewards: every stream's function (training.rewards) on the rows; None = abstain.
+4. Advantages per stream and group, routed to actions by W (training.grpo_loss): by
+   default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`.
+5. Update: teacher-forced log-probs over the audio-only head (training.grpo_policy), the
+   clipped objective normalised by the batch's total actions (tokens + stop decisions, over
+   all processes), `num_iterations` optimiser steps (1 by default).
+6. Log one line (stdout + OUT/metrics.jsonl, TRL names where they exist) and checkpoint
+   every `save_every` steps to OUT/checkpoints/step_XXXXXXXX (published format + state).
+
+Scale. Under `accelerate launch` (DDP) each process samples and scores its own shard;
+groups never straddle processes, so advantages are local; the action count is summed over
+processes and every local loss is scaled by the world size, so DDP's gradient average gives
+exactly the global objective. Rewards and lengths are gathered for logging. The engine
+samples with the live weights of its process. FSDP / ZeRO-3 shard the weights, so the
+in-process sampler cannot run on them; use DDP, or a rollout server (next paragraph).
+
+A faster rollout server (vLLM, SGLang, or a TensorRT-LLM build of the same network) plugs in
+behind `RolloutSource`: `generate(requests, num_samples, stop_mode) -> Rollouts` and
+`sync_weights(model)`. A server implementation sends the prompt ids, seeds and sampling
+settings (one request per row, `n = num_samples`), and fills a `Rollouts` from the
+responses: token ids, stop-head decisions (the server's model must run the stop head at
+frame boundaries, restricted to audio rows as in rumik_app.model.AudioHead; a plain LM
+server that only emits `</audio>` gives no stop decisions, so use the unrestricted stop
+slot only), and codes parsed with `TokenLayout.parse`. Its log-probs are only used for
+monitoring: the loss recomputes them here, so numerical differences between the server and
+the trainer do not bias the ratio. After every optimiser step the trainer calls
+`sync_weights`: the server implementation broadcasts the updated (or LoRA-merged) weights
+over NCCL, or calls the server's weight-update endpoint, before the next batch is sampled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import torch
+
+from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.generation import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, Rollouts
+from training.common import (
+    MetricsLogger, latest_checkpoint, load_config, load_training_state, save_config, save_training_checkpoint,
+    set_seed, wsd_lambda,
+)
+from training.grpo_config import SMOKE_CONFIG, GRPOConfig, PromptSampler, build_request
+from training.grpo_loss import (
+    action_columns, clipped_objective, concat_actions, group_advantages, nan_stats, route_advantages,
+    routing_matrix,
+)
+from training.grpo_policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
+from training.rewards import build_reward, compute_rewards
+
+DECODE_BATCH = 16  # rows per codec decode call when a reward needs audio
+RESERVED_COLUMNS = ("audio", "sample_rate", "frame_rate_hz")
+
+
+class RolloutSource(Protocol):
+    """Where rollouts come from (see the module docstring for a server implementation)."""
+
+    def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+class EngineRollouts:
+    """The in-process sampler: `TTSEngine.generate_batch` on the live training weights."""
+
+    def __init__(self, engine: TTSEngine):
+        self.engine = engine
+
+    def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts:
+        return self.engine.generate_batch(requests, num_samples=num_samples, stop_mode=stop_mode)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Nothing to do: the engine reads the same parameters the optimiser updates."""
+
+
+@dataclass
+class RolloutBatch:
+    """One step's local rollouts with rewards and routed advantages.
+
+    rollouts: B rows; requests: the request of each row; columns: per-row reward columns;
+    groups: [B] global prompt index; rewards: [B, S] (NaN = abstained); advantages: [B, S];
+    token_adv: [B, N]; stop_adv: [B, F].
+    """
+
+    rollouts: Rollouts
+    requests: list[SynthesisRequest]
+    columns: dict[str, Any]
+    groups: torch.Tensor
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    token_adv: torch.Tensor
+    stop_adv: torch.Tensor
+
+
+class GRPOTrainer:
+    """Holds the engine, policy, reference, optimiser and rewards of one run; `train()` runs it."""
+
+    def __init__(self, cfg: GRPOConfig, config_dir: Path | None = None, accelerator=None,
+                 source: RolloutSource | None = None):
+        from accelerate import Accelerator
+
+        self.acc = accelerator or Accelerator()
+        cfg.validate(self.acc.num_processes)
+        self.cfg, self.out = cfg, Path(cfg.out_dir)
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        set_seed(cfg.seed)
+        self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
+                                                restrict_phase=cfg.rollout.restrict_phase)
+        self.layout, self.model = self.engine.layout, self.engine.model
+        restrict = cfg.rollout.restrict_phase
+        self.peft, self.reference = None, None
+        if cfg.lora.enabled:
+            lo = cfg.lora
+            self.peft = apply_lora(self.model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.train_stop_head)
+        elif cfg.loss.beta > 0 or cfg.loss.kl_monitor:
+            frozen = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.reference = PolicyScorer(frozen, self.layout, restrict)
+        if cfg.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        optim = cfg.optim
+        optimizer = torch.optim.AdamW(self.params, lr=optim.lr, betas=tuple(optim.betas),
+                                      weight_decay=optim.weight_decay)
+        total = cfg.steps * cfg.loss.num_iterations
+        stable = max(0, total - optim.warmup_steps - optim.decay_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, wsd_lambda(optim.warmup_steps, stable, optim.decay_steps, optim.min_lr_ratio))
+        self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
+        self.source = source or EngineRollouts(self.engine)
+        self.rewards = [build_reward(spec) for spec in cfg.rewards]
+        overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
+        self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
+        self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
+
+    # ------------------------------------------------------------------ rollouts and rewards
+    def make_batch(self, step: int) -> RolloutBatch:
+        """Sample this process's shard of prompts, score the rollouts, route the advantages."""
+        cfg, G = self.cfg, self.cfg.rollout.num_generations
+        picks = self.sampler.sample(step, cfg.rollout.prompts_per_step, G)
+        local = list(range(len(picks)))[self.acc.process_index :: self.acc.num_processes]
+        requests = [build_request(picks[k][0], picks[k][1], cfg.rollout) for k in local]
+        self.model.eval()
+        with torch.no_grad():
+            rollouts = self.source.generate(requests, G, cfg.rollout.stop_mode)
+        owners = [local[i] for i in rollouts.request_index]
+        row_requests = [requests[i] for i in rollouts.request_index]
+        columns = self._columns([picks[k][0] for k in owners])
+        if any(getattr(fn, "needs_audio", False) for fn in self.rewards):
+            columns["audio"] = self._decode(rollouts)
+            columns["sample_rate"] = self.engine.sample_rate
+        columns["frame_rate_hz"] = self.layout.frame_rate_hz
+        rewards = compute_rewards(self.rewards, row_requests, rollouts, columns)
+        groups = torch.tensor(owners, dtype=torch.long)
+        adv = group_advantages(rewards, groups, cfg.loss.adv_eps, cfg.loss.scale_rewards)
+        cols = action_columns(rollouts.token_ids, rollouts.token_mask, self.layout, rollouts.restrict_phase)
+        token_adv, stop_adv = route_advantages(adv, self.W, cols, rollouts.stop_mask,
+                                               flat=cfg.loss.routing == "flat")
+        return RolloutBatch(rollouts, row_requests, columns, groups, rewards, adv, token_adv, stop_adv)
+
+    @staticmethod
+    def _columns(items: list[dict]) -> dict[str, list]:
+        keys = sorted({k for item in items for k in item} - set(RESERVED_COLUMNS))
+        return {k: [item.get(k) for item in items] for k in keys}
+
+    def _decode(self, rollouts: Rollouts) -> list:
+        waves: list = []
+        for lo in range(0, len(rollouts), DECODE_BATCH):
+            frames = rollouts.num_frames[lo : lo + DECODE_BATCH]
+            width = int(frames.max()) if len(frames) else 0
+            if width == 0:
+                waves += [torch.zeros(0).numpy() for _ in frames]
+                continue
+            codes = rollouts.codes[lo : lo + DECODE_BATCH, :, :width].to(self.engine.codec.device)
+            waves += self.engine.decode(codes, frames)
+        return waves
+
+    # ------------------------------------------------------------------ update
+    def _reference_logps(self, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.peft is not None:
+            if not (self.cfg.loss.beta > 0 or self.cfg.loss.kl_monitor):
+                return None
+            with self.peft.disable_adapter():
+                return self.acc.unwrap_model(self.scorer)(batch)
+        return self.reference(batch) if self.reference is not None else None
+
+    def update(self, rb: RolloutBatch) -> dict[str, float]:
+        """`num_iterations` optimiser steps on one rollout batch; returns summed statistics."""
+        cfg, acc, r = self.cfg, self.acc, rb.rollouts
+        dev = acc.device
+        q = self.layout.num_quantizers
+        local_actions = float(r.token_mask.sum() + r.stop_mask.sum())
+        total = float(acc.reduce(torch.tensor([local_actions], device=dev), "sum").item())
+        micro = [list(range(lo, min(lo + cfg.micro_batch_size, len(r))))
+                 for lo in range(0, len(r), cfg.micro_batch_size)]
+        batches = [ScoringBatch.from_rollouts(r, q, rows, self.engine.pad_id).to(dev) for rows in micro]
+        advs = [concat_actions(rb.token_adv[rows, : b.tokens.shape[1]], rb.stop_adv[rows, : b.stop_mask.shape[1]])
+                .to(dev) for rows, b in zip(micro, batches)]
+        unwrapped = acc.unwrap_model(self.scorer)
+        with torch.no_grad():
+            refs = [self._reference_logps(b) for b in batches]
+            olds = [unwrapped(b) for b in batches] if cfg.loss.num_iterations > 1 else None
+        eps_high = cfg.loss.epsilon_high if cfg.loss.epsilon_high is not None else cfg.loss.epsilon
+        keys = ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum", "grad_norm")
+        stats = dict.fromkeys(keys, 0.0)
+        stats["learning_rate"] = self.scheduler.get_last_lr()[0]
+        for _ in range(cfg.loss.num_iterations):
+            if cfg.gradient_checkpointing:
+                self.model.train()
+            for k, b in enumerate(batches):
+                sync = nullcontext() if k == len(batches) - 1 else acc.no_sync(self.scorer)
+                with sync:
+                    logp = concat_actions(*self.scorer(b))
+                    old = concat_actions(*olds[k]) if olds is not None else logp.detach()
+                    ref = concat_actions(*refs[k]) if refs[k] is not None else None
+                    mask = concat_actions(b.token_mask, b.stop_mask).bool()
+                    out = clipped_objective(logp, old, ref, advs[k], mask, total, cfg.loss.epsilon, eps_high,
+                                            cfg.loss.beta)
+                    acc.backward(out.loss * acc.num_processes)
+                stats["loss"] += float(out.loss.detach()) / cfg.loss.num_iterations
+                for key in ("count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum"):
+                    stats[key] += getattr(out, key)
+            norm = acc.clip_grad_norm_(self.params, cfg.optim.max_grad_norm) if cfg.optim.max_grad_norm > 0 else None
+            stats["grad_norm"] += float(norm) / cfg.loss.num_iterations if norm is not None else math.nan
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        self.source.sync_weights(self.model)
+        return stats
+
+    # ------------------------------------------------------------------ logging
+    def metrics(self, rb: RolloutBatch, stats: dict[str, float], timings: dict[str, float]) -> dict[str, Any]:
+        """One log line: gathered over processes, TRL's metric names where they exist."""
+        acc, r, dev = self.acc, rb.rollouts, self.acc.device
+        rewards = acc.gather(rb.rewards.to(dev)).cpu()
+        groups = acc.gather(rb.groups.to(dev)).cpu()
+        lengths = acc.gather(r.lengths.to(dev)).cpu().double()
+        seconds = acc.gather(r.num_frames.to(dev)).cpu().double() / self.layout.frame_rate_hz
+        finish = torch.tensor([[f == FINISH_MAX_TOKENS, f == FINISH_STOP_HEAD, f == FINISH_END_TOKEN]
+                               for f in r.finish_reasons], dtype=torch.float64)
+        finish = acc.gather(finish.to(dev)).cpu()
+        sums = torch.tensor([stats[k] for k in ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum",
+                                                "region_clip_sum")], dtype=torch.float64, device=dev)
+        loss, count, kl, low, high, region = acc.reduce(sums, "sum").cpu().tolist()
+        local_clip = torch.tensor([[stats["low_clip_sum"], stats["high_clip_sum"]]], dtype=torch.float64,
+                                  device=dev) / max(stats["count"], 1.0)
+        local_clip = acc.gather(local_clip).cpu()
+        total = torch.nansum(rewards, dim=1)
+        group_std = [float(total[groups == g].std()) if int((groups == g).sum()) > 1 else 0.0
+                     for g in torch.unique(groups)]
+        out: dict[str, Any] = {"reward": float(total.mean()), "reward_std": sum(group_std) / len(group_std),
+                               "frac_reward_zero_std": sum(s == 0.0 for s in group_std) / len(group_std)}
+        for s, spec in enumerate(self.cfg.rewards):
+            mean, std = nan_stats(rewards[:, s])
+            out[f"rewards/{spec.name}/mean"], out[f"rewards/{spec.name}/std"] = mean, std
+            out[f"rewards/{spec.name}/abstained"] = float(torch.isnan(rewards[:, s]).double().mean())
+        out.update({
+            "kl": kl / max(count, 1.0),
+            "clip_ratio/low_mean": low / max(count, 1.0), "clip_ratio/low_min": float(local_clip[:, 0].min()),
+            "clip_ratio/high_mean": high / max(count, 1.0), "clip_ratio/high_max": float(local_clip[:, 1].max()),
+            "clip_ratio/region_mean": region / max(count, 1.0),
+            "completions/mean_length": float(lengths.mean()), "completions/min_length": float(lengths.min()),
+            "completions/max_length": float(lengths.max()), "completions/clipped_ratio": float(finish[:, 0].mean()),
+            "completions/mean_seconds": float(seconds.mean()), "completions/stop_head_ratio": float(finish[:, 1].mean()),
+            "completions/end_token_ratio": float(finish[:, 2].mean()),
+            "loss": loss, "learning_rate": stats["learning_rate"], "grad_norm": stats["grad_norm"],
+            "num_actions": count, **{f"time/{k}": v for k, v in timings.items()},
+        })
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int) -> None:
+        extra: dict[str, Any] = {}
+        if self.peft is not None:
+            from peft import get_peft_model_state_dict
+
+            state = merged_state_dict(self.peft)
+            extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
+        else:
+            state = {k.removeprefix("model."): v for k, v in self.acc.get_state_dict(self.scorer).items()}
+        if self.acc.is_main_process:
+            save_training_checkpoint(self.out, step, self.model, self.engine.config, self.engine.checkpoint_dir,
+                                     self.optimizer, self.scheduler, self.cfg, extra_state=extra,
+                                     keep_last=self.cfg.keep_last, state_dict=state,
+                                     save_master_weights=self.peft is None)
+        self.acc.wait_for_everyone()
+
+    def resume(self) -> int:
+        """Restore from OUT's latest checkpoint; returns the number of steps already done (0 if none)."""
+        ckpt = latest_checkpoint(self.out)
+        if ckpt is None:
+            return 0
+        extra = load_training_state(ckpt, self.optimizer, self.scheduler,
+                                    model=self.model if self.peft is None else None)
+        if self.peft is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.peft, extra["lora"])
+        self.source.sync_weights(self.model)
+        return int(extra["step"])
+
+    # ------------------------------------------------------------------ loop
+    def train(self, resume: bool = False) -> Path:
+        """Run steps up to `cfg.steps`; returns OUT."""
+        if latest_checkpoint(self.out) is not None and not resume:
+            raise SystemExit(f"{self.out} already holds checkpoints; pass --resume to continue, or a fresh --out.")
+        done = self.resume() if resume else 0
+        if self.acc.is_main_process:
+            save_config(self.cfg, self.out / "config.json")
+        logger = MetricsLogger(self.out, is_main=self.acc.is_main_process)
+        for step in range(done + 1, self.cfg.steps + 1):
+            t0 = time.perf_counter()
+            rb = self.make_batch(step)
+            t1 = time.perf_counter()
+            stats = self.update(rb)
+            t2 = time.perf_counter()
+            logger.log(step, self.metrics(rb, stats, {"rollout_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3)}))
+            if step % self.cfg.save_every == 0 or step == self.cfg.steps:
+                self.save(step)
+        logger.close()
+        return self.out
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m training.grpo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="GRPO config (.json or .toml); see training/configs/grpo_example.toml")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"tiny model on CPU with the synthetic codebook-0 reward ({SMOKE_CONFIG.name})")
+    parser.add_argument("--out", help="output folder (overrides out_dir)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set optim.lr=1e-6 (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT's latest checkpoint")
+    args = parser.parse_args(argv)
+    if bool(args.config) == bool(args.smoke):
+        parser.error("pass exactly one of --config CONFIG or --smoke")
+    path = SMOKE_CONFIG if args.smoke else Path(args.config)
+    cfg = load_config(GRPOConfig, path, args.overrides)
+    if args.out:
+        cfg.out_dir = args.out
+    return GRPOTrainer(cfg, config_dir=path.parent).train(resume=args.resume)
+
+
+if __name__ == "__main__":
+    main()
