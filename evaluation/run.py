@@ -242,7 +242,7 @@ def _pool(rows: list[dict]) -> dict:
     for rate, unit in RATE_KEYS:
         out[rate] = corpus_rate(ErrorCounts(r[f"{unit}_errors"], r[f"{unit}_ref_len"]) for r in scored) \
             if scored else None
-    durations = [r["duration"] for r in scored if r["duration"] is not None]
+    durations = [r["duration"] for r in rows if r["duration"] is not None]  # every clip with audio
     out["mean_duration"] = sum(durations) / len(durations) if durations else None
     return out
 
