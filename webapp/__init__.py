@@ -1,0 +1,14 @@
+"""webapp: helpers behind `app.py`, the Gradio demo of rumik-oss-1 (DESIGN §1).
+
+Run the app with `python app.py`; this package is not a program of its own.
+
+- `systems`: the system selector's back-ends, loaded once per process (rumik-oss-1, the
+  espeak-ng classical baseline, the tiny random-weight checkpoint) and the startup banner.
+- `synth_tab`: the Synthesise tab and the `/synthesize` API.
+- `ratings`: the SQLite store of blind A/B ratings, its IndicEmo and NoVA exports.
+- `rate_tab`: the Compare & rate tab for annotators.
+- `scoring` / `evaluate_tab`: the Evaluate tab (WER/CER/GCER, NoVA verdicts, chart).
+
+Nothing here does model math: it builds `SynthesisRequest`s, calls `rumik_app` and
+`evaluation`, and turns their errors into one readable message each.
+"""

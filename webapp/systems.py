@@ -1,0 +1,273 @@
+"""The app's systems: rumik-oss-1, the espeak-ng classical baseline and tiny (random weights).
+
+Library module for `app.py` (no command line)::
+
+    registry = SystemRegistry(model="rumik-ai/rumik-oss-1", device=None)
+    registry.preload(SYSTEM_RUMIK)          # never raises; a failure becomes the banner
+    print(registry.banner_markdown())
+    system = registry.get("tiny")           # raises SystemUnavailable with reason and fix
+    for piece in system.stream(request, stats):   # float32 pieces at 24 kHz
+        ...
+
+Every model loads once per process, whoever asks first (a module-level cache guarded by a
+lock per entry), and a failed load is remembered so visitors do not retry a 7 GB download
+each. Engines are not thread-safe, so each loaded system also carries a lock that is held
+for the whole of one generation.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rumik_app.audio import Audio
+from rumik_app.checkpoint import DEFAULT_MODEL, TINY_MODEL
+from rumik_app.prompt import VOICES
+from rumik_app.request import SynthesisRequest
+
+log = logging.getLogger(__name__)
+
+SYSTEM_RUMIK = "rumik-oss-1"
+SYSTEM_ESPEAK = "espeak"
+SYSTEM_TINY = "tiny"
+SYSTEM_KEYS = (SYSTEM_RUMIK, SYSTEM_ESPEAK, SYSTEM_TINY)
+SYSTEM_LABELS = {
+    SYSTEM_RUMIK: "rumik-oss-1",
+    SYSTEM_ESPEAK: "espeak-ng (classical baseline)",
+    SYSTEM_TINY: "tiny (random weights: noise, for smoke tests)",
+}
+MEMORY_FIX = (
+    "Fixes: run on a GPU with at least 10 GB free (bf16 weights are 6.8 GB), close other jobs, "
+    "pick the device with --device, or try the app with --model tiny."
+)
+TINY_NOTE = "Note: started with `--model tiny`: rumik-oss-1 here has random weights, so its audio is noise. Start the app without --model (or with a checkpoint folder) for speech."
+ESPEAK_INSTALL_FIX = "Fix: install it (sudo apt-get install espeak-ng; on a Space list espeak-ng in packages.txt)."
+
+
+class SystemUnavailable(RuntimeError):
+    """A system could not be loaded; the message gives the reason and the fix."""
+
+
+@dataclass
+class LoadedSystem:
+    """One ready back-end: an `evaluation.systems` Synthesizer, plus its `TTSEngine` for rumik
+    checkpoints (which stream and show their exact prompt)."""
+
+    key: str
+    label: str
+    engine: Any = None
+    synthesizer: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return tuple(self.engine.voices) if self.engine is not None else VOICES
+
+    @property
+    def reads_prompt(self) -> bool:
+        """True when the system receives the §3 prompt string (rumik checkpoints)."""
+        return self.engine is not None
+
+    def max_new_tokens_for(self, seconds: float) -> int:
+        from rumik_app.request import DEFAULT_MAX_NEW_TOKENS
+
+        return self.engine.max_new_tokens_for(seconds) if self.engine is not None else DEFAULT_MAX_NEW_TOKENS
+
+    def prompt_text(self, req: SynthesisRequest) -> str:
+        """The exact string the model receives (`[BOS]` + §3 prompt); PromptError on bad input."""
+        if self.engine is not None:
+            return self.engine.prompt_text(req)
+        return "[BOS]" + req.prompt(voices=self.voices)
+
+    def stream(self, req: SynthesisRequest, stats: dict) -> Iterator[np.ndarray]:
+        """Float32 pieces at 24 kHz; `stats` gets `seed` and whatever the engine reports."""
+        with self.lock:
+            if self.engine is not None:
+                yield from self.engine.stream(req, stats=stats)
+                return
+            audio = self.synthesizer.synthesize(req)  # already 24 kHz mono (evaluation.systems.conform)
+        stats.setdefault("seed", req.seed)
+        yield audio.samples
+
+    def synthesize(self, req: SynthesisRequest) -> Audio:
+        """The whole utterance at 24 kHz, with `seed` set to the seed actually used."""
+        with self.lock:
+            audio = self.synthesizer.synthesize(req)
+        if audio.seed is None:
+            audio.seed = req.seed
+        return audio
+
+
+# ----------------------------------------------------------------------------- process-wide cache
+
+_CACHE: dict[tuple, LoadedSystem | SystemUnavailable] = {}
+_CACHE_LOCK = threading.Lock()
+_ENTRY_LOCKS: dict[tuple, threading.Lock] = {}
+
+
+def _entry_lock(key: tuple) -> threading.Lock:
+    with _CACHE_LOCK:
+        return _ENTRY_LOCKS.setdefault(key, threading.Lock())
+
+
+def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem:
+    """Load (once per process) and return a system; raise SystemUnavailable (also cached)."""
+    key = (kind, spec, device, dtype)
+    with _entry_lock(key):
+        if key not in _CACHE:
+            try:
+                _CACHE[key] = _load(kind, spec, device, dtype)
+            except SystemUnavailable as exc:
+                _CACHE[key] = exc
+        found = _CACHE[key]
+    if isinstance(found, SystemUnavailable):
+        raise found
+    return found
+
+
+def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem | SystemUnavailable | None:
+    """What the cache holds for this entry, without loading: a system, its failure, or None."""
+    with _CACHE_LOCK:
+        return _CACHE.get((kind, spec, device, dtype))
+
+
+def _load(kind: str, spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
+    if kind == "engine":
+        return _load_engine(spec, device, dtype)
+    if kind == "espeak":
+        return _load_espeak()
+    raise ValueError(f"unknown system kind {kind!r}")
+
+
+def _load_engine(spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
+    """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming."""
+    from evaluation.systems import RumikSystem, SynthesisError
+
+    key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
+    system = RumikSystem(spec, device=device, dtype=dtype)
+    try:
+        engine = system.load()
+    except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
+        message = str(exc)
+        if "out of memory" in message.lower():
+            message += " " + MEMORY_FIX
+        raise SystemUnavailable(message) from exc
+    except MemoryError as exc:
+        raise SystemUnavailable(f"Not enough memory to load {spec!r}. {MEMORY_FIX}") from exc
+    except Exception as exc:  # noqa: BLE001 - the app must start whatever the checkpoint does
+        log.exception("loading %s failed", spec)
+        raise SystemUnavailable(
+            f"Could not load {spec!r} ({type(exc).__name__}: {exc}). Check the checkpoint folder, "
+            "or try the app with --model tiny."
+        ) from exc
+    log.info("loaded %s: %r", spec, engine)
+    return LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
+
+
+def _load_espeak() -> LoadedSystem:
+    if shutil.which("espeak-ng") is None:
+        raise SystemUnavailable("The espeak-ng program is not installed. " + ESPEAK_INSTALL_FIX)
+    try:
+        from evaluation.systems import load_system
+    except ImportError as exc:
+        raise SystemUnavailable(
+            f"The espeak-ng baseline needs the evaluation.systems module, which failed to import ({exc})."
+        ) from exc
+    try:
+        synth = load_system("espeak")
+    except Exception as exc:  # noqa: BLE001
+        raise SystemUnavailable(f"The espeak-ng baseline failed to start ({type(exc).__name__}: {exc}).") from exc
+    return LoadedSystem(key=SYSTEM_ESPEAK, label=getattr(synth, "label", SYSTEM_LABELS[SYSTEM_ESPEAK]), synthesizer=synth)
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class SystemStatus:
+    key: str
+    label: str
+    state: str  # "ready" | "failed" | "not loaded"
+    message: str = ""
+
+
+class SystemRegistry:
+    """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None):
+        self.model, self.device, self.dtype = model, device, dtype
+        self._specs = {
+            SYSTEM_RUMIK: ("engine", str(model)),
+            SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK),
+            SYSTEM_TINY: ("engine", TINY_MODEL),
+        }
+
+    def resolve_key(self, name: str | None) -> str:
+        """A system key from a key or a label (case-insensitive); empty = rumik-oss-1."""
+        wanted = (name or SYSTEM_RUMIK).strip().lower()
+        for key in SYSTEM_KEYS:
+            if wanted in (key.lower(), SYSTEM_LABELS[key].lower()):
+                return key
+        raise SystemUnavailable(f"Unknown system {name!r}. Choose one of: {', '.join(SYSTEM_KEYS)}.")
+
+    def _args(self, key: str) -> tuple:
+        kind, spec = self._specs[key]
+        return (kind, spec, self.device, self.dtype) if kind == "engine" else (kind, spec, None, None)
+
+    def get(self, name: str | None) -> LoadedSystem:
+        """The loaded system (loading it on first use); SystemUnavailable with reason and fix."""
+        key = self.resolve_key(name)
+        try:
+            return load_cached(*self._args(key))
+        except SystemUnavailable as exc:
+            raise SystemUnavailable(f"{SYSTEM_LABELS[key]} is unavailable: {exc}") from exc
+
+    def preload(self, name: str) -> SystemStatus:
+        """Load now (e.g. at startup); never raises."""
+        try:
+            self.get(name)
+        except SystemUnavailable:
+            pass
+        return self.status(name)
+
+    def status(self, name: str) -> SystemStatus:
+        key = self.resolve_key(name)
+        found = cached(*self._args(key))
+        if found is None:
+            return SystemStatus(key, SYSTEM_LABELS[key], "not loaded")
+        if isinstance(found, SystemUnavailable):
+            return SystemStatus(key, SYSTEM_LABELS[key], "failed", str(found))
+        return SystemStatus(key, SYSTEM_LABELS[key], "ready")
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, key) pairs for a dropdown; a failed system says so in its label."""
+        out = []
+        for key in SYSTEM_KEYS:
+            st = self.status(key)
+            out.append((st.label + (" (unavailable)" if st.state == "failed" else ""), key))
+        return out
+
+    def default_choice(self) -> str:
+        """rumik-oss-1 unless it failed to load; then the first system not known to fail."""
+        for key in SYSTEM_KEYS:
+            if self.status(key).state != "failed":
+                return key
+        return SYSTEM_RUMIK
+
+    def banner_markdown(self) -> str:
+        """Empty when rumik-oss-1 is fine; else the reason, the fix and what still works."""
+        st = self.status(SYSTEM_RUMIK)
+        if st.state != "failed":
+            return TINY_NOTE if self.model == TINY_MODEL else ""
+        others = [SYSTEM_LABELS[k] for k in SYSTEM_KEYS if k != SYSTEM_RUMIK and self.status(k).state != "failed"]
+        return (
+            f"### ⚠ The rumik-oss-1 model (`{self.model}`) could not be loaded\n\n{st.message}\n\n"
+            f"The app keeps running: {' and '.join(others) or 'the Evaluate tab'} still work"
+            f"{'' if not others else ' (choose them under System)'}."
+        )
