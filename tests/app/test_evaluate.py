@@ -1,0 +1,98 @@
+"""The Evaluate tab: WER/CER/GCER per clip and pooled, NoVA verdicts, per-file messages, chart.
+
+Run: .venv/bin/python -m pytest tests/app/test_evaluate.py -q
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+
+import pytest
+from gradio_client import handle_file
+from gradio_client.exceptions import AppError
+
+from evaluation.metrics import score_pair
+from webapp import scoring
+from webapp.scoring import score_uploads
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Two espeak-ng English clips, one as MP3, a corrupt WAV and a text file."""
+    d = tmp_path_factory.mktemp("clips")
+    for name, text in (("hello.wav", "hello world this is a test"), ("laugh.wav", "that was funny I cannot stop")):
+        subprocess.run(["espeak-ng", "-w", str(d / name), text], check=True, timeout=60)
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-i", str(d / "hello.wav"), str(d / "again.mp3")],
+                   check=True, timeout=60)
+    (d / "broken.wav").write_bytes(b"RIFF not really a wave file")
+    (d / "notes.txt").write_text("not audio")
+    return d
+
+
+def by_file(report):
+    return {c.file: c for c in report.clips}
+
+
+def test_pasted_transcripts_metrics_nova_and_per_file_messages(clips):
+    files = [str(clips / n) for n in ("hello.wav", "laugh.wav", "broken.wav", "again.mp3", "notes.txt")]
+    refs = "\n".join(["hello.wav | hello world this is a test", "laugh | that was funny <laugh> I cannot stop",
+                      "broken.wav | anything", "again.mp3 | hello world", "notes.txt | x"])
+    hyps = "hello.wav | hello world this is test\nlaugh.wav | that was funny (laughs) I cannot stop\nagain | hello word"
+    report = score_uploads(files, references=refs, transcripts=hyps)
+    got = by_file(report)
+    assert got["hello.wav"].scores["wer"] == pytest.approx(1 / 6)
+    assert got["again.mp3"].scores == score_pair("hello world", "hello word")
+    assert got["laugh.wav"].nova["verdict_3class"] == "rendered"  # (laughs) before "I": the requested word
+    assert "unreadable" in got["broken.wav"].message and str(clips) not in got["broken.wav"].message
+    assert "not a WAV, FLAC, OGG or MP3" in got["notes.txt"].message
+    assert not got["broken.wav"].scores and not got["notes.txt"].scores
+    words = [got[n].scores for n in ("hello.wav", "laugh.wav", "again.mp3")]
+    pooled = sum(s["word_errors"] for s in words) / sum(s["word_ref_len"] for s in words)
+    assert report.corpus["wer"] == pytest.approx(pooled)
+    assert "3 of 5 clip(s) scored" in report.markdown() and "graphemes:" in report.markdown()
+    assert scoring.chart(report) is not None
+
+
+def test_oversized_and_missing_reference_get_their_own_message(clips, monkeypatch):
+    monkeypatch.setattr(scoring, "MAX_CLIP_MB", 0.001)
+    report = score_uploads([str(clips / "hello.wav")], references="hello world", transcripts="hello world")
+    assert report.clips[0].message.startswith("too large") and "limit is 0.001 MB" in report.clips[0].message
+    monkeypatch.undo()
+    report = score_uploads([str(clips / "hello.wav"), str(clips / "laugh.wav")], references="only one line",
+                           transcripts="a\nb")
+    assert "1 reference line(s) for 2 file(s)" in by_file(report)["laugh.wav"].message
+
+
+def test_manifest_csv_and_grapheme_metric(clips, tmp_path):
+    manifest = tmp_path / "m.csv"
+    with open(manifest, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["file", "text", "language", "transcript"])
+        w.writerow(["hello", "नमस्ते दोस्तों", "hi", "नमस्ते दोस्त"])
+        w.writerow(["laugh.wav", "that was funny", "en", "that was funny"])
+    report = score_uploads([str(clips / "hello.wav"), str(clips / "laugh.wav")], manifest=str(manifest))
+    got = by_file(report)
+    assert got["hello.wav"].scores == score_pair("नमस्ते दोस्तों", "नमस्ते दोस्त")
+    assert got["hello.wav"].row()[7] == "GCER" and got["laugh.wav"].row()[7] == "WER/CER"
+    assert got["laugh.wav"].scores["wer"] == 0.0 and got["hello.wav"].language == "hi"
+
+
+def test_bad_forms_are_one_message():
+    with pytest.raises(ValueError, match="Upload at least one clip"):
+        score_uploads([])
+
+
+def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
+    summary, table, plot, csv_path = client.predict(
+        files=[handle_file(str(clips / "hello.wav")), handle_file(str(clips / "broken.wav"))],
+        references="hello.wav | hello world this is a test\nbroken.wav | hello", manifest=None, judge="pocketsphinx",
+        hf_model="", transcripts="", language="en", api_name="/evaluate")
+    rows = {r[0]: r for r in table["data"]}
+    assert isinstance(rows["hello.wav"][3], str) and rows["hello.wav"][4] is not None  # transcribed and scored
+    assert "unreadable" in rows["broken.wav"][-1]
+    assert "1 of 2 clip(s) scored" in summary and "pocketsphinx" in summary
+    assert plot is not None and csv_path.endswith(".csv")
+    with pytest.raises(AppError, match="Upload at least one clip"):
+        client.predict(files=[], references="", manifest=None, judge="pasted", hf_model="", transcripts="",
+                       language="", api_name="/evaluate")
