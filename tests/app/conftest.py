@@ -1,0 +1,75 @@
+"""Fixtures for the app tests: one in-process app on the tiny checkpoint, shared by the
+gradio_client and browser tests, plus helpers to start `python app.py` as a subprocess.
+
+Run: .venv/bin/python -m pytest tests/app -q
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "app"
+SERVER_START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+    """Poll the app's config route until it answers; fail with the server output if it dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"app exited with code {proc.returncode} before serving:\n{out[-4000:]}")
+        try:
+            with urllib.request.urlopen(url + "config", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"app at {url} did not come up within {timeout:.0f} s")
+
+
+def start_app_process(model: str, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
+    """`python app.py` as a user runs it (one torch thread, hub offline); output to `log_path`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False"}
+    log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([sys.executable, "app.py", "--model", model, "--port", str(port), "--data-dir",
+                             str(data_dir)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="session")
+def app_server(tiny_checkpoint, tmp_path_factory):
+    """(demo, url) of an in-process app whose rumik-oss-1 is the tiny checkpoint."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import app
+
+    data_dir = tmp_path_factory.mktemp("app-data")
+    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir)
+    port = free_port()
+    _, url, _ = app.launch(demo, "127.0.0.1", port, data_dir=data_dir, prevent_thread_lock=True)
+    wait_until_up(url)
+    yield demo, url
+    demo.close()
+
+
+@pytest.fixture(scope="session")
+def client(app_server):
+    from gradio_client import Client
+
+    return Client(app_server[1], verbose=False)

@@ -1,0 +1,123 @@
+"""The app through gradio_client on the tiny checkpoint: /synthesize, errors, streaming, preview.
+
+Run: .venv/bin/python -m pytest tests/app/test_api.py -q
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+from gradio_client.exceptions import AppError
+
+from rumik_app.prompt import VOICE_NOTE
+
+SHORT = 0.5  # seconds of audio per request: enough to test, quick on 2 CPU cores
+
+
+def _error(client, **kwargs) -> str:
+    with pytest.raises(AppError) as info:
+        client.predict(api_name="/synthesize", **{"max_seconds": SHORT, **kwargs})
+    message = str(info.value)
+    assert "Traceback" not in message and 'File "' not in message, message
+    return message
+
+
+def test_synthesize_returns_24khz_wav_and_seed_reproduces(client):
+    a = client.predict(text="नमस्ते <laugh> दोस्तों", voice="Aisha", tone="happy", accent="Hindi", pace="fast",
+                       seed=7, max_seconds=SHORT, api_name="/synthesize")
+    info = sf.info(a)
+    assert info.samplerate == 24_000 and info.channels == 1 and info.format == "WAV" and info.subtype == "PCM_16"
+    assert info.frames > 0
+    b = client.predict(text="नमस्ते <laugh> दोस्तों", voice="Aisha", tone="happy", accent="Hindi", pace="fast",
+                       seed=7, max_seconds=SHORT, api_name="/synthesize")
+    assert np.array_equal(sf.read(a)[0], sf.read(b)[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"text": ""}, "Text is empty"),
+        ({"text": "   "}, "Text is empty"),
+        ({"text": "hello <giggle> there"}, "Unknown tag <giggle>. Allowed inline tags: <laugh>, <chuckle>, <sigh>"),
+        ({"text": "x" * 2001}, "the limit is 2,000"),
+        ({"text": "hi", "voice": "Rahul"}, "Unknown voice 'Rahul'"),
+        ({"text": "hi", "tone": "sleepy"}, "Unknown tone 'sleepy'"),
+        ({"text": "hi", "tone": "sad", "description": "calm"}, "not both"),
+        ({"text": "hi", "system": "wavenet"}, "Unknown system 'wavenet'"),
+        ({"text": "hi", "seed": -5}, "Use -1 for a random seed"),
+    ],
+)
+def test_bad_input_is_one_readable_message(client, kwargs, expected):
+    assert expected in _error(client, **kwargs)
+
+
+def test_stream_yields_audio_before_the_end_and_reports_the_seed(client):
+    job = client.submit(text="Streaming starts early.", seed=-1, max_seconds=2.0, api_name="/synthesize_stream")
+    first_audio_at = None
+    deadline = time.monotonic() + 120
+    while not job.done() and time.monotonic() < deadline:
+        outs = job.outputs()
+        if first_audio_at is None and any(isinstance(o[0], str) for o in outs):
+            first_audio_at = len(outs)
+        time.sleep(0.02)
+    assert job.done(), "streaming synthesis did not finish within 120 s"
+    outs = job.outputs()
+    pieces = [o for o in outs if isinstance(o[0], str)]
+    assert len(pieces) >= 3, outs  # several pieces, not one file at the end
+    assert first_audio_at is not None and first_audio_at < len(outs)
+    final = outs[-1]
+    seed_used, wav = final[1], final[2]
+    assert isinstance(seed_used, int) and seed_used >= 0  # -1 became a real seed, shown back
+    assert sf.info(wav).samplerate == 24_000
+    # The seed shown back reproduces the clip through the non-streaming endpoint.
+    again = client.predict(text="Streaming starts early.", seed=seed_used, max_seconds=2.0, api_name="/synthesize")
+    assert np.allclose(sf.read(wav)[0], sf.read(again)[0], atol=2 / 32768)
+
+
+def test_prompt_preview_is_the_engine_prompt(client, app_server):
+    from rumik_app.request import SynthesisRequest
+
+    demo, _ = app_server
+    prompt, _ = client.predict(text="hi <laugh> there", voice="Zoya", tone="sad", accent="Hindi", pace="slow",
+                               description="ignored in this mode", description_mode="Tone, accent and pace",
+                               system="rumik-oss-1", language="en", api_name="/prompt_preview")
+    engine = demo.registry.get("rumik-oss-1").engine
+    req = SynthesisRequest("hi <laugh> there", voice="Zoya", tone="sad", accent="Hindi", pace="slow")
+    assert prompt == engine.prompt_text(req) == '[BOS]<text>Zoya: <description="sad, Hindi accent, slow pace"> hi <laugh> there<audio>'
+    free, _ = client.predict(text="नमस्ते", voice="Ira", tone="sad", accent="", pace="", description="warm and slow",
+                             description_mode="Free-form description", system="rumik-oss-1", language="hi",
+                             api_name="/prompt_preview")
+    assert free == '[BOS]<text>Ira: <description="warm and slow"> नमस्ते<audio>'
+    bad, _ = client.predict(text="hi <lol>", voice="Ira", tone="", accent="", pace="", description="",
+                            description_mode="Tone, accent and pace", system="rumik-oss-1", language="en",
+                            api_name="/prompt_preview")
+    assert bad.startswith("⚠ Unknown tag <lol>")
+    _, note = client.predict(text="வணக்கம்", voice="Ira", tone="", accent="", pace="", description="",
+                             description_mode="Tone, accent and pace", system="rumik-oss-1", language="hi",
+                             api_name="/prompt_preview")
+    assert "Tamil script" in note
+
+
+def test_language_example_and_model_status(client):
+    assert client.predict(language="te", api_name="/language_example").startswith("నమస్కారం")
+    assert client.predict(api_name="/model_status") == ""  # the model loaded: no banner
+
+
+def test_every_backend_event_has_an_api_name(app_server):
+    demo, _ = app_server
+    unnamed = [fn.name for fn in demo.fns.values() if fn.fn is not None and not fn.api_name]
+    assert not unnamed
+    api = demo.get_api_info()["named_endpoints"]
+    assert list(api["/synthesize"]["parameters"][i]["parameter_name"] for i in range(12)) == [
+        "text", "voice", "tone", "accent", "pace", "description", "seed", "temperature", "top_k", "top_p",
+        "max_seconds", "system"]
+
+
+def test_page_states_the_voice_note(app_server):
+    import urllib.request
+
+    with urllib.request.urlopen(app_server[1] + "config", timeout=10) as r:
+        assert VOICE_NOTE in r.read().decode("utf-8")

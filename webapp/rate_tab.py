@@ -1,0 +1,312 @@
+"""The Compare & rate tab of `app.py`: blind A/B clips, 1-5 expression scores, tag placement.
+
+Library module (run the app with `python app.py`). A rater picks or types a prompt, sets
+up A and B (two systems, or one system with two seeds or settings), generates the pair,
+hears it under shuffled blind labels, scores each clip 1-5 for expression (DESIGN §8
+rubric), gives a preference and, for a prompt with one inline tag, says which sound was
+heard and before which word. `webapp.ratings` stores it; the results view aggregates with
+`evaluation.indicemo` and `evaluation.nova`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from evaluation import indicemo, nova
+from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
+from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
+from webapp.common import (
+    APP_MAX_TEXT_CHARS,
+    MAX_SECONDS_LIMIT,
+    MIN_SECONDS,
+    SYNTH_CONCURRENCY,
+    UserError,
+    sha256_file,
+    user_errors,
+)
+from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
+from webapp.synth_tab import NONE_CHOICE, SynthHandlers
+from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SystemRegistry
+
+PROMPT_DIR = Path(__file__).resolve().parent.parent / "evaluation" / "prompts"
+LABELS = ("Clip 1", "Clip 2")
+DEFAULT_PAIR_SECONDS = 10.0
+RUBRIC = (
+    "**Expression score, 1-5** (DESIGN §8): judge *tone and pitch* (does the melody fit the target delivery?), "
+    "*energy and dynamics* (loudness and intensity), *timing and phrasing* (pauses, emphasis, pace) and "
+    "*authenticity and sustainment* (sounds like a real person, and keeps it up to the end). "
+    "1 = flat or wrong emotion, 3 = recognisable but uneven, 5 = convincing throughout."
+)
+TAG_BRACKETS = re.compile(r"<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\]")
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    id: str
+    text: str  # what to synthesise, a tag (if any) spelled <laugh>/<chuckle>/<sigh>
+    target_delivery: str | None
+
+
+def prompt_sets() -> dict[str, Path]:
+    """Prompt-set files shipped under evaluation/prompts, by file stem."""
+    return {p.stem: p for p in sorted(PROMPT_DIR.glob("*.jsonl"))} if PROMPT_DIR.is_dir() else {}
+
+
+def _item(rec: dict) -> PromptItem | None:
+    text = rec.get("text")
+    cls = nova.to_class(str(rec.get("nvv") or ""), nova.load_spellings()) if rec.get("nvv") else None
+    if rec.get("text_with_mark") and cls:
+        text = TAG_BRACKETS.sub(f"<{cls}>", str(rec["text_with_mark"]), count=1)
+    if not rec.get("id") or not text:
+        return None
+    delivery = rec.get("target_delivery") or rec.get("delivery") or rec.get("emotion")
+    try:
+        delivery = indicemo.canonical_delivery(delivery) if delivery else None
+    except ValueError:
+        delivery = None
+    return PromptItem(str(rec["id"]), str(text), delivery)
+
+
+def load_prompt_set(name: str) -> list[PromptItem]:
+    path = prompt_sets().get(name)
+    if path is None:
+        raise UserError(f"Unknown prompt set {name!r}. Sets: {', '.join(prompt_sets()) or 'none shipped yet'}.")
+    items = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = _item(json.loads(line))
+            if item is not None:
+                items.append(item)
+    return items
+
+
+def system_ids(registry: SystemRegistry, a: dict, b: dict) -> tuple[str, str]:
+    """Export ids for the two sides: the system, plus what tells them apart if it is the same system."""
+    names = []
+    for side in (a, b):
+        key = registry.resolve_key(side["system"])
+        name = key if key != SYSTEM_RUMIK or registry.model == "rumik-ai/rumik-oss-1" else f"{key}[{Path(registry.model).name}]"
+        names.append(name)
+    if names[0] != names[1]:
+        return names[0], names[1]
+    diffs = [k for k in ("voice", "tone", "accent", "pace", "temperature", "seed") if str(a[k]) != str(b[k])]
+    if not diffs:
+        return f"{names[0]} (A)", f"{names[1]} (B)"
+    fmt = lambda side: ", ".join(f"{k} {side[k] if side[k] not in ('', None) else 'none'}" for k in diffs)  # noqa: E731
+    return f"{names[0]} ({fmt(a)})", f"{names[1]} ({fmt(b)})"
+
+
+class RateHandlers:
+    def __init__(self, registry: SystemRegistry, synth: SynthHandlers, store: RatingStore, data_dir: Path):
+        self.registry, self.synth, self.store = registry, synth, store
+        self.clip_dir = Path(data_dir) / "clips"
+        self.export_dir = Path(data_dir) / "export"
+
+    def set_items(self, name: str):
+        import gradio as gr
+
+        with user_errors("Loading the prompt set"):
+            items = load_prompt_set(name) if name else []
+        return gr.update(choices=[(f"{i.id} · {i.text[:70]}", i.id) for i in items], value=None)
+
+    def load_item(self, name: str, item_id: str, random_pick: bool = False):
+        """(text, prompt id, target delivery, tone A, tone B) for an item (or a random one)."""
+        import gradio as gr
+
+        with user_errors("Loading the prompt"):
+            if not name:
+                raise UserError("Choose a prompt set first.")
+            items = load_prompt_set(name)
+            if not items:
+                raise UserError(f"Prompt set {name!r} has no usable prompts.")
+            item = secrets.choice(items) if random_pick else next((i for i in items if i.id == item_id), None)
+            if item is None:
+                return (gr.skip(),) * 6
+        tone = (item.target_delivery or "").lower()
+        tone_update = tone if tone in TONES else gr.skip()
+        return item.text, item.id, item.target_delivery or "", tone_update, tone_update, item.id
+
+    def draw(self, name: str):
+        return self.load_item(name, "", random_pick=True)
+
+    def generate_pair(self, text, prompt_id, target_delivery, system_a, voice_a, tone_a, accent_a, pace_a, seed_a,
+                      temperature_a, label_a, system_b, voice_b, tone_b, accent_b, pace_b, seed_b, temperature_b,
+                      label_b, max_seconds=DEFAULT_PAIR_SECONDS):
+        """Synthesise A and B, store the trial, return the clips under shuffled blind labels."""
+        import gradio as gr
+
+        with user_errors("Generating the pair"):
+            text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
+            delivery = indicemo.canonical_delivery(target_delivery) if target_delivery else None
+            sides = [dict(system=system_a, voice=voice_a, tone=tone_a, accent=accent_a, pace=pace_a, seed=seed_a,
+                          temperature=temperature_a, label=label_a),
+                     dict(system=system_b, voice=voice_b, tone=tone_b, accent=accent_b, pace=pace_b, seed=seed_b,
+                          temperature=temperature_b, label=label_b)]
+            built = [self.synth.build(text, s["voice"], s["tone"], s["accent"], s["pace"], "", s["seed"],
+                                      s["temperature"], DEFAULT_TOP_K, DEFAULT_TOP_P, max_seconds, s["system"])
+                     for s in sides]
+            auto = system_ids(self.registry, *sides)
+            ids = [(s["label"] or "").strip() or a for s, a in zip(sides, auto)]
+            if ids[0] == ids[1]:
+                raise UserError(f"A and B would both be exported as {ids[0]!r}; give them different labels.")
+            trial_id = uuid.uuid4().hex[:16]
+            prompt_id = (prompt_id or "").strip() or "typed-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:10]
+            order = [0, 1]
+            secrets.SystemRandom().shuffle(order)
+            clips = []
+            for label, k in zip(LABELS, order):
+                system, req = built[k]
+                audio = system.synthesize(req)
+                path = self.clip_dir / trial_id / f"{'AB'[k]}.wav"
+                audio.save(path)
+                settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
+                            "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,
+                            "max_seconds": float(max_seconds)}
+                clips.append(TrialClip(label, "AB"[k], ids[k], settings, audio.seed, sha256_file(path), str(path)))
+            trial = Trial(trial_id, prompt_id, text, delivery, clips)
+            self.store.add_trial(trial)
+        req = trial.request
+        info = f"Trial `{trial_id}` · prompt `{prompt_id}`" + (f" · target delivery **{delivery}**" if delivery else "")
+        tag_updates = []
+        for _ in LABELS:
+            if req is None:
+                tag_updates += [gr.update(visible=False, value=None), gr.update(visible=False, value=None, choices=[])]
+            else:
+                where = [(f"“{w}”", i) for i, w in enumerate(req.words)]
+                where += [("after the last word", len(req.words)), ("heard it, unsure where", UNSURE_INDEX)]
+                tag_updates += [gr.update(visible=True, value=None, label=f"Requested sound: <{req.nvv}>. What did you hear?"),
+                                gr.update(visible=False, value=None, choices=where)]  # shown once a sound is picked
+        if req is None and TAG_BRACKETS.search(text):
+            info += " · (more than one tag: the tag-placement question is skipped)"
+        return (clips[0].audio_path, clips[1].audio_path, trial_id, info, None, None, *tag_updates, None, "")
+
+    def submit(self, rater, trial_id, score_1, score_2, preference, heard_1=None, where_1=None, heard_2=None,
+               where_2=None, comment="") -> str:
+        """Store one rating (idempotent per rater and trial); returns a status line."""
+        with user_errors("Submitting the rating"):
+            if not (trial_id or "").strip():
+                raise UserError("Generate a pair first, then rate it.")
+            ratings = []
+            for label, score, heard, where in zip(LABELS, (score_1, score_2), (heard_1, heard_2), (where_1, where_2)):
+                if score in (None, ""):
+                    raise UserError(f"Give {label} an expression score from 1 to 5.")
+                ratings.append(ClipRating(label, int(score), heard or None,
+                                          None if where in (None, "") else int(where)))
+            sub = Submission(trial_id.strip(), str(rater or ""), preference or "", ratings, comment or "")
+            from webapp.ratings import RatingError
+
+            try:
+                stored = self.store.submit(sub)
+            except RatingError as exc:
+                raise UserError(str(exc)) from None
+        total = self.store.count_submissions()
+        if not stored:
+            return f"Already stored: this pair was rated by {sub.rater.strip()} before (submission `{sub.key()}`). Generate a new pair."
+        return f"✓ Stored (submission `{sub.key()}`; {total} in total). Generate the next pair."
+
+    def results(self) -> tuple[str, dict]:
+        with user_errors("Aggregating the results"):
+            return self.store.results()
+
+    def export(self) -> list[str]:
+        with user_errors("Exporting"):
+            files = self.store.export(self.export_dir / uuid.uuid4().hex[:8])
+        # The zip keeps the folder layout (transcripts per system); the loose files are the main ones.
+        return [str(p) for p in files if p.parent == files[0].parent and p.suffix != ".json"]
+
+
+def _side_controls(name: str, system_choices, default_system: str):
+    import gradio as gr
+
+    with gr.Column():
+        gr.Markdown(f"**Settings {name}**")
+        with gr.Row():
+            system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
+            voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", allow_custom_value=True)
+        with gr.Row():
+            tone = gr.Dropdown([NONE_CHOICE] + [(t, t) for t in TONES], value="", label="Tone", allow_custom_value=True)
+            accent = gr.Dropdown([NONE_CHOICE] + [(a, a) for a in ACCENTS], value="", label="Accent",
+                                 allow_custom_value=True)
+            pace = gr.Dropdown([NONE_CHOICE] + [(p, p) for p in PACES], value="", label="Pace", allow_custom_value=True)
+        with gr.Row():
+            seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)", elem_id=f"seed-{name.lower()}")
+            temperature = gr.Slider(0.0, 2.0, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature")
+        label = gr.Textbox(value="", label="Export id (optional)", placeholder="default: the system and what differs")
+    return dict(system=system, voice=voice, tone=tone, accent=accent, pace=pace, seed=seed, temperature=temperature,
+                label=label)
+
+
+def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
+    """Lay out the Compare & rate tab inside an open `gr.Tab` and wire its events."""
+    import gradio as gr
+
+    sets = list(prompt_sets())
+    rater = gr.Textbox(value="", label="Your rater name", placeholder="e.g. priya", elem_id="rater")
+    with gr.Row():
+        set_name = gr.Dropdown(sets, value=sets[0] if sets else None, label="Prompt set",
+                               info="evaluation/prompts/*.jsonl" if sets else "No prompt sets found; type a prompt.")
+        first = load_prompt_set(sets[0]) if sets else []
+        item = gr.Dropdown([(f"{i.id} · {i.text[:70]}", i.id) for i in first], value=None, label="Prompt from the set")
+        draw = gr.Button("Draw a random prompt", size="sm")
+    text = gr.Textbox(value="", label="Prompt (type your own, or pick one above)", lines=2, elem_id="rate-text")
+    with gr.Row():
+        prompt_id = gr.Textbox(value="", label="Prompt id", placeholder="set prompts keep their id; typed ones get typed-<hash>")
+        delivery = gr.Dropdown([NONE_CHOICE] + [(d, d) for d in indicemo.DELIVERIES], value="",
+                               label="Target delivery (for IndicEmo)")
+    with gr.Row():
+        a = _side_controls("A", system_choices, default_system)
+        # B defaults to the classical baseline when A is the model: the comparison most raters want.
+        b = _side_controls("B", system_choices, SYSTEM_ESPEAK if default_system == SYSTEM_RUMIK else default_system)
+    max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=DEFAULT_PAIR_SECONDS, step=0.5, label="Max seconds per clip",
+                            elem_id="pair-seconds")
+    generate = gr.Button("Generate the pair", variant="primary", elem_id="generate-pair")
+    trial_id = gr.Textbox(value="", label="Trial id", interactive=False, elem_id="trial-id")
+    info = gr.Markdown()
+    gr.Markdown(RUBRIC)
+    per_clip = []
+    with gr.Row():
+        for n, label in enumerate(LABELS, 1):
+            with gr.Column():
+                clip = gr.Audio(label=label, type="filepath", interactive=False, elem_id=f"clip-{n}")
+                score = gr.Radio(list(range(1, 6)), label=f"{label}: expression score (1-5)", elem_id=f"score-{n}")
+                heard = gr.Radio([("not heard", NOT_HEARD)] + [(c, c) for c in nova.CLASSES], visible=False,
+                                 label="Requested sound: what did you hear?", elem_id=f"heard-{n}")
+                where = gr.Radio([], visible=False, label="Where? Click the word the sound came just before",
+                                 elem_id=f"where-{n}")
+                per_clip.append((clip, score, heard, where))
+    preference = gr.Radio([(x, x) for x in LABELS] + [("No preference", NO_PREFERENCE)], label="Which clip do you prefer?",
+                          elem_id="preference")
+    comment = gr.Textbox(value="", label="Comment (optional)")
+    submit = gr.Button("Submit rating", variant="primary", elem_id="submit-rating")
+    status = gr.Markdown(elem_id="rating-status")
+    with gr.Accordion("Results and export", open=False):
+        show = gr.Button("Show results")
+        results_md = gr.Markdown()
+        results_json = gr.JSON(label="Numbers")
+        export = gr.Button("Export (IndicEmo judgments, NoVA prompts and transcripts, raw CSV)")
+        files = gr.File(label="Export files", file_count="multiple", interactive=False)
+
+    set_name.change(h.set_items, inputs=set_name, outputs=item, api_name="prompt_set_items")
+    item_outputs = [text, prompt_id, delivery, a["tone"], b["tone"], item]
+    item.input(h.load_item, inputs=[set_name, item], outputs=item_outputs, api_name="load_prompt")
+    draw.click(h.draw, inputs=set_name, outputs=item_outputs, api_name="draw_prompt")
+    text.input(lambda: "", outputs=prompt_id, api_name="typed_prompt", queue=False, show_progress="hidden")
+    keys = ("system", "voice", "tone", "accent", "pace", "seed", "temperature", "label")
+    (c1, s1, h1, w1), (c2, s2, h2, w2) = per_clip
+    generate.click(h.generate_pair, inputs=[text, prompt_id, delivery, *(a[k] for k in keys), *(b[k] for k in keys),
+                                             max_seconds],
+                   outputs=[c1, c2, trial_id, info, s1, s2, h1, w1, h2, w2, preference, status],
+                   api_name="generate_pair", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
+    for _, _, heard, where in per_clip:
+        heard.input(lambda h: gr.update(visible=h not in (None, "", NOT_HEARD)), inputs=heard, outputs=where,
+                    api_name="show_word_choices", queue=False, show_progress="hidden")
+    submit.click(h.submit, inputs=[rater, trial_id, s1, s2, preference, h1, w1, h2, w2, comment], outputs=status,
+                 api_name="submit_rating", trigger_mode="once")
+    show.click(h.results, outputs=[results_md, results_json], api_name="rating_results")
+    export.click(h.export, outputs=files, api_name="export_ratings")

@@ -1,0 +1,271 @@
+"""The Synthesise tab of `app.py` and the non-streaming `/synthesize` API endpoint.
+
+Library module (run the app with `python app.py`). `SynthHandlers` holds the plain
+functions (testable without a browser); `build_synth_tab` lays out the components and wires
+them. The UI streams audio while it is generated (`gr.Audio(streaming=True)` fed by a
+generator of WAV pieces) and then offers the whole clip as a 24 kHz WAV download.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from rumik_app.audio import SAMPLE_RATE, Audio
+from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
+from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
+from webapp.common import (
+    APP_MAX_TEXT_CHARS,
+    DEFAULT_MAX_SECONDS,
+    MAX_SECONDS_LIMIT,
+    MIN_SECONDS,
+    SYNTH_CONCURRENCY,
+    ClipFolder,
+    UserError,
+    user_errors,
+)
+from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
+from webapp.systems import SYSTEM_ESPEAK, SYSTEM_TINY, LoadedSystem, SystemRegistry
+
+MODE_STRUCTURED = "Tone, accent and pace"
+MODE_FREE = "Free-form description"
+NONE_CHOICE = ("(none)", "")
+MAX_TOP_K = 200
+TEXT_ELEM_ID = "tts-text"
+
+# Inserts a tag at the textarea's cursor (or replaces the selection), with spaces around it.
+INSERT_TAG_JS = """
+(text) => {{
+  const tag = "{tag}";
+  const ta = document.querySelector("#{elem} textarea");
+  text = text || "";
+  const s = ta && ta.selectionStart != null ? ta.selectionStart : text.length;
+  const e = ta && ta.selectionEnd != null ? ta.selectionEnd : s;
+  const before = text.slice(0, s), after = text.slice(e);
+  const left = before && !/\\s$/.test(before) ? " " : "";
+  const right = after && !/^\\s/.test(after) ? " " : "";
+  const out = before + left + tag + right + after;
+  if (ta) {{ const pos = (before + left + tag + right).length;
+    setTimeout(() => {{ ta.focus(); ta.setSelectionRange(pos, pos); }}, 0); }}
+  return out;
+}}
+"""
+
+
+def _choice(value: object) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def _seed(value: object) -> int | None:
+    """-1 (or empty) = draw a random seed; anything else must be a whole number >= 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        seed = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"Seed {value!r} is not a number. Use -1 for a random seed or a whole number >= 0.") from None
+    if not math.isfinite(seed) or seed != int(seed) or seed < -1:
+        raise UserError(f"Seed {value!r} is not valid. Use -1 for a random seed or a whole number >= 0.")
+    return None if seed < 0 else int(seed)
+
+
+def check_generation(temperature: float, top_k: float, top_p: float, max_seconds: float) -> tuple[float, int, float, float]:
+    """Validated sampling settings, or UserError naming the allowed range."""
+    try:
+        temperature, top_k, top_p, max_seconds = float(temperature), float(top_k), float(top_p), float(max_seconds)
+    except (TypeError, ValueError):
+        raise UserError("Temperature, top-k, top-p and max seconds must be numbers.") from None
+    if not 0.0 <= temperature <= 2.0:
+        raise UserError(f"Temperature {temperature} is out of range: use 0 (greedy) to 2.")
+    if top_k != int(top_k) or not 0 <= top_k <= MAX_TOP_K:
+        raise UserError(f"Top-k {top_k} is out of range: use a whole number 0 (off) to {MAX_TOP_K}.")
+    if not 0.0 < top_p <= 1.0:
+        raise UserError(f"Top-p {top_p} is out of range: use a value above 0 and at most 1.")
+    if not 0.0 < max_seconds <= MAX_SECONDS_LIMIT:
+        raise UserError(f"Max seconds {max_seconds} is out of range: use more than 0 and at most {MAX_SECONDS_LIMIT:g}.")
+    return temperature, int(top_k), top_p, max_seconds
+
+
+class SynthHandlers:
+    """The Synthesise tab's functions; each raises gr.Error with one readable message."""
+
+    def __init__(self, registry: SystemRegistry, clips: ClipFolder):
+        self.registry, self.clips = registry, clips
+
+    def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
+              max_seconds, system, language=None) -> tuple[LoadedSystem, SynthesisRequest]:
+        """Validate everything (text first, so it is checked even if the model is missing)."""
+        from rumik_app.engine import resolve_seed
+
+        text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
+        temperature, top_k, top_p, max_seconds = check_generation(temperature, top_k, top_p, max_seconds)
+        chosen = self.registry.get(system)
+        req = SynthesisRequest(
+            text=text, voice=str(voice or "").strip(), tone=_choice(tone), accent=_choice(accent), pace=_choice(pace),
+            description=_choice(description), seed=resolve_seed(_seed(seed)), temperature=temperature, top_k=top_k,
+            top_p=top_p, max_new_tokens=chosen.max_new_tokens_for(max_seconds), language=_choice(language),
+        )
+        req = req.with_(voice=_canonical_voice(req.voice, chosen.voices))
+        chosen.prompt_text(req)  # validates voice and description against this system
+        return chosen, req
+
+    def synthesize(self, text: str, voice: str = "Ira", tone: str = "", accent: str = "", pace: str = "",
+                   description: str = "", seed: float = -1, temperature: float = DEFAULT_TEMPERATURE,
+                   top_k: float = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,
+                   max_seconds: float = DEFAULT_MAX_SECONDS, system: str = "rumik-oss-1") -> str:
+        """Non-streaming synthesis (the `/synthesize` API): path of a 24 kHz 16-bit WAV."""
+        with user_errors("Synthesis"):
+            chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
+                                     top_p, max_seconds, system)
+            audio = chosen.synthesize(req)
+            return str(self.clips.write(audio.samples, stem=f"{chosen.key}-seed{audio.seed}"))
+
+    def stream(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds,
+               system, description_mode=MODE_STRUCTURED, language=None) -> Iterator[tuple]:
+        """UI synthesis: yields (audio piece as WAV bytes, seed used, download path, info)."""
+        import gradio as gr
+
+        if description_mode == MODE_FREE:
+            tone = accent = pace = ""
+        else:
+            description = ""
+        with user_errors("Synthesis"):
+            chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
+                                     top_p, max_seconds, system, language)
+        yield gr.skip(), req.seed, None, f"Generating with {chosen.label}, seed {req.seed}…"
+        stats: dict = {}
+        pieces: list[np.ndarray] = []
+        with user_errors("Synthesis"):
+            for piece in chosen.stream(req, stats):
+                if len(piece):
+                    pieces.append(piece)
+                    yield Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), gr.skip()
+            samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+            path = self.clips.write(samples, stem=f"{chosen.key}-seed{req.seed}")
+        yield gr.skip(), req.seed, str(path), _info(chosen, req, samples, stats)
+
+    def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,
+                system="rumik-oss-1", language=None) -> tuple[str, str]:
+        """(exact prompt string or a '⚠' line saying what to fix, notes) for the live preview."""
+        if description_mode == MODE_FREE:
+            tone = accent = pace = ""
+        else:
+            description = ""
+        notes = [script_note(text or "", language)]
+        if not (text or "").strip():
+            return "", ""
+        try:
+            validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
+            key = self.registry.resolve_key(system)
+            voices = _ready_voices(self.registry, key)
+            req = SynthesisRequest(text=text, voice=_canonical_voice(str(voice or ""), voices), tone=_choice(tone),
+                                   accent=_choice(accent), pace=_choice(pace), description=_choice(description))
+            prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
+        except Exception as exc:  # noqa: BLE001 - preview shows the problem instead of failing
+            return f"⚠ {exc}", "\n\n".join(n for n in notes if n)
+        if key == SYSTEM_ESPEAK:
+            notes.append("The espeak-ng baseline does not read this prompt: it speaks the text with its own voice.")
+        elif key == SYSTEM_TINY:
+            notes.append("tiny has random weights: it reads this prompt but its audio is noise.")
+        return prompt, "\n\n".join(n for n in notes if n)
+
+
+def _canonical_voice(voice: str, voices: tuple[str, ...]) -> str:
+    for v in voices:
+        if v.lower() == voice.strip().lower():
+            return v
+    return voice
+
+
+def _ready_voices(registry: SystemRegistry, key: str) -> tuple[str, ...]:
+    """The loaded system's voices if it is loaded (never loads a model for a preview)."""
+    if registry.status(key).state == "ready":
+        return registry.get(key).voices
+    return VOICES
+
+
+def _info(chosen: LoadedSystem, req: SynthesisRequest, samples: np.ndarray, stats: dict) -> str:
+    seconds = len(samples) / SAMPLE_RATE
+    parts = [f"{seconds:.2f} s of audio", f"seed {req.seed}", chosen.label]
+    if "tokens" in stats:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("finish_reasons"):
+        parts.append("finished by " + ", ".join(sorted(set(stats["finish_reasons"]))))
+    return " · ".join(parts)
+
+
+def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
+    """Lay out the Synthesise tab inside an open `gr.Blocks`/`gr.Tab` and wire its events."""
+    import gradio as gr
+
+    tone_choices = [NONE_CHOICE] + [(t, t) for t in TONES]
+    accent_choices = [NONE_CHOICE] + [(a, a) for a in ACCENTS]
+    pace_choices = [NONE_CHOICE] + [(p, p) for p in PACES]
+    first_text = example_for(DEFAULT_LANGUAGE)
+    first_prompt, first_notes = handlers.preview(first_text, "Ira", "", "", "", "", MODE_STRUCTURED, default_system, DEFAULT_LANGUAGE)
+
+    gr.Markdown(f"**{VOICE_NOTE}**", elem_id="voice-note")
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(label=f"Text (up to {APP_MAX_TEXT_CHARS:,} characters)", value=first_text, lines=4,
+                              elem_id=TEXT_ELEM_ID, placeholder="Type in any of the 22 languages or English…")
+            with gr.Row():
+                tag_buttons = [gr.Button(f"Insert {tag}", size="sm", elem_id=f"insert-{tag.strip('<>')}")
+                               for tag in ALLOWED_TAGS]
+            preview = gr.Textbox(label="Prompt the model receives (read-only)", value=first_prompt, interactive=False,
+                                 lines=2, elem_id="prompt-preview")
+            notes = gr.Markdown(first_notes, elem_id="prompt-notes")
+        with gr.Column(scale=2):
+            system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
+            voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", info="All four voices are female-presenting.",
+                                allow_custom_value=True)
+            language = gr.Dropdown(LANGUAGE_CHOICES, value=DEFAULT_LANGUAGE, label="Language",
+                                   info="Loads an example in its script. The model reads the language from the text itself.")
+            mode = gr.Radio([MODE_STRUCTURED, MODE_FREE], value=MODE_STRUCTURED, label="Description")
+            with gr.Group(visible=True) as structured:
+                tone = gr.Dropdown(tone_choices, value="", label="Tone", allow_custom_value=True)
+                accent = gr.Dropdown(accent_choices, value="", label="Accent", allow_custom_value=True)
+                pace = gr.Dropdown(pace_choices, value="", label="Pace", allow_custom_value=True)
+            description = gr.Textbox(value="", label="Free-form description", visible=False,
+                                     placeholder="e.g. warm and calm, like a bedtime story")
+            with gr.Accordion("Generation", open=False):
+                temperature = gr.Slider(0.0, 2.0, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature (0 = greedy)")
+                top_k = gr.Slider(0, MAX_TOP_K, value=DEFAULT_TOP_K, step=1, label="Top-k (0 = off)")
+                top_p = gr.Slider(0.05, 1.0, value=DEFAULT_TOP_P, step=0.05, label="Top-p")
+                max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=DEFAULT_MAX_SECONDS, step=0.5, elem_id="max-seconds",
+                                        label="Max seconds (per sentence chunk)")
+                seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)")
+    go = gr.Button("Synthesise", variant="primary", elem_id="synthesize-button")
+    with gr.Row():
+        audio = gr.Audio(label="Audio (plays while it is generated)", streaming=True, autoplay=True,
+                         interactive=False, elem_id="audio-out")
+        with gr.Column():
+            seed_used = gr.Number(value=None, label="Seed used", interactive=False, precision=0, elem_id="seed-used")
+            download = gr.DownloadButton("Download (24 kHz WAV)", value=None, elem_id="download")
+            info = gr.Markdown(elem_id="synth-info")
+    gr.Examples(
+        [list(example) for example in SHOWCASE],
+        inputs=[text, voice, language, tone, accent, pace],
+        label="Examples: English, Hindi, Telugu, Tamil, Kannada, Bengali, Punjabi, and code-switched text with tags",
+    )
+    # API-only twin of the button: same inputs, one 24 kHz WAV file out, no streaming.
+    api_audio = gr.Audio(type="filepath", format="wav", visible=False)
+    api_button = gr.Button(visible=False)
+
+    fields = [text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds, system]
+    for button, tag in zip(tag_buttons, ALLOWED_TAGS):
+        button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
+    language.input(example_for, inputs=language, outputs=text, api_name="language_example")
+    mode.change(lambda m: (gr.update(visible=m == MODE_STRUCTURED), gr.update(visible=m == MODE_FREE)),
+                inputs=mode, outputs=[structured, description], api_name="description_mode")
+    gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language)],
+          handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language],
+          outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden", trigger_mode="always_last",
+          queue=False)
+    go.click(handlers.stream, inputs=fields + [mode, language], outputs=[audio, seed_used, download, info],
+             api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
+    api_button.click(handlers.synthesize, inputs=fields, outputs=api_audio, api_name="synthesize",
+                     concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
