@@ -163,7 +163,8 @@ class RateHandlers:
             for label, k in zip(LABELS, order):
                 system, req = built[k]
                 audio = system.synthesize(req)
-                path = self.clip_dir / trial_id / f"{'AB'[k]}.wav"
+                # Named by blind label: the file name reaches the browser and must not reveal the side.
+                path = self.clip_dir / trial_id / f"{label.lower().replace(' ', '-')}.wav"
                 audio.save(path)
                 settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
                             "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,

@@ -121,3 +121,21 @@ def test_page_states_the_voice_note(app_server):
 
     with urllib.request.urlopen(app_server[1] + "config", timeout=10) as r:
         assert VOICE_NOTE in r.read().decode("utf-8")
+
+
+def test_generated_pair_is_blind_and_hashes_match_the_served_audio(client, app_server):
+    import hashlib
+    from pathlib import Path
+
+    out = client.predict(text="Blind <sigh> pair", prompt_id="", target_delivery="Sad", system_a="rumik-oss-1",
+                         system_b="rumik-oss-1", seed_a=11, seed_b=12, max_seconds=SHORT, api_name="/generate_pair")
+    clip1, clip2, trial_id, info = out[:4]
+    assert (Path(clip1).name, Path(clip2).name) == ("clip-1.wav", "clip-2.wav")  # nothing about A/B or systems
+    assert "seed" not in info and "rumik" not in info
+    trial = app_server[0].rating_store.get_trial(trial_id)
+    assert {c.side for c in trial.clips} == {"A", "B"} and [c.label for c in trial.clips] == ["Clip 1", "Clip 2"]
+    for served, clip in zip((clip1, clip2), trial.clips):
+        assert hashlib.sha256(Path(served).read_bytes()).hexdigest() == clip.audio_sha256
+        assert clip.seed == (11 if clip.side == "A" else 12) and clip.settings["seed"] == clip.seed
+    assert {c.system_id for c in trial.clips} == {"rumik-oss-1[rumik-oss-1-tiny] (seed 11)",
+                                                  "rumik-oss-1[rumik-oss-1-tiny] (seed 12)"}

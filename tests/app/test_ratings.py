@@ -171,3 +171,11 @@ def test_export_reaggregates_to_the_results_view(tmp_path):
         assert agg.markdown() in md
     # Independent check of one number: aggregate_exports on the raw records agrees too.
     assert aggregate_exports(judgments, *store.nova_sets())[1]["indicemo"] == numbers["indicemo"]
+
+
+def test_shipped_nova_prompts_get_their_own_positions():
+    prompts = read_jsonl(ROOT / "evaluation" / "prompts" / "nova_tags_en.jsonl")
+    assert prompts
+    for p in prompts:
+        req = tag_request(p["text_with_mark"])
+        assert (req.nvv, req.index, len(req.words)) == (p["nvv"], p["requested_index"], p["n_words"]), p["id"]
