@@ -40,7 +40,7 @@ import torch
 from scipy.signal import resample_poly
 from tqdm import tqdm
 
-from rumik_app.checkpoint import auto_device, load_codec, resolve_checkpoint
+from rumik_app.checkpoint import CheckpointError, auto_device, load_codec, resolve_checkpoint
 from rumik_app.codec import MimiCodec
 from rumik_app.config import RumikOSSConfig
 from rumik_app.languages import get_language
@@ -51,6 +51,7 @@ MAX_SECONDS = 30.0
 MIN_SECONDS = 0.2
 SHARD_SIZE = 1000
 BATCH_SIZE = 16
+ENCODE_BUFFER_BATCHES = 4  # clips loaded ahead of encoding, in batches (bounds memory)
 REQUIRED_FIELDS = ("audio", "text", "speaker", "language")
 OPTIONAL_FIELDS = ("description", "tone", "accent", "pace")
 SHARDS_DIR = "shards"
@@ -170,22 +171,37 @@ def lines_digest(lines: list[str]) -> str:
 def prepare_shard(shard: int, lines: list[str], first_line: int, shard_dir: Path, base_dir: Path,
                   codec: MimiCodec, speakers: tuple[str, ...], batch_size: int, min_seconds: float,
                   max_seconds: float, progress: tqdm) -> dict:
-    """Validate, load and encode one shard's lines; write its .npy and (last) its .json."""
-    clips, skipped = [], []
+    """Validate, load and encode one shard's lines; write its .npy and (last) its .json.
+
+    Audio is held for at most ENCODE_BUFFER_BATCHES batches at a time (sorted by length
+    there, to pad little); only the small codes are kept for the whole shard.
+    """
+    buffer: list[Clip] = []
+    kept: list[tuple[Clip, np.ndarray]] = []
+    skipped = []
+
+    def flush() -> None:
+        kept.extend(zip(buffer, encode_clips(codec, buffer, batch_size)))
+        for clip in buffer:
+            clip.samples = np.zeros(0, np.float32)
+        buffer.clear()
+
     for k, raw in enumerate(lines):
         line = first_line + k
+        progress.update(1)
         if not raw.strip():
-            progress.update(1)
             continue
         try:
-            clips.append(check_row(raw, line, base_dir, speakers, codec.sample_rate, min_seconds, max_seconds))
+            buffer.append(check_row(raw, line, base_dir, speakers, codec.sample_rate, min_seconds, max_seconds))
         except ValueError as exc:
-            audio = _audio_field(raw)
-            skipped.append({"line": line, "audio": audio, "reason": str(exc)})
-        progress.update(1)
-    codes = encode_clips(codec, clips, batch_size) if clips else []
+            skipped.append({"line": line, "audio": _audio_field(raw), "reason": str(exc)})
+        if len(buffer) >= batch_size * ENCODE_BUFFER_BATCHES:
+            flush()
+    if buffer:
+        flush()
+    codes = [c for _, c in kept]
     rows, offset = [], 0
-    for clip, c in zip(clips, codes):
+    for clip, c in kept:
         rows.append({**clip.meta, "line": clip.line, "offset": offset, "frames": int(c.shape[0])})
         offset += int(c.shape[0])
     name = f"shard_{shard:05d}"
@@ -294,8 +310,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.shard_size < 1 or args.batch_size < 1:
         parser.error("--shard-size and --batch-size must be at least 1")
-    report = prepare(args.manifest, args.model, args.out, args.shard_size, args.batch_size, args.device,
-                     tuple(args.new_speakers), args.min_seconds, args.max_seconds)
+    try:
+        report = prepare(args.manifest, args.model, args.out, args.shard_size, args.batch_size, args.device,
+                         tuple(args.new_speakers), args.min_seconds, args.max_seconds)
+    except (PrepareError, CheckpointError) as exc:
+        raise SystemExit(f"error: {exc}") from exc
     print(f"kept {report['kept']} of {report['manifest_lines']} lines ({report['hours']} h), "
           f"skipped {report['skipped_count']} (see {Path(args.out) / REPORT_FILE})")
     for item in report["skipped"][:20]:

@@ -4,14 +4,15 @@
     python -m training.sft --smoke --out /tmp/rumik-smoke --set stages.1.steps=200
 
 1. speech from espeak-ng (`evaluation.systems.espeak_synthesize`) in English, Hindi, Tamil,
-   Bengali and Telugu: two voices, some rows with a tone/pace description, one `<laugh>`,
+   Bengali and Telugu: two known voices and a new one (Meera, added to the saved config),
+   some rows with a tone/pace description, one `<laugh>`,
    one clip re-encoded as 44.1 kHz stereo FLAC to exercise mixing and resampling; wav files
    and manifests under OUT/smoke_data/;
 2. a tiny random checkpoint in the published format (OUT/base);
 3. `training.prepare` for an English folder, an Indic folder and a held-out folder;
 4. `training.sft` with a two-stage curriculum (English, then Indic with English replay);
 5. OUT (the final published checkpoint) is loaded with `TTSEngine.from_pretrained(OUT)` and
-   synthesises one sentence.
+   synthesises one sentence in the new voice.
 
 The codes of a random Mimi carry no speech, so the model can only memorise its small
 training set: the training loss falls well below its start, the held-out loss does not.
@@ -49,6 +50,8 @@ HELDOUT: tuple[tuple[str, str], ...] = (
 )
 SMOKE_STEPS = (25, 35)  # English stage, then Indic + replay
 FLAC_RATE = 44_100
+NEW_VOICE = "Meera"  # a voice the base checkpoint lacks: prepare --new-speakers, training adds it
+ESPEAK_VOICE = {NEW_VOICE: "Zoya"}  # who lends it her espeak variant
 # A hidden-64 model gains nothing from intra-op threads; on a busy machine they cost 5x.
 SMOKE_THREADS = 1
 
@@ -56,7 +59,7 @@ SMOKE_THREADS = 1
 def _clip_rows(entries, wav_dir: Path, prefix: str) -> list[dict]:
     rows = []
     for n, (lang, text, voice, tone, pace) in enumerate(entries):
-        audio = espeak_synthesize(text, language=lang, voice=voice, pace=pace, tone=tone)
+        audio = espeak_synthesize(text, language=lang, voice=ESPEAK_VOICE.get(voice, voice), pace=pace, tone=tone)
         name = f"{prefix}_{n:02d}_{lang}.wav"
         write_wav(wav_dir / name, audio.samples, audio.sample_rate)
         row = {"audio": f"wav/{name}", "text": text, "speaker": voice, "language": lang}
@@ -69,7 +72,7 @@ def synthesize_corpus(data_dir: Path) -> dict[str, Path]:
     """Write wav files and the english/indic/heldout manifests; returns their paths."""
     wav_dir = data_dir / "wav"
     wav_dir.mkdir(parents=True, exist_ok=True)
-    styles = [("Ira", None, None), ("Aisha", "happy", "fast"), ("Ira", "sad", "slow"), ("Aisha", None, None)]
+    styles = [("Ira", None, None), ("Aisha", "happy", "fast"), ("Ira", "sad", "slow"), (NEW_VOICE, None, None)]
     entries = {"en": [], "indic": []}
     for lang, sentences in CORPUS:
         for n, text in enumerate(sentences):
@@ -129,7 +132,7 @@ def prepare_smoke_data(out: Path) -> tuple[Path, dict[str, Path]]:
     prepared = {}
     for group, manifest in manifests.items():
         report = prepare(manifest, str(base), data_dir / f"prepared_{group}", shard_size=4, batch_size=8,
-                         device="cpu")
+                         device="cpu", new_speakers=(NEW_VOICE,))
         if report["skipped_count"]:
             raise RuntimeError(f"smoke data: unexpected skipped rows {report['skipped']}")
         prepared[group] = data_dir / f"prepared_{group}"
@@ -158,7 +161,7 @@ def run_smoke(out: Path, overrides: Sequence[str] = ()) -> Path:
     losses = [r for r in rows if "loss" in r]
     first, last = np.mean([r["loss"] for r in losses[:10]]), np.mean([r["loss"] for r in losses[-10:]])
     engine = TTSEngine.from_pretrained(str(out), device="cpu")
-    audio = engine.synthesize(SynthesisRequest("नमस्ते, आप कैसे हैं?", voice="Ira", seed=0, max_new_tokens=400))
+    audio = engine.synthesize(SynthesisRequest("नमस्ते, आप कैसे हैं?", voice=NEW_VOICE, seed=0, max_new_tokens=400))
     summary = {"first10_loss": round(float(first), 4), "last10_loss": round(float(last), 4),
                "ratio": round(float(last / first), 4),
                "tokens_per_s": round(float(np.median([r["tokens_per_s"] for r in losses])), 1),
