@@ -5,6 +5,7 @@
     python -m training.grpo --config ... --set loss.routing=flat --set optim.lr=5e-7
     python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
     accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
+    ACCELERATE_USE_CPU=true torchrun --standalone --nproc_per_node 2 -m training.grpo --smoke --out /tmp/ddp
 
 One step (a "rollout batch"):
 1. Draw `prompts_per_step` prompts (domain and language weights, seeded by (seed, step));
@@ -26,22 +27,26 @@ One step (a "rollout batch"):
 Scale. Under `accelerate launch` (DDP) each process samples and scores its own shard;
 groups never straddle processes, so advantages are local; the action count is summed over
 processes and every local loss is scaled by the world size, so DDP's gradient average gives
-exactly the global objective. Rewards and lengths are gathered for logging. The engine
-samples with the live weights of its process. FSDP / ZeRO-3 shard the weights, so the
-in-process sampler cannot run on them; use DDP, or a rollout server (next paragraph).
+exactly the global objective (the two-process CPU run above reproduces the one-process
+numbers; tests/training/test_grpo.py checks it). Rewards and lengths are gathered for
+logging, so metrics.jsonl describes the whole batch. The engine samples with the live
+weights of its process. FSDP / ZeRO-3 shard the weights, so the in-process sampler cannot
+run on them; use DDP, or a rollout server (next paragraph).
 
 A faster rollout server (vLLM, SGLang, or a TensorRT-LLM build of the same network) plugs in
 behind `RolloutSource`: `generate(requests, num_samples, stop_mode) -> Rollouts` and
-`sync_weights(model)`. A server implementation sends the prompt ids, seeds and sampling
-settings (one request per row, `n = num_samples`), and fills a `Rollouts` from the
-responses: token ids, stop-head decisions (the server's model must run the stop head at
-frame boundaries, restricted to audio rows as in rumik_app.model.AudioHead; a plain LM
-server that only emits `</audio>` gives no stop decisions, so use the unrestricted stop
-slot only), and codes parsed with `TokenLayout.parse`. Its log-probs are only used for
-monitoring: the loss recomputes them here, so numerical differences between the server and
-the trainer do not bias the ratio. After every optimiser step the trainer calls
-`sync_weights`: the server implementation broadcasts the updated (or LoRA-merged) weights
-over NCCL, or calls the server's weight-update endpoint, before the next batch is sampled.
+`sync_weights(model)`. The server implementation sends each request's prompt ids, seed and
+sampling settings (n = num_samples) and fills a `Rollouts` from the responses: token ids,
+per-row `params` (temperature and min_new_tokens are needed to rescore), stop-head decisions
+(the served model must run the stop head at frame boundaries with the audio-only head of
+rumik_app.model.AudioHead; a server that cannot returns an all-False stop_mask, and then
+only `</audio>` carries the duration stream and the stop head is not trained), and codes
+parsed with `TokenLayout.parse`. The server's log-probs do not enter the loss (it rescores
+every action here); their gap to the trainer's is logged as
+`sampling/sampling_logp_difference/{mean,max}`, so numerics that drift apart (which make the
+samples slightly off-policy) are visible. After every optimiser step the trainer calls
+`sync_weights`: the implementation broadcasts the updated (LoRA: merged) weights to the
+server over NCCL or its weight-update endpoint before the next batch is sampled.
 """
 
 from __future__ import annotations
@@ -207,6 +212,13 @@ class GRPOTrainer:
                 return self.acc.unwrap_model(self.scorer)(batch)
         return self.reference(batch) if self.reference is not None else None
 
+    @staticmethod
+    def _sampling_gap(stats: dict, recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor) -> None:
+        """Monitor |log pi_trainer - log pi_sampler| over tokens (numerics of the two code paths)."""
+        gap = (recomputed - sampled).abs() * mask
+        stats["logp_gap_sum"] += float(gap.sum())
+        stats["logp_gap_max"] = max(stats["logp_gap_max"], float(gap.max()) if gap.numel() else 0.0)
+
     def update(self, rb: RolloutBatch) -> dict[str, float]:
         """`num_iterations` optimiser steps on one rollout batch; returns summed statistics."""
         cfg, acc, r = self.cfg, self.acc, rb.rollouts
@@ -224,16 +236,21 @@ class GRPOTrainer:
             refs = [self._reference_logps(b) for b in batches]
             olds = [unwrapped(b) for b in batches] if cfg.loss.num_iterations > 1 else None
         eps_high = cfg.loss.epsilon_high if cfg.loss.epsilon_high is not None else cfg.loss.epsilon
-        keys = ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum", "grad_norm")
+        keys = ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum", "grad_norm",
+                "logp_gap_sum", "logp_gap_max")
         stats = dict.fromkeys(keys, 0.0)
         stats["learning_rate"] = self.scheduler.get_last_lr()[0]
-        for _ in range(cfg.loss.num_iterations):
+        for it in range(cfg.loss.num_iterations):
             if cfg.gradient_checkpointing:
                 self.model.train()
             for k, b in enumerate(batches):
                 sync = nullcontext() if k == len(batches) - 1 else acc.no_sync(self.scorer)
                 with sync:
-                    logp = concat_actions(*self.scorer(b))
+                    tok, stop = self.scorer(b)
+                    if it == 0:
+                        self._sampling_gap(stats, tok.detach().cpu(), r.log_probs[micro[k], : tok.shape[1]],
+                                           b.token_mask.cpu())
+                    logp = concat_actions(tok, stop)
                     old = concat_actions(*olds[k]) if olds is not None else logp.detach()
                     ref = concat_actions(*refs[k]) if refs[k] is not None else None
                     mask = concat_actions(b.token_mask, b.stop_mask).bool()
@@ -264,8 +281,10 @@ class GRPOTrainer:
                                for f in r.finish_reasons], dtype=torch.float64)
         finish = acc.gather(finish.to(dev)).cpu()
         sums = torch.tensor([stats[k] for k in ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum",
-                                                "region_clip_sum")], dtype=torch.float64, device=dev)
-        loss, count, kl, low, high, region = acc.reduce(sums, "sum").cpu().tolist()
+                                                "region_clip_sum", "logp_gap_sum")], dtype=torch.float64, device=dev)
+        loss, count, kl, low, high, region, gap = acc.reduce(sums, "sum").cpu().tolist()
+        gap_max = float(acc.reduce(torch.tensor([stats["logp_gap_max"]], device=dev), "max").item())
+        n_tokens = float(acc.reduce(r.token_mask.sum().double().reshape(1).to(dev), "sum").item())
         local_clip = torch.tensor([[stats["low_clip_sum"], stats["high_clip_sum"]]], dtype=torch.float64,
                                   device=dev) / max(stats["count"], 1.0)
         local_clip = acc.gather(local_clip).cpu()
@@ -287,6 +306,8 @@ class GRPOTrainer:
             "completions/max_length": float(lengths.max()), "completions/clipped_ratio": float(finish[:, 0].mean()),
             "completions/mean_seconds": float(seconds.mean()), "completions/stop_head_ratio": float(finish[:, 1].mean()),
             "completions/end_token_ratio": float(finish[:, 2].mean()),
+            "sampling/sampling_logp_difference/mean": gap / max(n_tokens, 1.0),
+            "sampling/sampling_logp_difference/max": gap_max,
             "loss": loss, "learning_rate": stats["learning_rate"], "grad_norm": stats["grad_norm"],
             "num_actions": count, **{f"time/{k}": v for k, v in timings.items()},
         })

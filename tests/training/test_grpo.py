@@ -2,6 +2,11 @@
 the normaliser, the smoke run's rising reward, zero learning rate, resume, LoRA."""
 
 import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,3 +183,47 @@ def test_lora_reference_is_the_adapter_disabled_model(tiny_checkpoint, tmp_path)
     assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     main(["--smoke", "--out", str(out), "--resume", *sum((["--set", o] for o in overrides + ["steps=4"]), [])])
     assert [row["step"] for row in _metrics(out)] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_real_reward_streams_run_in_the_loop(tiny_checkpoint, tmp_path):
+    """Content (decoded audio -> pocketsphinx) and duration streams through make_batch and update."""
+    rewards = ('rewards=[{"name": "content", "kind": "content", "kwargs": {"asr": "pocketsphinx"}}, '
+               '{"name": "duration", "kind": "duration"}]')
+    trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, "rollout.prompts_per_step=2", "rollout.num_generations=2",
+                               "rollout.max_new_tokens=24", rewards))
+    step = next(s for s in range(1, 50)
+                if {item["language"] for item, _ in trainer.sampler.sample(s, 2, 2)} == {"en", "hi"})
+    with torch.no_grad():
+        trainer.model.stop_predictor[3].bias.fill_(0.0)
+    rb = trainer.make_batch(step)
+    langs = [req.language for req in rb.requests]
+    assert len(rb.columns["audio"]) == 4 and rb.columns["sample_rate"] == 24_000
+    assert [len(a) for a in rb.columns["audio"]] == [int(n) * 1920 for n in rb.rollouts.num_frames]
+    content, duration = rb.rewards[:, 0], rb.rewards[:, 1]
+    for lang, c in zip(langs, content.tolist()):
+        assert (0.0 <= c <= 1.0) if lang == "en" else math.isnan(c)  # pocketsphinx: English only
+    assert not torch.isnan(duration).any() and (duration <= 0).all()
+    stats = trainer.update(rb)
+    assert stats["count"] == int(rb.rollouts.token_mask.sum() + rb.rollouts.stop_mask.sum())
+    row = trainer.metrics(rb, stats, {})
+    assert row["rewards/content/abstained"] == 0.5 and row["rewards/duration/std"] is not None
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(tiny_checkpoint, tmp_path):
+    """DDP (gloo, 2 CPU processes, each with half the prompts) gives the single-process run's numbers."""
+    sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16",
+                                       "save_every=2")), [])
+    main(["--smoke", "--out", str(tmp_path / "one"), *sets])
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
+                   check=True, env=env, cwd=repo, timeout=300, capture_output=True)
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert len(one) == len(two) == 2
+    for key in ("reward", "reward_std", "kl", "loss", "grad_norm", "num_actions"):
+        # loss is a sum of +-A terms that cancel to ~1e-9 at rho = 1: compare it absolutely
+        assert [row[key] for row in two] == pytest.approx([row[key] for row in one], rel=1e-4, abs=1e-7), key

@@ -1,0 +1,59 @@
+"""GRPO configs and the weighted prompt sampler (training.grpo_config)."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from training.common import load_config
+from training.grpo_config import CONFIG_DIR, SMOKE_CONFIG, GRPOConfig, PromptSampler, PromptSet, build_request
+
+
+def test_shipped_configs_load_and_validate():
+    for path in (SMOKE_CONFIG, CONFIG_DIR / "grpo_example.toml"):
+        cfg = load_config(GRPOConfig, path)
+        cfg.validate(1)
+        assert cfg.rollout.stop_mode == "sample"
+        PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=path.parent)
+    example = load_config(GRPOConfig, CONFIG_DIR / "grpo_example.toml")
+    assert [r.kind for r in example.rewards] == ["content", "duration"] and example.loss.beta == 0.0
+
+
+def test_sampler_weights_domains_and_languages():
+    sets = [PromptSet(domain="news", weight=3.0, items=[{"text": "hello", "language": "en"},
+                                                        {"text": "नमस्ते", "language": "Hindi"}]),
+            PromptSet(domain="chat", weight=1.0, items=[{"text": "hey there"}])]
+    sampler = PromptSampler(sets, {"hi": 3.0, "en": 1.0}, seed=0)
+    counts = Counter()
+    for step in range(400):
+        for item, _ in sampler.sample(step, 10, 4):
+            counts[(item["domain"], item["text"])] += 1
+    total = sum(counts.values())
+    # news 3/4 of draws, split 1:3 between en and hi; chat 1/4 (no language -> key "*", weight 1)
+    assert counts[("news", "hello")] / total == pytest.approx(0.75 * 0.25, abs=0.02)
+    assert counts[("news", "नमस्ते")] / total == pytest.approx(0.75 * 0.75, abs=0.02)
+    assert counts[("chat", "hey there")] / total == pytest.approx(0.25, abs=0.02)
+    assert sampler.sample(7, 5, 4) == sampler.sample(7, 5, 4)  # deterministic per step
+    assert sampler.sample(7, 5, 4) != sampler.sample(8, 5, 4)
+    only_hi = PromptSampler(sets[:1], {"en": 0.0}, seed=0)
+    assert {item["language"] for item, _ in only_hi.sample(0, 50, 4)} == {"hi"}
+
+
+def test_jsonl_prompt_sets_and_requests(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"text": "नमस्ते <laugh> दोस्त", "language": "hi", "tone": "happy", "speaker_id": 7},
+            {"text": "Good morning.", "voice": "Aisha", "pace": "slow"}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    sampler = PromptSampler([PromptSet(domain="d", path="prompts.jsonl")], {}, seed=1, base_dir=tmp_path)
+    assert [it["text"] for it in sampler.items] == [r["text"] for r in rows]
+    cfg = GRPOConfig()
+    req = build_request(sampler.items[0], 1234, cfg.rollout)
+    assert (req.tone, req.language, req.seed, req.temperature, req.max_new_tokens) == (
+        "happy", "hi", 1234, cfg.rollout.temperature, cfg.rollout.max_new_tokens)
+    assert build_request(sampler.items[1], 1, cfg.rollout).voice == "Aisha"
+    with pytest.raises(ValueError, match="text"):
+        PromptSampler([PromptSet(items=[{"language": "en"}])], {}, seed=0)
+    with pytest.raises(Exception, match="boom"):
+        PromptSampler([PromptSet(items=[{"text": "bad <boom> tag"}])], {}, seed=0)
+    with pytest.raises(ValueError, match="positive"):
+        PromptSampler([PromptSet(items=[{"text": "a"}], weight=0.0)], {}, seed=0)
