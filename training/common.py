@@ -1,7 +1,7 @@
 """Shared training utilities for SFT (`training.sft`) and GRPO (`training.grpo`).
 
-    cfg = load_config(SFTConfig, "training/configs/sft_example.toml", ["optim.lr=3e-4"])
-    save_config(cfg, out / "config.json")
+    cfg = load_config(SFTConfig, "training/configs/pretrain_curriculum.toml", ["optim.lr=3e-4"])
+    save_config(cfg, out / "train_config.json")
     set_seed(cfg.seed)
     logger = MetricsLogger(out, is_main=accelerator.is_main_process)
     sched = LambdaLR(optimizer, wsd_lambda(warmup, stable, decay, min_ratio=0.1))
@@ -9,6 +9,7 @@
                              optimizer, sched, cfg, extra_state={"data": sampler.state_dict()})
     ckpt = latest_checkpoint(out)        # OUT/checkpoints/step_00000500 or None
     extra = load_training_state(ckpt, optimizer, sched, model=model)   # extra["step"] == 500
+    publish_checkpoint(ckpt, out)        # OUT itself becomes a loadable published checkpoint
 
 Configs are (nested) dataclasses read from JSON or TOML; `--set KEY=VALUE` overrides use
 dotted paths (`optim.lr=3e-4`, `stages.0.steps=200`) and values parse as JSON, else as a
@@ -24,7 +25,9 @@ after the folder is complete, so a kill at any moment leaves the previous checkp
 Distributed (accelerate): call `accelerator.get_state_dict(model)` on every rank (FSDP and
 DeepSpeed gather there), then `save_training_checkpoint(..., state_dict=...)` on the main
 process only, with `accelerator.unwrap_model(model)`; every rank calls
-`load_training_state` after `accelerator.prepare` (each rank restores its own RNG).
+`load_training_state` after `accelerator.prepare` (RNG states are the main process's).
+The optimizer state saved is `optimizer.state_dict()` of the main process: complete for one
+process and DDP; under FSDP/DeepSpeed it is only that rank's shard (not enough to resume).
 """
 
 from __future__ import annotations

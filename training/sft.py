@@ -21,9 +21,11 @@ OUT/metrics.jsonl (a resume may repeat the steps after its checkpoint: the last 
 
 Multi-process: every process draws the same global batch and trains on its own slice;
 checkpoints are written by the main process. The published weights are gathered with
-`accelerator.get_state_dict`, so they are right under FSDP and DeepSpeed too; the saved
-optimizer state is the main process's, which makes exact resume a DDP/single-GPU feature
-(under FSDP/DeepSpeed, resume restores weights and data order but not the sharded moments).
+`accelerator.get_state_dict`, so they are right under FSDP and DeepSpeed too. The saved
+optimizer state is the main process's `optimizer.state_dict()`, which makes exact resume a
+single-process/DDP feature (tested with two CPU processes); FSDP/DeepSpeed optimizer shards
+are not saved yet. loss.head = "audio" reads the tied embedding outside the LM head's own
+forward: use it with one process or DDP, not FSDP.
 """
 
 from __future__ import annotations
