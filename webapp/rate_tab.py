@@ -305,7 +305,7 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
                    outputs=[c1, c2, trial_id, info, s1, s2, h1, w1, h2, w2, preference, status],
                    api_name="generate_pair", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
     for _, _, heard, where in per_clip:
-        heard.input(lambda h: gr.update(visible=h not in (None, "", NOT_HEARD)), inputs=heard, outputs=where,
+        heard.input(lambda heard: gr.update(visible=heard not in (None, "", NOT_HEARD)), inputs=heard, outputs=where,
                     api_name="show_word_choices", queue=False, show_progress="hidden")
     submit.click(h.submit, inputs=[rater, trial_id, s1, s2, preference, h1, w1, h2, w2, comment], outputs=status,
                  api_name="submit_rating", trigger_mode="once")

@@ -259,7 +259,7 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     for button, tag in zip(tag_buttons, ALLOWED_TAGS):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
-    mode.change(lambda m: (gr.update(visible=m == MODE_STRUCTURED), gr.update(visible=m == MODE_FREE)),
+    mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
     gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language)],
           handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language],
