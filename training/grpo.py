@@ -144,8 +144,8 @@ class GRPOTrainer:
         elif cfg.loss.beta > 0 or cfg.loss.kl_monitor:
             frozen = copy.deepcopy(self.model).requires_grad_(False).eval()
             self.reference = PolicyScorer(frozen, self.layout, restrict)
-        if cfg.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+        if cfg.gradient_checkpointing:  # non-reentrant: works with DDP and with frozen (LoRA) inputs
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         optim = cfg.optim
         optimizer = torch.optim.AdamW(self.params, lr=optim.lr, betas=tuple(optim.betas),
@@ -304,7 +304,8 @@ class GRPOTrainer:
             "clip_ratio/region_mean": region / max(count, 1.0),
             "completions/mean_length": float(lengths.mean()), "completions/min_length": float(lengths.min()),
             "completions/max_length": float(lengths.max()), "completions/clipped_ratio": float(finish[:, 0].mean()),
-            "completions/mean_seconds": float(seconds.mean()), "completions/stop_head_ratio": float(finish[:, 1].mean()),
+            "completions/mean_seconds": float(seconds.mean()),
+            "completions/stop_head_ratio": float(finish[:, 1].mean()),
             "completions/end_token_ratio": float(finish[:, 2].mean()),
             "sampling/sampling_logp_difference/mean": gap / max(n_tokens, 1.0),
             "sampling/sampling_logp_difference/max": gap_max,
@@ -316,12 +317,13 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ checkpoints
     def save(self, step: int) -> None:
         extra: dict[str, Any] = {}
-        if self.peft is not None:
+        if self.peft is not None:  # adapters are replicated (DDP): the main process has them all
             from peft import get_peft_model_state_dict
 
-            state = merged_state_dict(self.peft)
-            extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
-        else:
+            if self.acc.is_main_process:
+                state = merged_state_dict(self.peft)
+                extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
+        else:  # every process takes part (FSDP/DeepSpeed gather here)
             state = {k.removeprefix("model."): v for k, v in self.acc.get_state_dict(self.scorer).items()}
         if self.acc.is_main_process:
             save_training_checkpoint(self.out, step, self.model, self.engine.config, self.engine.checkpoint_dir,

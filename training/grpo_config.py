@@ -71,7 +71,9 @@ class LossConfig:
 
     epsilon / epsilon_high: clip range [1 - epsilon, 1 + epsilon_high] (None: = epsilon).
     beta: weight of the k3 KL to the frozen reference (0: not in the loss, still logged when
-    kl_monitor). routing: "routed" (W) or "flat" (every action gets the sum of the stream
+    kl_monitor). With full weights the reference is a frozen copy of the starting model (one
+    more model in memory); beta = 0 with kl_monitor = false skips it. With LoRA it is the
+    adapter-disabled model (no copy). routing: "routed" (W) or "flat" (every action gets the sum of the stream
     advantages). num_iterations: optimiser steps per rollout batch (1: rho = 1 in value).
     scale_rewards: divide by the group std. adv_eps: the eps in (r - mean) / (std + eps).
     """

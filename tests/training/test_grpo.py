@@ -40,8 +40,10 @@ GRAD_OVERRIDES = (
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")  # optimizer.step is stubbed
-def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_path, monkeypatch):
-    trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *GRAD_OVERRIDES))
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_path, monkeypatch, checkpointing):
+    trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *GRAD_OVERRIDES,
+                               f"gradient_checkpointing={str(checkpointing).lower()}"))
     with torch.no_grad():  # stop probability ~0.5 per boundary: varied lengths, real stop decisions
         trainer.model.stop_predictor[3].bias.fill_(0.0)
     rb = trainer.make_batch(1)
@@ -157,7 +159,7 @@ def test_lora_reference_is_the_adapter_disabled_model(tiny_checkpoint, tmp_path)
     out = tmp_path / "lora"
     overrides = [f"model={tiny_checkpoint}", "lora.enabled=true", "lora.r=4", "optim.lr=1e-2", "steps=3",
                  "save_every=3", "rollout.max_new_tokens=32", "loss.routing=flat", "loss.num_iterations=2",
-                 "loss.beta=0.04"]
+                 "loss.beta=0.04", "gradient_checkpointing=true"]
     trainer = GRPOTrainer(_cfg(tiny_checkpoint, out, *overrides[1:]))
     batch = ScoringBatch.from_rollouts(trainer.make_batch(1).rollouts, 8, pad_id=trainer.engine.pad_id)
     with torch.no_grad():

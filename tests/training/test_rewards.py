@@ -60,7 +60,8 @@ def test_content_reward_abstains():
             raise ASRError("cannot do this language")
 
     audio = [np.zeros(100, np.float32)]
-    assert ContentReward(judge=Refuses())([SynthesisRequest("hi there")], None, audio=audio, sample_rate=24_000) == [None]
+    refused = ContentReward(judge=Refuses())([SynthesisRequest("hi there")], None, audio=audio, sample_rate=24_000)
+    assert refused == [None]
     only_en = ContentReward(judge=FakeJudge(["x"]), languages=["en"])
     assert only_en(["नमस्ते"], None, audio=audio, sample_rate=24_000, language=["hi"]) == [None]
     tags_only = ContentReward(judge=FakeJudge(["x"]))
