@@ -120,10 +120,12 @@ def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
     return int.from_bytes(digest[:8], "big") % SEED_RANGE
 
 
-def build_request(prompt: dict, seed: int) -> SynthesisRequest:
+def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None) -> SynthesisRequest:
     """The request for a prompt: NoVA prompts are spoken from `text_with_mark`."""
     text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
     fields = {k: prompt[k] for k in REQUEST_FIELDS if prompt.get(k)}
+    if max_new_tokens is not None:
+        fields["max_new_tokens"] = max_new_tokens
     return SynthesisRequest(text=text, seed=seed, language=prompt["language"], **fields)
 
 
@@ -160,7 +162,7 @@ def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesi
 
 
 def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: int, seed: int,
-                   batch_size: int = DEFAULT_BATCH) -> tuple[list[dict], dict]:
+                   batch_size: int = DEFAULT_BATCH, max_new_tokens: int | None = None) -> tuple[list[dict], dict]:
     """Make every (run, prompt) clip that is not on disk yet; returns manifest lines and counts."""
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
@@ -189,7 +191,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                 requests, errors, settings = [], {}, {}
                 for p in group:
                     try:
-                        requests.append(build_request(p, clip_seed(seed, p["id"], run)))
+                        requests.append(build_request(p, clip_seed(seed, p["id"], run), max_new_tokens))
                         settings[p["id"]] = system.request_settings(requests[-1])
                     except (ValueError, TypeError) as exc:
                         errors[p["id"]] = f"request: {_error_text(exc)}"
@@ -374,10 +376,12 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help="requests per synthesis batch")
     parser.add_argument("--asr-cache", default=None, help=f"transcript cache file (default OUT/{DEFAULT_CACHE}; "
                         "'none' disables)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="cap on generated tokens per clip for rumik systems (100 tokens = 1 s; default 2048)")
     parser.add_argument("--device", default=None, help="cuda / cpu for the rumik system and HF ASR (default: auto)")
     args = parser.parse_args(argv)
-    if args.runs < 1 or (args.limit is not None and args.limit < 1) or args.batch_size < 1:
-        parser.error("--runs, --limit and --batch-size must be at least 1")
+    if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
+        parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
     out = Path(args.out)
     cache = out / DEFAULT_CACHE if args.asr_cache is None else args.asr_cache
     cache = None if str(cache).lower() == "none" else cache
@@ -385,7 +389,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         prompts = load_prompts(args.prompts, args.limit)
         system = system or load_system(args.system, device=args.device)
         judge = load_asr(args.asr, cache=cache, device=args.device)
-        manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size)
+        manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
+                                          args.max_new_tokens)
     except (PromptFileError, SynthesisError, ASRError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

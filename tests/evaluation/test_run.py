@@ -201,6 +201,28 @@ def test_nova_prompts_get_verdicts(tmp_path):
     assert float(summary[("overall", "all")]["wer"]) == 0.0  # tags are not words
 
 
+def test_runner_with_the_rumik_engine_on_the_tiny_checkpoint(setup, tiny_checkpoint):
+    """The rumik adapter through the runner (batched synthesis), on CPU with short clips."""
+    tmp, prompts, hyps = setup
+    out = tmp / "out"
+    code = runner.main(["--system", f"rumik:{tiny_checkpoint}", "--prompts", str(prompts), "--asr", f"supplied:{hyps}",
+                        "--out", str(out), "--device", "cpu", "--max-new-tokens", "48", "--batch-size", "2"])
+    assert code == 0
+    manifest = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [m["id"] for m in manifest] == ["p1", "p2", "p3"]
+    for m in manifest:
+        assert m["settings"]["max_new_tokens"] == 48 and m["seed"] == runner.clip_seed(0, m["id"], 1)
+        assert m["duration"] is not None and m["duration"] <= 48 / 100 + 0.01
+        assert m["error"] is None or "silent" in m["error"]
+    assert f"# Benchmark report: rumik-oss-1 ({tiny_checkpoint})" in (out / "report.md").read_text()
+
+
+def test_bad_cli_numbers_are_usage_errors(setup):
+    tmp, prompts, hyps = setup
+    with pytest.raises(SystemExit):
+        run_main(ToneSystem(), prompts, hyps, tmp / "o", "--runs", "0")
+
+
 @pytest.mark.parametrize("rows, message", [
     ([{"id": "a", "text": "x", "language": "en"}, {"id": "a", "text": "y", "language": "en"}], "duplicate id"),
     ([{"id": "a", "text": "x", "language": "klingon"}], "Unknown language"),
