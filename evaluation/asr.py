@@ -283,8 +283,8 @@ class SuppliedTranscripts(ASRJudge):
                         raise ASRError(f"{path}:{n}: not valid JSON ({exc.msg}).") from exc
         out: dict[str, str | None] = {}
         for n, row in enumerate(rows, 1):
-            field = next((f for f in TRANSCRIPT_FIELDS if f in row), None)
-            if not isinstance(row, dict) or not row.get("id") or field is None:
+            field = next((f for f in TRANSCRIPT_FIELDS if f in row), None) if isinstance(row, dict) else None
+            if field is None or not row.get("id"):
                 raise ASRError(f"{path}: entry {n} needs an `id` and a `hyp` (or `transcript`) field; got {row!r}.")
             key = run_key(str(row["id"]), row.get("run"))
             if key in out:

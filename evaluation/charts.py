@@ -10,6 +10,7 @@ Not a CLI; used by `python -m evaluation.run` and tested through tests/evaluatio
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -20,7 +21,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 FIGURE_HEIGHT_IN = 4.0
 MIN_FIGURE_WIDTH_IN = 5.0
-WIDTH_PER_GROUP_IN = 0.6
+MAX_FIGURE_WIDTH_IN = 16.0
+WIDTH_PER_BAR_IN = 0.22
+TITLE_WRAP_CHARS = 60
+TITLE_FONT_SIZE = 10
 GROUP_WIDTH = 0.8  # share of the x-slot covered by one group's bars
 DPI = 120
 
@@ -28,10 +32,17 @@ DPI = 120
 def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str],
                       series: Mapping[str, Sequence[float | None]], ylabel: str = "",
                       ylim: tuple[float, float] | None = None) -> Path:
-    """One bar per (group, series); None values are left blank. Returns the PNG path."""
+    """One bar per (group, series); groups with no value at all are left out (noted in the
+    title), single None values are drawn as 0. Returns the PNG path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    width = max(MIN_FIGURE_WIDTH_IN, WIDTH_PER_GROUP_IN * len(groups) * max(1, len(series)) / 2 + 2)
+    keep = [i for i in range(len(groups)) if any(v[i] is not None for v in series.values())]
+    if len(keep) < len(groups):
+        title = f"{title} ({len(groups) - len(keep)} group(s) without scores left out)"
+    groups = [groups[i] for i in keep]
+    series = {name: [values[i] for i in keep] for name, values in series.items()}
+    width = min(MAX_FIGURE_WIDTH_IN,
+                max(MIN_FIGURE_WIDTH_IN, WIDTH_PER_BAR_IN * len(groups) * max(1, len(series)) + 2))
     fig, ax = plt.subplots(figsize=(width, FIGURE_HEIGHT_IN))
     try:
         n = max(1, len(series))
@@ -41,7 +52,7 @@ def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str]
             ax.bar(xs, [0.0 if v is None else v for v in values], width=bar, label=name)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(groups, rotation=45 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center")
-        ax.set_title(title)
+        ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
         ax.set_ylabel(ylabel)
         if ylim is not None:
             ax.set_ylim(*ylim)

@@ -179,7 +179,8 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
             else:
                 pending.append((run, p))
     counts = {"kept": len(records), "synthesized": 0, "failed": 0}
-    system.load()
+    if pending:
+        system.load()  # a broken system fails here, before any clip; a finished run never loads it
     with open(manifest_path, "a", encoding="utf-8") as log, \
             tqdm(total=len(pending), desc=f"synthesising ({system.name})", unit="clip") as bar:
         for lo in range(0, len(pending), batch_size):
@@ -344,8 +345,12 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
                                                     [[s["group"], *(s[c] for c in table_cols)] for s in part]), ""]
     lines += [f"![by language]({CHARTS_DIR}/by_language.png)", f"![by domain]({CHARTS_DIR}/by_domain.png)", ""]
     if agg is not None:
-        lines += [agg.markdown(), "", "Clips that failed count as not rendered; ASR failures are listener errors.",
-                  f"![NoVA]({CHARTS_DIR}/nova.png)", ""]
+        lines += [agg.markdown(), "", "Clips that failed count as not rendered; ASR failures are listener errors."]
+        if not any(v.get("hyp_tags") for v in verdicts):
+            lines += ["", f"No transcript contains a tag: `{judge.name}` may not transcribe vocalisations at all "
+                      "(pocketsphinx never does), so these rates say nothing about the system. Use a tag-aware "
+                      "listener, e.g. transcripts with inline tags via `--asr supplied:PATH.jsonl`."]
+        lines += ["", f"![NoVA]({CHARTS_DIR}/nova.png)", ""]
     failed = [r for r in rows if r["error"] is not None]
     lines += ["## Per-clip errors", ""]
     lines += [markdown_table(["run", "id", "error"], [[r["run"], r["id"], r["error"]] for r in failed])
