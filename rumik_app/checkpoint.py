@@ -33,7 +33,7 @@ COPY_ALONG = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.jso
 MAX_SHARD_SIZE = "5GB"
 FIXES = (
     "Fixes: pass a local checkpoint folder (--model /path/to/rumik-oss-1); or go online once so it "
-    "downloads into the Hugging Face cache (huggingface-cli download {repo}); or try the pipeline "
+    "downloads into the Hugging Face cache (`hf download {repo}`); or try the pipeline "
     "with random weights (--model tiny)."
 )
 

@@ -353,7 +353,9 @@ class GRPOTrainer:
             raise SystemExit(f"{self.out} already holds checkpoints; pass --resume to continue, or a fresh --out.")
         done = self.resume() if resume else 0
         if self.acc.is_main_process:
-            save_config(self.cfg, self.out / "config.json")
+            print(f"training.grpo: {self.acc.num_processes} process(es), {self.acc.distributed_type.value}, "
+                  f"{self.acc.device}", flush=True)
+            save_config(self.cfg, self.out / "train_config.json")
         logger = MetricsLogger(self.out, is_main=self.acc.is_main_process)
         for step in range(done + 1, self.cfg.steps + 1):
             t0 = time.perf_counter()

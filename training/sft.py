@@ -240,6 +240,9 @@ def train(cfg: SFTConfig) -> Path:
     accelerator = Accelerator(mixed_precision=mp)
     world, rank = accelerator.num_processes, accelerator.process_index
     cfg.check(world)
+    if accelerator.is_main_process:
+        print(f"training.sft: {world} process(es), {accelerator.distributed_type.value}, {accelerator.device}",
+              flush=True)
     out = Path(cfg.out_dir)
     set_seed(cfg.seed)
     engine = TTSEngine.from_pretrained(cfg.model, device="cpu", dtype=torch.float32)

@@ -20,7 +20,7 @@ def test_offline_hub_model_fails_with_reason_and_fix():
     reg = SystemRegistry(model="rumik-ai/rumik-oss-1-not-cached", device="cpu")
     st = reg.preload(SYSTEM_RUMIK)
     assert st.state == "failed"
-    assert "offline" in st.message and "--model tiny" in st.message and "huggingface-cli download" in st.message
+    assert "offline" in st.message and "--model tiny" in st.message and "hf download" in st.message
     banner = reg.banner_markdown()
     assert "could not be loaded" in banner and st.message in banner and "still work" in banner
     assert reg.default_choice() != SYSTEM_RUMIK

@@ -110,7 +110,7 @@ def test_offline_hub_id_gives_one_clear_message():
     with pytest.raises(CheckpointError) as err:
         resolve_checkpoint("rumik-ai/rumik-oss-1-not-cached")
     msg = str(err.value)
-    assert "offline" in msg and "huggingface-cli download" in msg and "--model tiny" in msg
+    assert "offline" in msg and "hf download rumik-ai" in msg and "--model tiny" in msg
 
 
 def test_incomplete_folder_lists_missing_files(tiny_checkpoint, tmp_path):

@@ -221,9 +221,10 @@ def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
-                   check=True, env=env, cwd=repo, timeout=300, capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
+                          check=True, env=env, cwd=repo, timeout=300, capture_output=True, text=True)
+    assert "training.grpo: 2 process(es), MULTI_CPU" in done.stdout
     one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert len(one) == len(two) == 2
     for key in ("reward", "reward_std", "kl", "loss", "grad_norm", "num_actions"):

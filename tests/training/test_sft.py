@@ -141,12 +141,14 @@ def test_accelerate_launch_two_processes_matches_one(smoke_dir, tmp_path):
     one = train(_short_config(smoke_dir, tmp_path / "one", batch__micro_batch=1, save_every=100))
     cfg = _short_config(smoke_dir, tmp_path / "two", batch__micro_batch=1, save_every=100)
     save_config(cfg, tmp_path / "two.json")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(CONFIGS.parents[1])}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines",
-           "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+    # `accelerate launch --cpu --num_processes 2` silently runs ONE process on CPU; torchrun
+    # with ACCELERATE_USE_CPU starts two gloo ranks that Accelerator picks up as MULTI_CPU.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONPATH": str(CONFIGS.parents[1])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
            "-m", "training.sft", "--config", str(tmp_path / "two.json")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "training.sft: 2 process(es), MULTI_CPU" in done.stdout
     two = tmp_path / "two"
     assert done.stdout.count("step      1 |") == 1  # only the main process logs
     for x, y in zip(_losses(one), _losses(two), strict=True):
