@@ -5,9 +5,9 @@
 
 Manifest: one JSON object per line with `audio` (a path; relative paths are relative to the
 manifest's folder), `text`, `speaker`, `language` and optionally `description`, `tone`,
-`accent`, `pace`. Audio is anything soundfile reads; it is mixed to mono, resampled to
-24 kHz (scipy.signal.resample_poly), zero-padded to whole frames and encoded with the
-checkpoint's frozen Mimi in batches.
+`accent`, `pace`. Audio is anything soundfile (or, failing that, ffmpeg) reads, loaded by
+`evaluation.audio_io`: mixed to mono, resampled to 24 kHz, zero-padded to whole frames and
+encoded with the checkpoint's frozen Mimi in batches.
 
 Output (DATA_DIR):
     shards/shard_00000.npy    int16 [frames, Q] codes of every kept clip of the shard, concatenated
@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 import torch
-from scipy.signal import resample_poly
 from tqdm import tqdm
 
+from evaluation import audio_io
 from rumik_app.checkpoint import CheckpointError, auto_device, load_codec, resolve_checkpoint
 from rumik_app.codec import MimiCodec
 from rumik_app.config import RumikOSSConfig
@@ -93,14 +92,10 @@ def write_json_atomic(path: Path, data) -> None:
 
 
 def load_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, float]:
-    """Read any soundfile format -> (float32 mono [N] at `sample_rate`, original seconds)."""
-    data, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    mono = data.mean(axis=1)
-    seconds = len(mono) / float(sr)
-    if sr != sample_rate:
-        g = math.gcd(int(sr), int(sample_rate))
-        mono = resample_poly(mono, sample_rate // g, int(sr) // g).astype(np.float32)
-    return np.ascontiguousarray(mono, dtype=np.float32), seconds
+    """Read a clip (the evaluation loader: soundfile, then ffmpeg) -> (float32 mono [N] at
+    `sample_rate`, seconds)."""
+    samples = audio_io.load_audio(path, sample_rate)
+    return np.ascontiguousarray(samples, dtype=np.float32), len(samples) / float(sample_rate)
 
 
 def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sample_rate: int,
