@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
-from rumik_app.model import AudioHead, RumikOSSForCausalLM
+from rumik_app.model import STOP_THRESHOLD, AudioHead, RumikOSSForCausalLM
 from rumik_app.request import MAX_NEW_TOKENS_CAP
 
 STOP_MODES = ("threshold", "sample")
@@ -211,7 +211,7 @@ class BatchDecoder:
         logit = self.model.stop_logits(hidden)
         slot = t // self.layout.num_quantizers
         if self.stop_mode == "threshold":
-            stop = logit > 0  # sigmoid(logit) > 0.5
+            stop = torch.sigmoid(logit) > STOP_THRESHOLD
         else:
             stop = self.u_stop[alive, slot] < torch.sigmoid(logit)
         stop &= eligible

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from rumik_app.config import ARCHITECTURE, AUTO_MAP, DEFAULT_SPEAKERS, MODEL_TYPE
+from rumik_app.tokens import unit_token_name
 
 NUM_QUANTIZERS = 8
 CODEBOOK_SIZE = 2048
@@ -138,7 +139,7 @@ def tokenizer_dict(spec: TinySpec) -> dict:
     next_id = first
     for code in range(CODEBOOK_SIZE):
         for q in range(NUM_QUANTIZERS):
-            added.append(_added(next_id, f"<{code}_{q}>"))
+            added.append(_added(next_id, unit_token_name(code, q)))
             next_id += 1
     for tok in ("<text>", "<audio>", "</audio>"):
         added.append(_added(next_id, tok))

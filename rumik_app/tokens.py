@@ -17,6 +17,11 @@ from typing import Iterable
 import numpy as np
 
 
+def unit_token_name(code: int, codebook: int) -> str:
+    """Vocabulary name of a unit token: `<c_q>`."""
+    return f"<{code}_{codebook}>"
+
+
 @dataclass(frozen=True)
 class TokenLayout:
     """Where the audio tokens live in the vocabulary (all fields from config.json)."""
@@ -60,9 +65,6 @@ class TokenLayout:
             raise ValueError(f"token id {token_id} is not an audio unit")
         offset = token_id - self.first_unit_id
         return offset // self.num_quantizers, offset % self.num_quantizers
-
-    def unit_token_name(self, code: int, codebook: int) -> str:
-        return f"<{code}_{codebook}>"
 
     def codes_to_ids(self, codes: np.ndarray) -> np.ndarray:
         """codes: [Q, T] int -> flat ids [T*Q], frame-major (all Q codes of a frame, then the next)."""
