@@ -53,9 +53,11 @@ INTRO = (
 
 
 def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-               data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True) -> gr.Blocks:
-    """The whole app. `preload` loads `model` now so the banner can say whether it worked."""
-    registry = SystemRegistry(model=model, device=device, dtype=dtype)
+               data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
+               compile: bool | None = None) -> gr.Blocks:
+    """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
+    default on for CUDA) so the banner can say whether it worked and serving starts warm."""
+    registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile)
     if preload:
         registry.preload(SYSTEM_RUMIK)
     data = Path(data_dir)
@@ -100,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rumik-oss-1 checkpoint: hub id, local folder, or 'tiny' (default: %(default)s)")
     p.add_argument("--device", default=None, help="cuda | cpu | cuda:1 ... (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="compile the decode step (CUDA graphs on CUDA) before serving (default: on for CUDA)")
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to listen on; 0.0.0.0 for other machines (default: %(default)s)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)))
@@ -112,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    demo = build_demo(args.model, args.device, args.dtype, args.data_dir)
+    demo = build_demo(args.model, args.device, args.dtype, args.data_dir, compile=args.compile)
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""), flush=True)
     launch(demo, args.host, args.port, args.share, args.data_dir)
