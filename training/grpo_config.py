@@ -163,6 +163,8 @@ class GRPOConfig:
             raise ValueError("rewards: at least one reward stream is needed")
         if len({spec.name for spec in self.rewards}) != len(self.rewards):
             raise ValueError("rewards: stream names must be unique")
+        for spec in self.rewards:
+            spec.check()
         if not self.prompt_sets:
             raise ValueError("prompt_sets: at least one prompt set is needed")
 
