@@ -132,7 +132,7 @@ class GRPOTrainer:
         self.cfg, self.out = cfg, Path(cfg.out_dir)
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
-        set_seed(cfg.seed)
+        set_seed(cfg.seed, deterministic=cfg.deterministic)
         self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
                                                 restrict_phase=cfg.rollout.restrict_phase)
         self.layout, self.model = self.engine.layout, self.engine.model

@@ -131,6 +131,7 @@ class SFTConfig:
     mixed_precision: str = "auto"
     activation_checkpointing: bool = False
     resume: bool = True
+    deterministic: bool = False  # torch's deterministic kernels (CUDA; see the module docstring)
 
     def check(self, world: int) -> None:
         """Raise ConfigError for settings that cannot run."""
@@ -241,14 +242,15 @@ def train(cfg: SFTConfig) -> Path:
     world, rank = accelerator.num_processes, accelerator.process_index
     cfg.check(world)
     if accelerator.is_main_process:
-        print(f"training.sft: {world} process(es), {accelerator.distributed_type.value}, {accelerator.device}",
-              flush=True)
+        print(f"training.sft: {world} process(es), {accelerator.distributed_type.value}, {accelerator.device}"
+              f"{', deterministic kernels' if cfg.deterministic else ''}", flush=True)
     out = Path(cfg.out_dir)
-    set_seed(cfg.seed)
+    set_seed(cfg.seed, deterministic=cfg.deterministic)
     engine = TTSEngine.from_pretrained(cfg.model, device="cpu", dtype=torch.float32)
     sources, plans, heldout = build_sources(cfg, engine)
     new_voices = add_new_speakers(engine, sources)
-    sampler = MixtureSampler(plans, {k: s.train_items for k, s in sources.items()}, seed=cfg.seed)
+    sampler = MixtureSampler(plans, {k: s.train_items for k, s in sources.items()}, seed=cfg.seed,
+                             order_keys={k: s.fingerprint for k, s in sources.items()})
     builder = ExampleBuilder(engine, sources)
     model = engine.model.train()
     if cfg.activation_checkpointing:
