@@ -234,21 +234,17 @@ def save_config(cfg, path: str | os.PathLike) -> None:
 # ----------------------------------------------------------------------------- seeds, rng
 
 
-# cuBLAS reuses its workspace deterministically only with one of these (NVIDIA's cuBLAS docs,
-# "Results reproducibility"); torch refuses cuBLAS calls in deterministic mode without it.
-CUBLAS_WORKSPACE = ":4096:8"
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS is repeatable only with a fixed workspace (torch checks)
 
 
 def set_seed(seed: int, deterministic: bool = False) -> None:
-    """Seed python's `random`, numpy and torch (CPU and every CUDA device), and set torch's
-    deterministic mode to `deterministic`. Call it first thing in a run, before any CUDA matmul.
+    """Seed python's `random`, numpy and torch (CPU, every CUDA device) and set torch's
+    deterministic mode to `deterministic`; call it first in a run, before any CUDA matmul.
 
-    deterministic=True: `torch.use_deterministic_algorithms(True)` (an op without a
-    deterministic kernel then raises RuntimeError naming it), cuDNN deterministic without
-    autotuning, and CUBLAS_WORKSPACE_CONFIG set if the environment has not set it. It matters
-    on CUDA (atomics in backward kernels, cuDNN/cuBLAS algorithm choice); the CPU kernels the
-    trainers use are deterministic already for a fixed thread count.
-    deterministic=False turns torch's deterministic mode off again (torch's default).
+    True: `torch.use_deterministic_algorithms(True)` (an op with no deterministic kernel then
+    raises, naming it), deterministic cuDNN without autotuning, CUBLAS_WORKSPACE_CONFIG unless
+    set. It matters on CUDA; the CPU kernels the trainers use repeat for a fixed thread count.
+    False restores torch's default (off).
     """
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -26,6 +26,15 @@ optimizer state is the main process's `optimizer.state_dict()`, which makes exac
 single-process/DDP feature (tested with two CPU processes); FSDP/DeepSpeed optimizer shards
 are not saved yet. loss.head = "audio" reads the tied embedding outside the LM head's own
 forward: use it with one process or DDP, not FSDP.
+
+Reproducibility: a run is a function of its config and `seed`, not of paths. The batch order
+is (seed, content of each prepared folder's index.jsonl; training.data), the weights start
+from the checkpoint, and `set_seed` runs before anything draws. On CPU two runs with one
+config and seed match bit for bit (same machine, torch build and thread count). On CUDA they
+draw the same batches but some kernels are not bitwise repeatable, so losses drift apart by
+float rounding; `deterministic = true` (--set deterministic=true) turns on torch's
+deterministic algorithms (training.common.set_seed) for exact repeats on the same GPU model,
+software and process count, and an op without a deterministic kernel then raises.
 """
 
 from __future__ import annotations
