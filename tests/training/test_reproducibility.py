@@ -122,8 +122,8 @@ def test_same_seed_same_losses_and_weights_across_paths_and_processes(sft_runs):
     assert [r["step"] for r in a] == list(range(1, 7)) and "heldout_loss" in a[2]
     assert a == b  # every loss, held-out loss, grad norm and lr, bit for bit
     assert _same_weights(_master_weights(sft_runs["A"]), _master_weights(sft_runs["B"]))
-    published_a, published_b = load_file(sft_runs["A"] / "model.safetensors"), load_file(sft_runs["B"] / "model.safetensors")
-    assert _same_weights(published_a, published_b)
+    published = [load_file(sft_runs[name] / "model.safetensors") for name in ("A", "B")]
+    assert _same_weights(*published)
 
 
 @pytest.mark.slow
