@@ -142,6 +142,7 @@ class GRPOConfig:
     save_every: int = 100
     keep_last: int = 3
     torch_threads: int | None = None  # CPU intra-op threads (None: torch's default); smoke uses 1
+    deterministic: bool = False  # torch's deterministic kernels (CUDA; training.common.set_seed)
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ValueError naming the key when the config cannot run."""
