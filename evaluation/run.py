@@ -4,6 +4,14 @@
         --runs 1 --asr pocketsphinx --out results/espeak_en
     python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
+    python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
+
+`--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
+("grapheme", the default: the `grapheme` package, Unicode 13.0 rules; "unicode": regex
+`\\X`, Unicode 15.1+ rules; see evaluation.metrics). The CSVs and the report carry the
+GCER under both, side by side, and name the library and Unicode version behind each.
+Rerunning on the same --out with the other choice only rescores (clips and cached
+transcripts are kept).
 
 Prompt lines (JSONL): `id, text, language, domain` (+ optional `voice, tone, accent, pace,
 description`). NoVA lines (`text_with_mark, nvv, requested_index`) are synthesised from
@@ -15,6 +23,7 @@ Writes under --out:
   manifest.jsonl         id, run, path, seed, system, settings, sha256, duration, error
   transcripts.jsonl      id, run, hyp, judge, error
   clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
+                         (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules)
   nova_verdicts.jsonl, nova.csv   when prompts carry tags
   report.md, charts/*.png
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
@@ -41,9 +50,17 @@ from evaluation import nova
 from evaluation.asr import ASRError, ASRJudge, load_asr, run_key
 from evaluation.audio_io import AudioLoadError, check_audio, file_sha256, load_audio
 from evaluation.charts import grouped_bar_chart
-from evaluation.metrics import ErrorCounts, content_error, corpus_rate, grapheme_backend_info, score_pair
+from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
 from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
 from evaluation.systems import SynthesisError, Synthesizer, load_system
+from evaluation.text import (
+    DEFAULT_SEGMENTATION,
+    SEGMENTATIONS,
+    normalizer_info,
+    segmentation_label,
+    segmentation_source,
+    segmentation_unicode_version,
+)
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import SynthesisRequest
@@ -58,7 +75,8 @@ NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
 REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
 MAX_REPORT_CLIPS = 300
 REPORT_TEXT_CHARS = 80
-RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))
+RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))  # gcer: the chosen segmentation
+CLUSTER_RATE_KEYS = tuple((f"gcer_{seg}", f"clusters_{seg}") for seg in SEGMENTATIONS)  # GCER under each
 
 
 class PromptFileError(ValueError):
@@ -242,7 +260,7 @@ def transcribe_all(judge: ASRJudge, prompts: list[dict], manifest: list[dict], o
 def _pool(rows: list[dict]) -> dict:
     scored = [r for r in rows if r["error"] is None]
     out = {"clips": len(rows), "scored": len(scored), "failed": len(rows) - len(scored)}
-    for rate, unit in RATE_KEYS:
+    for rate, unit in RATE_KEYS + CLUSTER_RATE_KEYS:
         out[rate] = corpus_rate(ErrorCounts(r[f"{unit}_errors"], r[f"{unit}_ref_len"]) for r in scored) \
             if scored else None
     durations = [r["duration"] for r in rows if r["duration"] is not None]  # every clip with audio
@@ -250,23 +268,39 @@ def _pool(rows: list[dict]) -> dict:
     return out
 
 
-def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Per-clip rows (metrics, errors) and corpus-pooled summary rows (overall/language/domain/run)."""
+def gcer_rules() -> str:
+    """Which library and Unicode version stand behind every GCER column (a CSV cell)."""
+    return "; ".join(f"{seg} = {segmentation_source(seg)}" for seg in SEGMENTATIONS)
+
+
+def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
+              segmentation: str = DEFAULT_SEGMENTATION) -> tuple[list[dict], list[dict]]:
+    """Per-clip rows (metrics, errors) and corpus-pooled summary rows (overall/language/domain/run).
+
+    `gcer` and `content_error` use `segmentation`; `gcer_<s>` hold the GCER under each one."""
     by_id = {p["id"]: p for p in prompts}
+    tags = {"gcer_segmentation": segmentation, "gcer_rules": gcer_rules()}
     rows = []
     for rec, tr in zip(manifest, transcripts):
         p = by_id[rec["id"]]
         row = {"run": rec["run"], "id": rec["id"], "language": p["language"], "domain": p["domain"],
-               "duration": rec["duration"], "ref": p["text"], "hyp": tr["hyp"], "error": tr["error"]}
+               "duration": rec["duration"], "ref": p["text"], "hyp": tr["hyp"], "error": tr["error"], **tags}
         if tr["error"] is None:
-            row.update(score_pair(p["text"], tr["hyp"]))
-            row["content_error"] = content_error(p["text"], tr["hyp"], p["language"])
+            row.update(score_pair(p["text"], tr["hyp"], segmentation))
+            row["content_error"] = content_error(p["text"], tr["hyp"], p["language"], segmentation=segmentation)
         rows.append(row)
-    summary = [{"level": "overall", "group": "all", **_pool(rows)}]
+    summary = [{"level": "overall", "group": "all", **_pool(rows), **tags}]
     for level in ("language", "domain", "run"):
         for group in sorted({str(r[level]) for r in rows}):
-            summary.append({"level": level, "group": group, **_pool([r for r in rows if str(r[level]) == group])})
+            summary.append({"level": level, "group": group, **_pool([r for r in rows if str(r[level]) == group]),
+                            **tags})
     return rows, summary
+
+
+def gcer_headers(segmentation: str) -> list[str]:
+    """Markdown headers of the side-by-side GCER columns; the chosen segmentation in bold."""
+    names = [f"GCER {seg} (U{segmentation_unicode_version(seg)})" for seg in SEGMENTATIONS]
+    return [f"**{n}**" if seg == segmentation else n for seg, n in zip(SEGMENTATIONS, names)]
 
 
 def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict], system: str,
@@ -297,13 +331,15 @@ def _short(text: str | None) -> str:
 
 def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: str, prompts_path: str, runs: int,
                   seed: int, counts: dict, rows: list[dict], summary: list[dict], verdicts: list[dict],
-                  agg: nova.NovaAggregate | None) -> Path:
+                  agg: nova.NovaAggregate | None, segmentation: str = DEFAULT_SEGMENTATION) -> Path:
     """CSV files, charts and report.md; returns the report path."""
-    clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", "gcer", "content_error",
+    gcer_cols = ["gcer", "gcer_segmentation", *(rate for rate, _ in CLUSTER_RATE_KEYS), "gcer_rules"]
+    clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", *gcer_cols, "content_error",
                  "word_errors", "word_ref_len", "char_errors", "char_ref_len", "grapheme_errors",
-                 "grapheme_ref_len", "ref", "hyp", "error"]
+                 "grapheme_ref_len", *(f"{unit}_{n}" for _, unit in CLUSTER_RATE_KEYS for n in ("errors", "ref_len")),
+                 "ref", "hyp", "error"]
     write_csv(out / CLIPS_CSV, clip_cols, [[r.get(c) for c in clip_cols] for r in rows])
-    sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", "gcer", "mean_duration"]
+    sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", *gcer_cols, "mean_duration"]
     write_csv(out / SUMMARY_CSV, sum_cols, [[s[c] for c in sum_cols] for s in summary])
     charts = []
     for level in ("language", "domain"):
@@ -312,7 +348,9 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
             charts.append(grouped_bar_chart(out / CHARTS_DIR / f"by_{level}.png",
                                             f"{system.label}: error rates by {level} ({judge.name})",
                                             [s["group"] for s in groups],
-                                            {k.upper(): [s[k] for s in groups] for k, _ in RATE_KEYS},
+                                            {"WER": [s["wer"] for s in groups], "CER": [s["cer"] for s in groups],
+                                             **{f"GCER {seg}": [s[f"gcer_{seg}"] for s in groups]
+                                                for seg in SEGMENTATIONS}},
                                             ylabel="corpus error rate"))
     if agg is not None:
         write_jsonl(out / NOVA_JSONL, verdicts)
@@ -329,7 +367,10 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
         f"- ASR judge: `{judge.name}`",
         f"- Prompts: `{prompts_path}` ({len({r['id'] for r in rows})} prompts) x {runs} run(s), base seed {seed}",
         f"- Command: `{args_line}`",
-        f"- Graphemes: {grapheme_backend_info()}",
+        f"- GCER: the `gcer` CSV column and the content error use the **{segmentation}** segmentation "
+        f"(`--gcer-segmentation`); the tables show both, the chosen one in bold:",
+        *(f"  - {segmentation_label(seg)}" for seg in SEGMENTATIONS),
+        f"- Normaliser: {normalizer_info()}",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         f"- Clips: {overall['clips']} ({counts['synthesized']} synthesised now, {counts['kept']} kept from an "
         f"earlier run, {counts['failed']} failed at synthesis); scored {overall['scored']}, "
@@ -337,11 +378,12 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
         "Rates are corpus-pooled (summed edit errors / summed reference length) after the shared normaliser "
         "(`evaluation.text.normalize`). GCER is the content metric for Indic scripts, WER for Latin.", "",
     ]
-    table_cols = ["clips", "scored", "failed", "wer", "cer", "gcer", "mean_duration"]
+    table_cols = ["clips", "scored", "failed", "wer", "cer", *(rate for rate, _ in CLUSTER_RATE_KEYS), "mean_duration"]
+    table_headers = ["clips", "scored", "failed", "WER", "CER", *gcer_headers(segmentation), "mean duration (s)"]
     for level, title in (("overall", "Overall"), ("language", "By language"), ("domain", "By domain"),
                          ("run", "By run")):
         part = [s for s in summary if s["level"] == level]
-        lines += [f"## {title}", "", markdown_table([level if level != "overall" else "", *table_cols],
+        lines += [f"## {title}", "", markdown_table([level if level != "overall" else "", *table_headers],
                                                     [[s["group"], *(s[c] for c in table_cols)] for s in part]), ""]
     lines += [f"![by language]({CHARTS_DIR}/by_language.png)", f"![by domain]({CHARTS_DIR}/by_domain.png)", ""]
     if agg is not None:
@@ -357,8 +399,10 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
               if failed else "None.", ""]
     shown = rows[:MAX_REPORT_CLIPS]
     lines += ["## Per clip", "", markdown_table(
-        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", "GCER", "reference", "transcript"],
-        [[r["run"], r["id"], r["language"], r["domain"], r["duration"], r.get("wer"), r.get("cer"), r.get("gcer"),
+        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", *gcer_headers(segmentation), "reference",
+         "transcript"],
+        [[r["run"], r["id"], r["language"], r["domain"], r["duration"], r.get("wer"), r.get("cer"),
+          *(r.get(rate) for rate, _ in CLUSTER_RATE_KEYS),
           _short(r["ref"]), _short(r["hyp"]) if r["error"] is None else "(error)"] for r in shown])]
     if len(rows) > len(shown):
         lines.append(f"\n({len(rows) - len(shown)} more clips in {CLIPS_CSV}.)")
@@ -384,6 +428,10 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="cap on generated tokens per clip for rumik systems (100 tokens = 1 s; default 2048)")
     parser.add_argument("--device", default=None, help="cuda / cpu for the rumik system and HF ASR (default: auto)")
+    parser.add_argument("--gcer-segmentation", choices=SEGMENTATIONS, default=DEFAULT_SEGMENTATION,
+                        help="clusters behind the `gcer` column and the content error: 'grapheme' (the grapheme "
+                        "package, Unicode 13.0 rules, comparable with the release's GCER; default) or 'unicode' "
+                        "(regex \\X, Unicode 15.1+ rules: a conjunct is one cluster). Both are reported.")
     args = parser.parse_args(argv)
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
@@ -400,15 +448,16 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         print(f"error: {exc}", file=sys.stderr)
         return 2
     transcripts = transcribe_all(judge, prompts, manifest, out)
-    rows, summary = score_all(prompts, manifest, transcripts)
+    rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)
     args_line = "python -m evaluation.run " + shlex.join(argv)
     report = write_outputs(out, system, judge, args_line, args.prompts, args.runs, args.seed, counts, rows,
-                           summary, verdicts, agg)
+                           summary, verdicts, agg, args.gcer_segmentation)
     overall = summary[0]
-    print(markdown_table(["system", "judge", "clips", "scored", "failed", "WER", "CER", "GCER"],
+    print(markdown_table(["system", "judge", "clips", "scored", "failed", "WER", "CER",
+                          *gcer_headers(args.gcer_segmentation)],
                          [[system.label, judge.name, overall["clips"], overall["scored"], overall["failed"],
-                           overall["wer"], overall["cer"], overall["gcer"]]]))
+                           overall["wer"], overall["cer"], *(overall[rate] for rate, _ in CLUSTER_RATE_KEYS)]]))
     if agg is not None:
         print(f"NoVA score ({judge.name}): {agg.score:.3f}")
     print(f"report: {report}")

@@ -23,7 +23,7 @@ Use it as a library; there is no command line::
    a space: danda । and double danda ॥, Urdu ۔ ، ؟, quotes, dashes, `₹`, `%`, `+`.
    Combining marks (Mn, Mc, Me: matras, virama, nukta, anusvara, candrabindu) are
    never touched; they are category M, not P or S. Categories come from the `regex`
-   package's Unicode tables (the same backend as the grapheme clusters).
+   package's Unicode tables (also the backend of the "unicode" GCER segmentation).
 5. Invisible format characters that are not spelling are removed: zero-width space
    U+200B, word joiner U+2060, soft hyphen U+00AD and BOM U+FEFF. ZWJ U+200D and
    ZWNJ U+200C are kept: they select conjunct or half forms in Indic scripts.
@@ -39,10 +39,22 @@ Examples::
     normalize("Let's meet at 5 PM, okay?")     -> "lets meet at 5 pm okay"
     normalize("वो FIR file करो")                -> "वो fir file करो"   (code-switched)
 
-`graphemes(text)` splits into extended grapheme clusters with `regex`'s `\\X`
-(UAX #29 including rule GB9c, so a virama conjunct such as क्ष is one cluster; the
-`grapheme` package splits it in two). `grapheme_backend_info()` names the backend
-and the Unicode version it implements; every report prints it.
+`graphemes(text, segmentation)` splits into grapheme clusters, the units of GCER. Two
+definitions are supported because they give different numbers on Indic text:
+
+- "grapheme" (the default): the `grapheme` package (pinned in requirements.txt), which
+  implements the Unicode 13.0 extended-cluster rules. A virama ends a cluster, so a
+  conjunct is several units: क्ष = [क्][ष], स्त्री = [स्][त्][री], in every script.
+- "unicode": `regex`'s `\\X`, UAX #29 of Unicode 15.1 and later, whose rule GB9c keeps
+  consonant + virama + consonant together: क्ष = [क्ष], स्त्री = [स्त्री]. GB9c covers
+  only the scripts whose virama is an Indic_Conjunct_Break linker: Devanagari, Bengali,
+  Gujarati, Odia, Telugu and Malayalam. Tamil, Kannada and Gurmukhi conjuncts still split
+  as under "grapheme" (ಪ್ರ = [ಪ್][ರ], ਪ੍ਰ = [ਪ੍][ਰ]).
+
+Neither is an akshara segmenter; `evaluation.metrics` says why "grapheme" is the
+default. `grapheme_backend_info(segmentation)` names the chosen rules, the library and
+Unicode version behind each, and the Unicode version of the NFC tables; every report
+prints it.
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ import importlib.metadata
 import re
 import unicodedata
 
+import grapheme
 import regex
 
 NORMAL_FORM = "NFC"
@@ -64,8 +77,15 @@ APOSTROPHES = regex.compile(r"['‘’]")
 PUNCT_OR_SYMBOL = regex.compile(r"[\p{P}\p{S}]")
 INVISIBLE = regex.compile("[\u200b\u2060\u00ad\ufeff]")
 GRAPHEME = regex.compile(r"\X")
-# A Devanagari virama conjunct: one extended cluster under Unicode >= 15.1 (rule GB9c).
+# A Devanagari virama conjunct: one extended cluster under Unicode >= 15.1 (rule GB9c), two
+# under the `grapheme` package's Unicode 13.0 rules.
 _CONJUNCT_PROBE = "\u0915\u094d\u0937"  # क्ष
+
+GRAPHEME_PACKAGE = "grapheme"  # segmentation by the `grapheme` package (Unicode 13.0 rules)
+UNICODE_CLUSTERS = "unicode"  # segmentation by regex `\X` (Unicode 15.1+ rules, GB9c)
+SEGMENTATIONS = (GRAPHEME_PACKAGE, UNICODE_CLUSTERS)
+# Comparability with the release's reported GCER; see evaluation.metrics for the reasoning.
+DEFAULT_SEGMENTATION = GRAPHEME_PACKAGE
 
 
 def strip_tags(text: str) -> str:
@@ -84,8 +104,21 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
-def graphemes(text: str) -> list[str]:
-    """Extended grapheme clusters of `text` (regex `\\X`, UAX #29 with GB9c)."""
+def check_segmentation(segmentation: str) -> str:
+    """`segmentation` if it is one of SEGMENTATIONS, else ValueError naming the allowed ones."""
+    if segmentation not in SEGMENTATIONS:
+        raise ValueError(
+            f"Unknown GCER segmentation {segmentation!r}; use {GRAPHEME_PACKAGE!r} (the `grapheme` package, "
+            f"Unicode 13.0 rules: a conjunct is several clusters) or {UNICODE_CLUSTERS!r} (regex \\X, "
+            f"Unicode 15.1+ rules: a conjunct is one cluster)."
+        )
+    return segmentation
+
+
+def graphemes(text: str, segmentation: str = DEFAULT_SEGMENTATION) -> list[str]:
+    """Grapheme clusters of `text` under `segmentation` ("grapheme" or "unicode"; module docstring)."""
+    if check_segmentation(segmentation) == GRAPHEME_PACKAGE:
+        return list(grapheme.graphemes(text))
     return GRAPHEME.findall(text)
 
 
@@ -105,16 +138,43 @@ def regex_unicode_version() -> str:
     return found.group(1) if found else "unknown"
 
 
-def conjunct_is_one_cluster() -> bool:
-    """True when `\\X` keeps a virama conjunct (क्ष) together: rule GB9c, Unicode >= 15.1."""
-    return len(graphemes(_CONJUNCT_PROBE)) == 1
+def segmentation_unicode_version(segmentation: str) -> str:
+    """The Unicode version whose cluster rules `segmentation` follows ("13.0.0", "18.0.0", ...)."""
+    if check_segmentation(segmentation) == GRAPHEME_PACKAGE:
+        return grapheme.UNICODE_VERSION
+    return regex_unicode_version()
 
 
-def grapheme_backend_info() -> str:
-    """One line naming the grapheme backend, its Unicode version and the NFC tables' version."""
-    gb9c = "on" if conjunct_is_one_cluster() else "OFF"
-    return (
-        f"graphemes: regex {regex.__version__} \\X, Unicode {regex_unicode_version()} "
-        f"(Indic conjunct rule GB9c {gb9c}); "
-        f"NFC: Python unicodedata {unicodedata.unidata_version}"
-    )
+def conjunct_is_one_cluster(segmentation: str = UNICODE_CLUSTERS) -> bool:
+    """True when `segmentation` keeps a virama conjunct (क्ष) together (rule GB9c)."""
+    return len(graphemes(_CONJUNCT_PROBE, segmentation)) == 1
+
+
+def segmentation_source(segmentation: str) -> str:
+    """Library and Unicode version behind `segmentation`, e.g. "grapheme 0.6.0, Unicode 13.0.0"
+    or "regex 2026.11.19 \\X, Unicode 18.0.0"."""
+    if check_segmentation(segmentation) == GRAPHEME_PACKAGE:
+        library = f"grapheme {importlib.metadata.version('grapheme')}"
+    else:
+        library = f"regex {regex.__version__} \\X"
+    return f"{library}, Unicode {segmentation_unicode_version(segmentation)}"
+
+
+def segmentation_label(segmentation: str) -> str:
+    """`name: source rules, क्ष = N cluster(s)`; the conjunct count is measured, not assumed."""
+    clusters = len(graphemes(_CONJUNCT_PROBE, segmentation))
+    return (f"{segmentation}: {segmentation_source(segmentation)} rules, "
+            f"क्ष = {clusters} cluster{'s' if clusters != 1 else ''}")
+
+
+def normalizer_info() -> str:
+    """The Unicode tables behind `normalize`: NFC from Python's unicodedata, P*/S* classes from regex."""
+    return (f"NFC from Python unicodedata {unicodedata.unidata_version}; punctuation and symbol classes "
+            f"from regex {regex.__version__} (Unicode {regex_unicode_version()})")
+
+
+def grapheme_backend_info(segmentation: str = DEFAULT_SEGMENTATION) -> str:
+    """One line: the GCER segmentation in use, the other one, and the normaliser's Unicode tables."""
+    other = next(s for s in SEGMENTATIONS if s != check_segmentation(segmentation))
+    return (f"GCER segmentation {segmentation_label(segmentation)} (also available: {segmentation_label(other)}). "
+            f"Normaliser: {normalizer_info()}.")

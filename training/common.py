@@ -2,7 +2,7 @@
 
     cfg = load_config(SFTConfig, "training/configs/pretrain_curriculum.toml", ["optim.lr=3e-4"])
     save_config(cfg, out / "train_config.json")
-    set_seed(cfg.seed)
+    set_seed(cfg.seed, cfg.deterministic)   # first: seeds, and torch's deterministic kernels if asked
     logger = MetricsLogger(out, is_main=accelerator.is_main_process)
     sched = LambdaLR(optimizer, wsd_lambda(warmup, stable, decay, min_ratio=0.1))
     save_training_checkpoint(out, step, unwrapped_model, engine.config, engine.checkpoint_dir,
@@ -234,13 +234,28 @@ def save_config(cfg, path: str | os.PathLike) -> None:
 # ----------------------------------------------------------------------------- seeds, rng
 
 
-def set_seed(seed: int) -> None:
-    """Seed python's `random`, numpy and torch (CPU and every CUDA device)."""
+CUBLAS_WORKSPACE = ":4096:8"  # cuBLAS is repeatable only with a fixed workspace (torch checks)
+
+
+def set_seed(seed: int, deterministic: bool = False) -> None:
+    """Seed python's `random`, numpy and torch (CPU, every CUDA device) and set torch's
+    deterministic mode to `deterministic`; call it first in a run, before any CUDA matmul.
+
+    True: `torch.use_deterministic_algorithms(True)` (an op with no deterministic kernel then
+    raises, naming it), deterministic cuDNN without autotuning, CUBLAS_WORKSPACE_CONFIG unless
+    set. It matters on CUDA; the CPU kernels the trainers use repeat for a fixed thread count.
+    False restores torch's default (off).
+    """
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = deterministic
+    torch.use_deterministic_algorithms(deterministic)
 
 
 def rng_state() -> dict:

@@ -7,10 +7,13 @@
 
 The sampler is a pure function of (seed, step, data position): at step s the source of every
 slot is drawn from `default_rng([seed, s])` with the stage's mixture weights, and each source
-is read in epoch order, epoch e being the permutation `default_rng([seed, crc32(key), e])`.
-The data position (items consumed per source) is saved in every checkpoint, so a resumed run
-continues the same order. The order does not depend on the number of processes: every rank
-draws the same global batch and takes its own slice.
+is read in epoch order, epoch e being the permutation `default_rng([seed, crc32(order key), e])`.
+A source's order key is the sha256 of its index.jsonl (`DataSource.fingerprint`), never its
+path: the same prepared data gives the same order wherever it lives, so two runs whose
+configs differ only in paths (another OUT, a copied data folder) train on the same batches.
+The data position (items consumed per source) and the order keys are saved in every
+checkpoint, so a resumed run continues the same order. The order does not depend on the
+number of processes: every rank draws the same global batch and takes its own slice.
 
 Held-out items are chosen by a stable hash of the clip's audio path, so a clip is held out in
 every run and every stage (and never trained on) whatever the seed.
@@ -18,6 +21,7 @@ every run and every stage (and never trained on) whatever the seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -61,8 +65,10 @@ class DataSource:
         if codec_sha256 is not None and self.info.get("codec_sha256") != codec_sha256:
             raise DataError(f"{self.path} was encoded with a different Mimi codec than the model's; re-run "
                             f"python -m training.prepare with --model set to the checkpoint you train.")
-        with open(index_path, encoding="utf-8") as fh:
-            self.rows = [json.loads(line) for line in fh if line.strip()]
+        index = index_path.read_bytes()
+        # What the data is, not where it is: seeds the sampler's epoch order (module docstring).
+        self.fingerprint = hashlib.sha256(index).hexdigest()
+        self.rows = [json.loads(line) for line in index.decode("utf-8").split("\n") if line.strip()]
         if not self.rows:
             raise DataError(f"{self.path} has no usable clips (see {self.path / 'report.json'}).")
         self._shards: dict[int, np.ndarray] = {}
@@ -109,9 +115,14 @@ class StagePlan:
 
 
 class MixtureSampler:
-    """Deterministic curriculum sampler over several sources (see the module docstring)."""
+    """Deterministic curriculum sampler over several sources (see the module docstring).
 
-    def __init__(self, stages: Sequence[StagePlan], items: dict[str, Sequence[int]], seed: int):
+    order_keys: per source key, the text that seeds its epoch permutations (the trainer
+    passes `DataSource.fingerprint`); a source missing from it uses its key.
+    """
+
+    def __init__(self, stages: Sequence[StagePlan], items: dict[str, Sequence[int]], seed: int,
+                 order_keys: dict[str, str] | None = None):
         if not stages:
             raise DataError("the config has no stages; add at least one [[stages]] with steps and a mixture")
         for stage in stages:
@@ -120,6 +131,7 @@ class MixtureSampler:
                 raise DataError(f"stage {stage.name!r} needs steps >= 1 and a mixture with positive weights")
         self.stages, self.items, self.seed = list(stages), {k: list(v) for k, v in items.items()}, int(seed)
         self.positions = {key: 0 for key in self.items}
+        self.order_keys = {key: (order_keys or {}).get(key, key) for key in self.items}
         self.next_step = 0
         self._perm: dict[str, tuple[int, np.ndarray]] = {}
 
@@ -141,7 +153,8 @@ class MixtureSampler:
         epoch = pos // len(pool)
         cached = self._perm.get(key)
         if cached is None or cached[0] != epoch:
-            order = np.random.default_rng([self.seed, stable_hash(key), epoch]).permutation(len(pool))
+            rng = np.random.default_rng([self.seed, stable_hash(self.order_keys[key]), epoch])
+            order = rng.permutation(len(pool))
             cached = (epoch, order)
             self._perm[key] = cached
         self.positions[key] = pos + 1
@@ -160,14 +173,18 @@ class MixtureSampler:
         return [(keys[c], self._item(keys[c])) for c in picks]
 
     def state_dict(self) -> dict:
-        return {"positions": dict(self.positions), "next_step": self.next_step}
+        return {"positions": dict(self.positions), "next_step": self.next_step, "order_keys": dict(self.order_keys)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue a saved run: its positions, and the order keys it started with (so the epoch
+        in progress keeps its permutation; checkpoints from before order keys used the path)."""
         unknown = set(state["positions"]) - set(self.positions)
         if unknown:
             raise DataError(f"the checkpoint's data position names sources not in this config: {sorted(unknown)}")
         self.positions.update({k: int(v) for k, v in state["positions"].items()})
+        self.order_keys.update(state.get("order_keys") or {k: k for k in state["positions"]})
         self.next_step = int(state["next_step"])
+        self._perm.clear()
 
 
 def rank_micro_batches(batch: list[tuple[str, int]], frames: dict[str, DataSource], rank: int, world: int,

@@ -47,6 +47,10 @@ every action here); their gap to the trainer's is logged as
 samples slightly off-policy) are visible. After every optimiser step the trainer calls
 `sync_weights`: the implementation broadcasts the updated (LoRA: merged) weights to the
 server over NCCL or its weight-update endpoint before the next batch is sampled.
+
+Reproducibility: prompts and sampling seeds are functions of (seed, step), so two runs with
+one config match bit for bit on CPU; on CUDA set `deterministic = true` for torch's
+deterministic kernels (see training.sft's docstring for what that does and does not cover).
 """
 
 from __future__ import annotations
@@ -132,7 +136,7 @@ class GRPOTrainer:
         self.cfg, self.out = cfg, Path(cfg.out_dir)
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
-        set_seed(cfg.seed)
+        set_seed(cfg.seed, deterministic=cfg.deterministic)
         self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
                                                 restrict_phase=cfg.rollout.restrict_phase)
         self.layout, self.model = self.engine.layout, self.engine.model

@@ -142,6 +142,7 @@ class GRPOConfig:
     save_every: int = 100
     keep_last: int = 3
     torch_threads: int | None = None  # CPU intra-op threads (None: torch's default); smoke uses 1
+    deterministic: bool = False  # torch's deterministic kernels (CUDA; training.common.set_seed)
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ValueError naming the key when the config cannot run."""
@@ -163,6 +164,8 @@ class GRPOConfig:
             raise ValueError("rewards: at least one reward stream is needed")
         if len({spec.name for spec in self.rewards}) != len(self.rewards):
             raise ValueError("rewards: stream names must be unique")
+        for spec in self.rewards:
+            spec.check()
         if not self.prompt_sets:
             raise ValueError("prompt_sets: at least one prompt set is needed")
 

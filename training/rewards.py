@@ -16,9 +16,12 @@ does not use are ignored (`**_`).
 Built-in kinds:
 - `content`: c = 1 - min(1, err) with err = `evaluation.metrics.content_error` of the
   prompt text against the ASR transcript (GCER for Indic scripts, `wer_weight` * WER +
-  (1 - wer_weight) * CER for Latin). Abstains when the judge cannot handle the row's
-  language (`evaluation.asr.ASRError`), when the language is outside `languages`, and when
-  the text normalises to nothing (only tags).
+  (1 - wer_weight) * CER for Latin). `segmentation` picks GCER's clusters: "grapheme"
+  (default; the `grapheme` package, Unicode 13.0 rules, as the release's GCER) or
+  "unicode" (regex `\\X`, Unicode 15.1+: a conjunct is one cluster); see
+  evaluation.metrics. The config always records it (`RewardSpec` fills in the default).
+  Abstains when the judge cannot handle the row's language (`evaluation.asr.ASRError`),
+  when the language is outside `languages`, and when the text normalises to nothing.
 - `duration`: d = -|ln(t_gen / t_exp)|, t_gen = frames / frame rate (at least one frame),
   t_exp = speakable characters / rate. Rates are chars/s per language, looked up as
   `rates["<code>:<voice>"]`, then `rates["<code>"]`, then `rumik_app.languages`; times the
@@ -41,7 +44,7 @@ import numpy as np
 import torch
 
 from evaluation.metrics import DEFAULT_WER_WEIGHT, content_error
-from evaluation.text import normalize
+from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize
 from rumik_app.languages import PACE_RATE, get_language, rate_for_text, speakable_length
 
 RewardFn = Callable[..., list]
@@ -57,7 +60,9 @@ class RewardSpec:
 
     name: the stream's name in logs (`rewards/<name>/mean`); kind: one of REWARD_KINDS;
     function: `module:function` for kind "function"; kwargs: constructor/partial arguments
-    (content: asr, wer_weight, languages; duration: rates; codebook0_low: threshold);
+    (content: asr, wer_weight, languages, segmentation; duration: rates; codebook0_low: threshold;
+    a content stream without `segmentation` gets DEFAULT_SEGMENTATION written in, so the
+    saved config says which GCER the run was rewarded with);
     routing: this stream's row of W (Q codebook weights, then the stop slot), or None for
     the kind's default (content -> codebook 0, duration -> stop slot, others -> everything);
     needs_audio: for kind "function", decode audio for it.
@@ -69,6 +74,20 @@ class RewardSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     routing: list[float] | None = None
     needs_audio: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind == "content":
+            self.kwargs = {"segmentation": DEFAULT_SEGMENTATION, **self.kwargs}
+
+    def check(self) -> None:
+        """ValueError naming the stream and the key for settings that cannot run (before any model loads)."""
+        if self.kind not in REWARD_KINDS:
+            raise ValueError(f"reward {self.name!r}: unknown kind {self.kind!r}; use one of {REWARD_KINDS}")
+        if self.kind == "content":
+            try:
+                check_segmentation(self.kwargs.get("segmentation"))
+            except ValueError as exc:
+                raise ValueError(f"reward {self.name!r}: kwargs.segmentation: {exc}") from None
 
 
 def _text(prompt: Any) -> str:
@@ -88,16 +107,21 @@ class ContentReward:
 
     judge: any object with `transcribe(samples, sample_rate, language) -> str`; None loads
     `evaluation.asr.load_asr(asr)` on first use. languages: ISO codes to score (None: all
-    the judge accepts).
+    the judge accepts). segmentation: GCER's clusters, "grapheme" or "unicode".
     """
 
     kind = "content"
     needs_audio = True
 
     def __init__(self, judge: Any = None, asr: str = DEFAULT_ASR, wer_weight: float = DEFAULT_WER_WEIGHT,
-                 languages: Sequence[str] | None = None, asr_cache: str | None = None):
+                 languages: Sequence[str] | None = None, asr_cache: str | None = None,
+                 segmentation: str = DEFAULT_SEGMENTATION):
         if not 0.0 <= wer_weight <= 1.0:
             raise ValueError(f"wer_weight must be in [0, 1], got {wer_weight}")
+        try:
+            self.segmentation = check_segmentation(segmentation)
+        except ValueError as exc:
+            raise ValueError(f"content reward: {exc}") from None
         self._judge, self.asr, self.asr_cache = judge, asr, asr_cache
         self.wer_weight = wer_weight
         self.languages = {get_language(code).code for code in languages} if languages else None
@@ -123,7 +147,8 @@ class ContentReward:
             hyp = self.judge.transcribe(np.asarray(samples, dtype=np.float32), sample_rate, code)
         except ASRError:
             return None
-        return 1.0 - min(1.0, content_error(text, hyp, language=code, wer_weight=self.wer_weight))
+        err = content_error(text, hyp, language=code, wer_weight=self.wer_weight, segmentation=self.segmentation)
+        return 1.0 - min(1.0, err)
 
     def __call__(self, prompts: Sequence[Any], rollouts: Any = None, *, audio: Sequence[np.ndarray],
                  sample_rate: int, **columns) -> list[float | None]:

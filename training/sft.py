@@ -26,6 +26,15 @@ optimizer state is the main process's `optimizer.state_dict()`, which makes exac
 single-process/DDP feature (tested with two CPU processes); FSDP/DeepSpeed optimizer shards
 are not saved yet. loss.head = "audio" reads the tied embedding outside the LM head's own
 forward: use it with one process or DDP, not FSDP.
+
+Reproducibility: a run is a function of its config and `seed`, not of paths. The batch order
+is (seed, content of each prepared folder's index.jsonl; training.data), the weights start
+from the checkpoint, and `set_seed` runs before anything draws. On CPU two runs with one
+config and seed match bit for bit (same machine, torch build and thread count). On CUDA they
+draw the same batches but some kernels are not bitwise repeatable, so losses drift apart by
+float rounding; `deterministic = true` (--set deterministic=true) turns on torch's
+deterministic algorithms (training.common.set_seed) for exact repeats on the same GPU model,
+software and process count, and an op without a deterministic kernel then raises.
 """
 
 from __future__ import annotations
@@ -131,6 +140,7 @@ class SFTConfig:
     mixed_precision: str = "auto"
     activation_checkpointing: bool = False
     resume: bool = True
+    deterministic: bool = False  # torch's deterministic kernels (CUDA; see the module docstring)
 
     def check(self, world: int) -> None:
         """Raise ConfigError for settings that cannot run."""
@@ -241,14 +251,15 @@ def train(cfg: SFTConfig) -> Path:
     world, rank = accelerator.num_processes, accelerator.process_index
     cfg.check(world)
     if accelerator.is_main_process:
-        print(f"training.sft: {world} process(es), {accelerator.distributed_type.value}, {accelerator.device}",
-              flush=True)
+        print(f"training.sft: {world} process(es), {accelerator.distributed_type.value}, {accelerator.device}"
+              f"{', deterministic kernels' if cfg.deterministic else ''}", flush=True)
     out = Path(cfg.out_dir)
-    set_seed(cfg.seed)
+    set_seed(cfg.seed, deterministic=cfg.deterministic)
     engine = TTSEngine.from_pretrained(cfg.model, device="cpu", dtype=torch.float32)
     sources, plans, heldout = build_sources(cfg, engine)
     new_voices = add_new_speakers(engine, sources)
-    sampler = MixtureSampler(plans, {k: s.train_items for k, s in sources.items()}, seed=cfg.seed)
+    sampler = MixtureSampler(plans, {k: s.train_items for k, s in sources.items()}, seed=cfg.seed,
+                             order_keys={k: s.fingerprint for k, s in sources.items()})
     builder = ExampleBuilder(engine, sources)
     model = engine.model.train()
     if cfg.activation_checkpointing:

@@ -4,6 +4,8 @@ Library module (run the app with `python app.py`). Upload clips (WAV/FLAC/OGG/MP
 references (typed or a CSV manifest), choose an ASR judge (`evaluation.asr`) or paste
 transcripts, and get WER/CER/GCER per clip and corpus-pooled, NoVA verdicts where the
 reference carries one inline tag, a chart and a CSV. The work is in `webapp.scoring`.
+"GCER clusters" picks the segmentation (evaluation.metrics: "grapheme", the default, or
+"unicode"); the summary, the table and the CSV name it with its Unicode version.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from evaluation.report import write_csv
+from evaluation.text import DEFAULT_SEGMENTATION, GRAPHEME_PACKAGE, UNICODE_CLUSTERS, segmentation_unicode_version
 from webapp.common import UserError, user_errors
 from webapp.examples import LANGUAGE_CHOICES
 from webapp.scoring import MAX_CLIP_MB, PASTED, TABLE_HEADERS, chart, score_uploads
@@ -24,8 +27,18 @@ JUDGE_CHOICES = [
 DEFAULT_HF_MODEL = "openai/whisper-small"
 
 
+def segmentation_choices() -> list[tuple[str, str]]:
+    """(label, value) pairs for the GCER segmentation radio, with the Unicode versions installed."""
+    return [
+        (f"grapheme package, Unicode {segmentation_unicode_version(GRAPHEME_PACKAGE)} rules: क्ष = 2 clusters "
+         "(comparable with the release's GCER)", GRAPHEME_PACKAGE),
+        (f"Unicode {segmentation_unicode_version(UNICODE_CLUSTERS)} clusters (regex \\X): क्ष = 1 cluster "
+         "(closer to aksharas)", UNICODE_CLUSTERS),
+    ]
+
+
 def evaluate(files, references: str = "", manifest=None, judge: str = PASTED, hf_model: str = DEFAULT_HF_MODEL,
-             transcripts: str = "", language: str = ""):
+             transcripts: str = "", language: str = "", segmentation: str = DEFAULT_SEGMENTATION):
     """(summary markdown, per-clip table, chart, CSV path) for the uploaded clips."""
     with user_errors("Evaluation"):
         if judge == "hf":
@@ -36,7 +49,7 @@ def evaluate(files, references: str = "", manifest=None, judge: str = PASTED, hf
             spec = judge or PASTED
         try:
             report = score_uploads(_paths(files), references or "", _path(manifest), spec, transcripts or "",
-                                   language or "")
+                                   language or "", segmentation or DEFAULT_SEGMENTATION)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         except RuntimeError as exc:  # ASRError: judge could not load (offline model, missing package)
@@ -77,11 +90,13 @@ def build_evaluate_tab() -> None:
         judge = gr.Radio(JUDGE_CHOICES, value=PASTED, label="ASR judge")
         hf_model = gr.Textbox(value=DEFAULT_HF_MODEL, label="Hugging Face model id or folder")
         language = gr.Dropdown([("(auto / from manifest)", "")] + LANGUAGE_CHOICES, value="", label="Language")
+    segmentation = gr.Radio(segmentation_choices(), value=DEFAULT_SEGMENTATION, label="GCER clusters",
+                            info="How Indic text is cut into units for GCER; the two give different numbers.")
     run = gr.Button("Score", variant="primary")
     summary = gr.Markdown()
     table = gr.Dataframe(headers=TABLE_HEADERS, label="Per clip", wrap=True)
     plot = gr.Plot(label="Chart")
     csv_file = gr.File(label="Scores (CSV)", interactive=False)
-    run.click(evaluate, inputs=[files, references, manifest, judge, hf_model, transcripts, language],
+    run.click(evaluate, inputs=[files, references, manifest, judge, hf_model, transcripts, language, segmentation],
               outputs=[summary, table, plot, csv_file], api_name="evaluate", concurrency_id="asr",
               concurrency_limit=1)

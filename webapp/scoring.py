@@ -10,6 +10,9 @@ References and pasted transcripts, typed: one line per clip in the order of the 
 (sorted), or `name.wav | text` lines matched by file name. Manifest CSV columns: `file`
 (or `id`, `clip`, `path`), `text` (or `reference`), optional `language` and `transcript`
 (or `hyp`); files are matched by name or by name without extension.
+
+GCER uses `segmentation` ("grapheme", the default, or "unicode"; evaluation.metrics): the
+table's "GCER rules" column and the summary name the library and Unicode version behind it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from evaluation import nova
 from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, score_pair, uses_graphemes
+from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source
 from rumik_app.audio import SAMPLE_RATE
 from webapp.ratings import tag_request
 
@@ -31,8 +35,8 @@ MAX_CLIPS = 200
 PASTED = "pasted"
 NAME_SEPARATOR = "|"
 METRICS = ("wer", "cer", "gcer")
-TABLE_HEADERS = ["file", "language", "reference", "transcript", "WER", "CER", "GCER", "content metric",
-                 "NoVA (3-class)", "NoVA (2-class)", "message"]
+TABLE_HEADERS = ["file", "language", "reference", "transcript", "WER", "CER", "GCER", "GCER rules",
+                 "content metric", "NoVA (3-class)", "NoVA (2-class)", "message"]
 
 
 @dataclass
@@ -48,9 +52,15 @@ class ClipResult:
     def row(self) -> list:
         s = self.scores
         metric = ("GCER" if uses_graphemes(self.reference, self.language or None) else "WER/CER") if s else ""
+        rules = gcer_rules(s["gcer_segmentation"]) if s else ""
         return [self.file, self.language, self.reference, self.transcript, s.get("wer"), s.get("cer"), s.get("gcer"),
-                metric, (self.nova or {}).get("verdict_3class", ""), (self.nova or {}).get("verdict_2class", ""),
+                rules, metric, (self.nova or {}).get("verdict_3class", ""), (self.nova or {}).get("verdict_2class", ""),
                 self.message]
+
+
+def gcer_rules(segmentation: str) -> str:
+    """The "GCER rules" cell: "grapheme: grapheme 0.6.0, Unicode 13.0.0"."""
+    return f"{segmentation}: {segmentation_source(segmentation)}"
 
 
 @dataclass
@@ -58,6 +68,7 @@ class ScoreReport:
     clips: list[ClipResult]
     corpus: dict  # metric -> pooled rate over scored clips
     judge: str
+    segmentation: str = DEFAULT_SEGMENTATION  # GCER's clusters
 
     def rows(self) -> list[list]:
         return [c.row() for c in self.clips]
@@ -67,12 +78,16 @@ class ScoreReport:
         lines = [f"**{len(scored)} of {len(self.clips)} clip(s) scored** with {self.judge}."]
         if scored:
             lines.append("Corpus (summed errors / summed reference length): " + ", ".join(
-                f"{m.upper()} {self.corpus[m]:.3f}" for m in METRICS))
+                f"{self.metric_label(m)} {self.corpus[m]:.3f}" for m in METRICS))
         failed = [c for c in self.clips if c.message and not c.scores]
         if failed:
             lines.append("Not scored: " + "; ".join(f"`{c.file}`: {c.message}" for c in failed))
-        lines.append(f"<small>{grapheme_backend_info()}</small>")
+        lines.append(f"<small>{grapheme_backend_info(self.segmentation)}</small>")
         return "\n\n".join(lines)
+
+    def metric_label(self, metric: str) -> str:
+        """"WER", "CER", or "GCER (grapheme)": GCER always says its segmentation."""
+        return f"GCER ({self.segmentation})" if metric == "gcer" else metric.upper()
 
 
 def _split_lines(text: str | None) -> list[str]:
@@ -145,10 +160,12 @@ def get_judge(spec: str):
 
 
 def score_uploads(files: list[str], references: str = "", manifest: str | None = None, judge_spec: str = PASTED,
-                  transcripts: str = "", language: str = "") -> ScoreReport:
+                  transcripts: str = "", language: str = "",
+                  segmentation: str = DEFAULT_SEGMENTATION) -> ScoreReport:
     """Score every uploaded clip; problems become per-clip messages (ValueError only for bad forms)."""
     from evaluation.audio_io import AudioLoadError, check_audio, load_audio
 
+    check_segmentation(segmentation)
     paths = sorted((Path(f) for f in files or []), key=lambda p: p.name)
     if not paths:
         raise ValueError("Upload at least one clip (WAV, FLAC, OGG or MP3).")
@@ -206,14 +223,14 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
                 res.message = f"transcription failed: {exc}"
                 continue
         res.transcript = str(hyp)
-        res.scores = score_pair(res.reference, res.transcript)
+        res.scores = score_pair(res.reference, res.transcript, segmentation)
         req = tag_request(res.reference)
         if req is not None:
             res.nova = nova.score_prompt(req.nova_prompt(name, res.reference), {"hyp": res.transcript})
     scored = [r.scores for r in results if r.scores]
     corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
               for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
-    return ScoreReport(results, corpus, "pasted transcripts" if judge is None else judge_spec)
+    return ScoreReport(results, corpus, "pasted transcripts" if judge is None else judge_spec, segmentation)
 
 
 def chart(report: ScoreReport):
@@ -233,7 +250,7 @@ def chart(report: ScoreReport):
     width = 0.26
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 3.6))
     for k, m in enumerate(METRICS):
-        ax.bar(x + (k - 1) * width, values[m], width, label=m.upper())
+        ax.bar(x + (k - 1) * width, values[m], width, label=report.metric_label(m))
     ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("error rate")
     ax.set_title(f"Intelligibility ({report.judge})")

@@ -50,7 +50,7 @@ def test_pasted_transcripts_metrics_nova_and_per_file_messages(clips):
     words = [got[n].scores for n in ("hello.wav", "laugh.wav", "again.mp3")]
     pooled = sum(s["word_errors"] for s in words) / sum(s["word_ref_len"] for s in words)
     assert report.corpus["wer"] == pytest.approx(pooled)
-    assert "3 of 5 clip(s) scored" in report.markdown() and "graphemes:" in report.markdown()
+    assert "3 of 5 clip(s) scored" in report.markdown() and "GCER segmentation grapheme: grapheme " in report.markdown()
     assert scoring.chart(report) is not None
 
 
@@ -74,13 +74,42 @@ def test_manifest_csv_and_grapheme_metric(clips, tmp_path):
     report = score_uploads([str(clips / "hello.wav"), str(clips / "laugh.wav")], manifest=str(manifest))
     got = by_file(report)
     assert got["hello.wav"].scores == score_pair("नमस्ते दोस्तों", "नमस्ते दोस्त")
-    assert got["hello.wav"].row()[7] == "GCER" and got["laugh.wav"].row()[7] == "WER/CER"
+    assert got["hello.wav"].row()[8] == "GCER" and got["laugh.wav"].row()[8] == "WER/CER"
     assert got["laugh.wav"].scores["wer"] == 0.0 and got["hello.wav"].language == "hi"
+
+
+# Issue 18's sentences: GCER 3/24 and 4/24 under "grapheme", 4/20 and 3/22 under "unicode"
+# (hand-counted in tests/evaluation/test_metrics.py); pooled 7/48 and 7/42.
+HINDI_REFS = ("hello.wav | प्रधानमंत्री ने राष्ट्र को संबोधित किया।\n"
+              "laugh.wav | क्षमा करें, मैं कल स्कूल नहीं आ पाऊँगा।")
+HINDI_HYPS = ("hello.wav | परधानमंत्री ने राष्ट्र को सम्बोधित किया\n"
+              "laugh.wav | छमा करें, मैं कल इस्कूल नहीं आ पाउँगा")
+HINDI_GCER = {"grapheme": (3 / 24, 4 / 24, 7 / 48), "unicode": (4 / 20, 3 / 22, 7 / 42)}
+
+
+@pytest.mark.parametrize("segmentation", ["grapheme", "unicode"])
+def test_gcer_segmentation_is_chosen_and_named(clips, segmentation):
+    from evaluation.text import segmentation_source
+
+    files = [str(clips / "hello.wav"), str(clips / "laugh.wav")]
+    report = score_uploads(files, references=HINDI_REFS, transcripts=HINDI_HYPS, language="hi",
+                           segmentation=segmentation)
+    got = by_file(report)
+    first, second, pooled = HINDI_GCER[segmentation]
+    assert got["hello.wav"].scores["gcer"] == pytest.approx(first)
+    assert got["laugh.wav"].scores["gcer"] == pytest.approx(second)
+    assert report.corpus["gcer"] == pytest.approx(pooled)
+    rules = f"{segmentation}: {segmentation_source(segmentation)}"
+    assert got["hello.wav"].row()[6] == pytest.approx(first) and got["hello.wav"].row()[7] == rules
+    assert f"GCER ({segmentation}) {pooled:.3f}" in report.markdown()
+    assert f"GCER segmentation {segmentation}: {segmentation_source(segmentation)}" in report.markdown()
 
 
 def test_bad_forms_are_one_message():
     with pytest.raises(ValueError, match="Upload at least one clip"):
         score_uploads([])
+    with pytest.raises(ValueError, match="Unknown GCER segmentation 'akshara'; use 'grapheme'"):
+        score_uploads(["a.wav"], segmentation="akshara")
 
 
 def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
@@ -93,6 +122,15 @@ def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
     assert "unreadable" in rows["broken.wav"][-1]
     assert "1 of 2 clip(s) scored" in summary and "pocketsphinx" in summary
     assert plot is not None and csv_path.endswith(".csv")
+    summary, table, _, csv_path = client.predict(
+        files=[handle_file(str(clips / "hello.wav")), handle_file(str(clips / "laugh.wav"))],
+        references=HINDI_REFS, manifest=None, judge="pasted", hf_model="", transcripts=HINDI_HYPS, language="hi",
+        segmentation="unicode", api_name="/evaluate")
+    assert f"GCER (unicode) {7 / 42:.3f}" in summary and "GCER segmentation unicode: regex" in summary
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        rows = {r["file"]: r for r in csv.DictReader(f)}
+    assert float(rows["hello.wav"]["GCER"]) == pytest.approx(4 / 20)
+    assert rows["hello.wav"]["GCER rules"].startswith("unicode: regex ")
     with pytest.raises(AppError, match="Upload at least one clip"):
         client.predict(files=[], references="", manifest=None, judge="pasted", hf_model="", transcripts="",
                        language="", api_name="/evaluate")

@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 
 from evaluation import run as runner
-from evaluation.metrics import grapheme_backend_info
+from evaluation.text import SEGMENTATIONS, segmentation_label
 from evaluation.systems import SynthesisError, Synthesizer
 from rumik_app.audio import Audio
 
@@ -96,12 +96,58 @@ def test_runner_scores_per_language_and_domain(setup):
     assert float(summary[("domain", "digits_money")]["wer"]) == 0.0
     assert summary[("overall", "all")]["scored"] == "6"
     report = (out / "report.md").read_text()
-    assert "test tones" in report and grapheme_backend_info() in report
+    assert "test tones" in report and all(segmentation_label(seg) in report for seg in SEGMENTATIONS)
     assert "python -m evaluation.run --prompts" in report and "supplied:hyps.jsonl" in report
     assert (out / "charts" / "by_language.png").stat().st_size > 1000
     assert (out / "charts" / "by_domain.png").is_file()
     clips = read_csv(out / "clips.csv")
     assert len(clips) == 6 and clips[0]["hyp"] == "the cat sat on a mat"
+
+
+# The two sentences of issue 18 (hand-counted in tests/evaluation/test_metrics.py): GCER
+# 3/24 and 4/24 under "grapheme", 4/20 and 3/22 under "unicode"; pooled 7/48 and 7/42.
+GCER_PROMPTS = [
+    {"id": "pm", "text": "प्रधानमंत्री ने राष्ट्र को संबोधित किया।", "language": "hi", "domain": "news"},
+    {"id": "ks", "text": "क्षमा करें, मैं कल स्कूल नहीं आ पाऊँगा।", "language": "hi", "domain": "conversation"},
+]
+GCER_HYPS = [{"id": "pm", "hyp": "परधानमंत्री ने राष्ट्र को सम्बोधित किया"},
+             {"id": "ks", "hyp": "छमा करें मैं कल इस्कूल नहीं आ पाउँगा"}]
+
+
+def test_gcer_segmentation_flag_sets_gcer_and_reports_both(tmp_path, capsys):
+    prompts = write_jsonl(tmp_path / "p.jsonl", GCER_PROMPTS)
+    hyps = write_jsonl(tmp_path / "h.jsonl", GCER_HYPS)
+    out = tmp_path / "out"
+    expected = {"grapheme": {"pm": 3 / 24, "ks": 4 / 24, "all": 7 / 48},
+                "unicode": {"pm": 4 / 20, "ks": 3 / 22, "all": 7 / 42}}
+    for chosen in ("grapheme", "unicode"):  # the second run only rescores the same clips
+        extra = () if chosen == "grapheme" else ("--gcer-segmentation", chosen)
+        assert run_main(ToneSystem(), prompts, hyps, out, *extra) == 0
+        clips = {r["id"]: r for r in read_csv(out / "clips.csv")}
+        overall = next(r for r in read_csv(out / "summary.csv") if r["level"] == "overall")
+        for row, key in ((clips["pm"], "pm"), (clips["ks"], "ks"), (overall, "all")):
+            assert float(row["gcer"]) == pytest.approx(expected[chosen][key])
+            assert row["gcer_segmentation"] == chosen
+            for seg in SEGMENTATIONS:
+                assert float(row[f"gcer_{seg}"]) == pytest.approx(expected[seg][key])
+            assert "grapheme = grapheme 0.6.0, Unicode 13.0.0" in row["gcer_rules"]
+            assert "unicode = regex " in row["gcer_rules"]
+        assert float(clips["pm"]["content_error"]) == pytest.approx(expected[chosen]["pm"])
+        report = (out / "report.md").read_text(encoding="utf-8")
+        assert f"use the **{chosen}** segmentation" in report
+        assert all(segmentation_label(seg) in report for seg in SEGMENTATIONS)
+        assert "| **GCER " + chosen in report  # the chosen column is bold, both are shown
+        assert f"| {expected['grapheme']['all']:.3f} | {expected['unicode']['all']:.3f} |" in report
+        assert "Graphemes: graphemes" not in report
+    printed = capsys.readouterr().out
+    assert "**GCER unicode (U" in printed and "GCER grapheme (U13.0.0)" in printed
+
+
+def test_unknown_gcer_segmentation_is_refused(setup, capsys):
+    tmp, prompts, hyps = setup
+    with pytest.raises(SystemExit):
+        run_main(ToneSystem(), prompts, hyps, tmp / "out", "--gcer-segmentation", "akshara")
+    assert "invalid choice: 'akshara'" in capsys.readouterr().err
 
 
 def test_corrupted_silent_and_missing_clips_are_per_clip_errors(tmp_path, capsys):
@@ -265,7 +311,7 @@ def test_espeak_english_through_pocketsphinx_end_to_end(tmp_path):
     assert float(overall["wer"]) < 0.5, (out / "report.md").read_text()
     report = (out / "report.md").read_text()
     assert "espeak-ng (classical baseline)" in report and "`pocketsphinx`" in report
-    assert "--system espeak" in report and "Graphemes:" in report
+    assert "--system espeak" in report and "- GCER: " in report and "- Normaliser: NFC" in report
     cache = json.loads((out / "asr_cache.json").read_text())
     assert len(cache["entries"]) == 2
     mtimes = {p: p.stat().st_mtime_ns for p in out.glob("run1/*.wav")}

@@ -1,14 +1,17 @@
 """training.common: configs, schedule, metrics log, training checkpoints."""
 
 import json
+import os
+import random
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
 from training.common import (
-    ConfigError, MetricsLogger, latest_checkpoint, load_config, load_training_state, save_config,
+    CUBLAS_WORKSPACE, ConfigError, MetricsLogger, latest_checkpoint, load_config, load_training_state, save_config,
     save_training_checkpoint, set_seed, wsd_lambda,
 )
 
@@ -143,3 +146,41 @@ def test_latest_checkpoint_none_and_stale_pointer(tmp_path):
     assert latest_checkpoint(tmp_path) == root / "step_00000004"
     with pytest.raises(FileNotFoundError, match="not a training checkpoint"):
         load_training_state(tmp_path, None, None)
+
+
+@pytest.fixture
+def restore_determinism():
+    """set_seed changes process-wide torch flags: put them back after the test."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark)
+    yield
+    torch.use_deterministic_algorithms(saved[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[1], saved[2]
+
+
+def test_set_seed_seeds_every_rng_and_sets_the_deterministic_mode(monkeypatch, restore_determinism):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    set_seed(5)
+    first = (random.random(), float(np.random.rand()), torch.rand(2))
+    assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    set_seed(5, deterministic=True)
+    again = (random.random(), float(np.random.rand()), torch.rand(2))
+    assert first[:2] == again[:2] and torch.equal(first[2], again[2])
+    assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+    assert not torch.backends.cudnn.benchmark and os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+    set_seed(5)  # the next run in this process gets torch's default back
+    assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's choice is kept
+    set_seed(5, deterministic=True)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_deterministic_is_a_config_key_of_both_trainers():
+    from training.grpo_config import SMOKE_CONFIG, GRPOConfig
+    from training.sft import SFTConfig
+
+    assert load_config(SFTConfig, None).deterministic is False
+    assert load_config(SFTConfig, None, ["deterministic=true"]).deterministic is True
+    assert load_config(GRPOConfig, SMOKE_CONFIG, ["deterministic=true"]).deterministic is True
+    with pytest.raises(ConfigError, match="deterministic"):
+        load_config(SFTConfig, None, ["deterministic=yes"])

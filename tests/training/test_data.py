@@ -1,10 +1,12 @@
 """The curriculum sampler: deterministic order, resumable position, stage mixtures, rank slices."""
 
+import json
+import shutil
 from collections import Counter
 
 import pytest
 
-from training.data import DataError, MixtureSampler, StagePlan, rank_micro_batches
+from training.data import DataError, DataSource, MixtureSampler, StagePlan, rank_micro_batches
 
 ITEMS = {"en": list(range(10)), "hi": list(range(100, 106)), "ta": [200, 201, 202]}
 STAGES = [StagePlan("english", 3, (("en", 1.0),)),
@@ -73,3 +75,63 @@ def test_rank_slices_partition_the_global_batch():
     for p in parts:  # longest first within a rank: less padding
         lengths = [frames[k].frames(i) for m in p for k, i in m]
         assert lengths == sorted(lengths, reverse=True)
+
+
+def _renamed(items: dict, prefix: str) -> dict:
+    return {f"{prefix}/{k}": v for k, v in items.items()}
+
+
+def _renamed_stages(prefix: str) -> list[StagePlan]:
+    return [StagePlan(s.name, s.steps, tuple((f"{prefix}/{k}", w) for k, w in s.mixture)) for s in STAGES]
+
+
+def test_order_follows_the_order_keys_not_the_source_paths():
+    """Issue 17: two OUTs hold copies of the same data; the batches must not see the paths."""
+    batches = {}
+    for prefix in ("/runs/a/data", "/elsewhere/b/data"):
+        order_keys = {f"{prefix}/{k}": f"sha-of-{k}" for k in ITEMS}
+        sampler = MixtureSampler(_renamed_stages(prefix), _renamed(ITEMS, prefix), seed=7, order_keys=order_keys)
+        batches[prefix] = [[(k.rsplit("/", 1)[1], i) for k, i in b] for b in _run(sampler, range(7))]
+    assert batches["/runs/a/data"] == batches["/elsewhere/b/data"]
+    by_path = [MixtureSampler(_renamed_stages(p), _renamed(ITEMS, p), seed=7) for p in ("/x", "/y")]
+    assert [[i for _, i in b] for b in _run(by_path[0], range(7))] != \
+        [[i for _, i in b] for b in _run(by_path[1], range(7))]  # what keying by path did
+
+
+def test_resume_keeps_the_order_keys_the_run_started_with():
+    keys = {k: f"sha-of-{k}" for k in ITEMS}
+    full = _run(MixtureSampler(STAGES, ITEMS, seed=7, order_keys=keys), range(7))
+    first = MixtureSampler(STAGES, ITEMS, seed=7, order_keys=keys)
+    _run(first, range(4))
+    state = first.state_dict()
+    assert state["order_keys"] == keys
+    resumed = MixtureSampler(STAGES, ITEMS, seed=7, order_keys={k: "changed" for k in ITEMS})
+    resumed.load_state_dict(state)
+    assert _run(resumed, range(4, 7)) == full[4:]
+    # A checkpoint written before order keys existed continues its path-keyed order.
+    legacy = _run(MixtureSampler(STAGES, ITEMS, seed=7), range(7))
+    old = MixtureSampler(STAGES, ITEMS, seed=7)
+    _run(old, range(4))
+    resumed = MixtureSampler(STAGES, ITEMS, seed=7, order_keys=keys)
+    resumed.load_state_dict({k: v for k, v in old.state_dict().items() if k != "order_keys"})
+    assert _run(resumed, range(4, 7)) == legacy[4:]
+
+
+def _fake_prepared(folder, layout, texts) -> None:
+    folder.mkdir(parents=True)
+    (folder / "prepare.json").write_text(json.dumps({"num_quantizers": layout.num_quantizers,
+                                                     "codebook_size": layout.codebook_size,
+                                                     "manifest": str(folder / "clips.jsonl")}))
+    rows = [{"audio": f"wav/{n}.wav", "line": n + 1, "text": t, "speaker": "Ira", "language": "en", "shard": 0,
+             "offset": 3 * n, "frames": 3} for n, t in enumerate(texts)]
+    (folder / "index.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def test_fingerprint_names_the_content_not_the_folder(tmp_path, tiny_engine):
+    layout = tiny_engine.layout
+    _fake_prepared(tmp_path / "a", layout, ["one", "two", "three\u2028line"])
+    shutil.copytree(tmp_path / "a", tmp_path / "copy" / "a")
+    _fake_prepared(tmp_path / "b", layout, ["one", "two", "four"])
+    a, copy, b = (DataSource(tmp_path / p, layout) for p in ("a", "copy/a", "b"))
+    assert a.key != copy.key and a.fingerprint == copy.fingerprint != b.fingerprint
+    assert len(a) == 3 and a.rows[2]["text"] == "three\u2028line"  # one row per line, whatever the text holds

@@ -19,6 +19,27 @@ def test_shipped_configs_load_and_validate():
     assert [r.kind for r in example.rewards] == ["content", "duration"] and example.loss.beta == 0.0
 
 
+def test_content_segmentation_is_validated_and_saved(tmp_path):
+    from training.common import save_config
+
+    example = CONFIG_DIR / "grpo_example.toml"
+    assert load_config(GRPOConfig, example).rewards[0].kwargs["segmentation"] == "grapheme"
+    cfg = load_config(GRPOConfig, example, ["rewards.0.kwargs.segmentation=unicode"])
+    cfg.validate(1)
+    save_config(cfg, tmp_path / "train_config.json")
+    saved = json.loads((tmp_path / "train_config.json").read_text())
+    assert saved["rewards"][0]["kwargs"]["segmentation"] == "unicode"
+    assert load_config(GRPOConfig, tmp_path / "train_config.json").rewards[0].kwargs["segmentation"] == "unicode"
+    # A content stream that leaves it out is saved with the default, so the run says which GCER it used.
+    bare = load_config(GRPOConfig, None, ['rewards=[{"name": "content", "kind": "content"}]',
+                                          'prompt_sets=[{"items": [{"text": "a"}]}]'])
+    assert bare.rewards[0].kwargs == {"segmentation": "grapheme"}
+    bad = load_config(GRPOConfig, example, ["rewards.0.kwargs.segmentation=akshara"])
+    with pytest.raises(ValueError, match="reward 'content': kwargs.segmentation: Unknown GCER segmentation 'akshara'; "
+                                         "use 'grapheme' .* or 'unicode'"):
+        bad.validate(1)
+
+
 def test_sampler_weights_domains_and_languages():
     sets = [PromptSet(domain="news", weight=3.0, items=[{"text": "hello", "language": "en"},
                                                         {"text": "नमस्ते", "language": "Hindi"}]),

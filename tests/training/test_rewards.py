@@ -70,6 +70,45 @@ def test_content_reward_abstains():
         ContentReward(judge=FakeJudge([]))(["a", "b"], None, audio=audio, sample_rate=24_000)
 
 
+# Issue 18's first sentence: GCER 3/24 under "grapheme", 4/20 under "unicode" (hand-counted
+# in tests/evaluation/test_metrics.py), so the reward is 0.875 or 0.8.
+CONJUNCT_REF = "प्रधानमंत्री ने राष्ट्र को संबोधित किया।"
+CONJUNCT_HYP = "परधानमंत्री ने राष्ट्र को सम्बोधित किया"
+
+
+@pytest.mark.parametrize("segmentation, expected", [("grapheme", 1 - 3 / 24), ("unicode", 1 - 4 / 20)])
+def test_content_reward_follows_its_segmentation(segmentation, expected):
+    audio = [np.zeros(100, np.float32)]
+    spec = RewardSpec(name="content", kind="content",
+                      kwargs={"judge": FakeJudge([CONJUNCT_HYP]), "segmentation": segmentation})
+    spec.check()
+    reward = build_reward(spec)
+    assert reward.segmentation == segmentation
+    out = reward([SynthesisRequest(CONJUNCT_REF, language="hi")], None, audio=audio, sample_rate=24_000)
+    assert out == [pytest.approx(expected)]
+    assert out[0] == pytest.approx(1 - gcer(CONJUNCT_REF, CONJUNCT_HYP, segmentation=segmentation))
+
+
+def test_content_reward_default_segmentation_is_written_into_the_spec():
+    spec = RewardSpec(name="content", kind="content", kwargs={"asr": "pocketsphinx"})
+    assert spec.kwargs == {"segmentation": "grapheme", "asr": "pocketsphinx"}
+    assert RewardSpec(name="d", kind="duration").kwargs == {}
+    default = ContentReward(judge=FakeJudge([CONJUNCT_HYP]))
+    assert default.segmentation == "grapheme"
+    out = default([CONJUNCT_REF], None, audio=[np.zeros(100, np.float32)], sample_rate=24_000, language=["hi"])
+    assert out == [pytest.approx(1 - 3 / 24)]
+
+
+def test_unknown_segmentation_is_a_clear_error():
+    with pytest.raises(ValueError, match="content reward: Unknown GCER segmentation 'akshara'; use 'grapheme'"):
+        ContentReward(judge=FakeJudge([]), segmentation="akshara")
+    spec = RewardSpec(name="gcer", kind="content", kwargs={"segmentation": "Unicode"})
+    with pytest.raises(ValueError, match=r"reward 'gcer': kwargs.segmentation: .*use 'grapheme' .* or 'unicode'"):
+        spec.check()
+    with pytest.raises(ValueError, match="Unknown GCER segmentation 'Unicode'"):
+        build_reward(spec)
+
+
 def test_duration_reward_is_minus_abs_log_ratio():
     reward = DurationReward()
     text = "a" * 30  # English: 15 chars/s -> 2.0 s expected
