@@ -104,15 +104,20 @@ def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_t
     """Queue (with concurrency limits) and serve the app; `logins` turn on Gradio's login page.
 
     Gradio serves only the app's served folder (`allowed_paths`) and its own cache; the data
-    dir is checked again here, as the cache folder is where Gradio says it is at launch.
+    dir's private files are checked against those folders again and also passed as
+    `blocked_paths`, which Gradio refuses whatever else allows them. With an admin password,
+    Gradio's run history is off: it would keep the typed password and export links in the
+    browser's storage (a shared rating machine).
     """
-    check_not_served(demo.data_layout, served_roots(demo.served_folder))
+    layout, admin = demo.data_layout, demo.admin
+    check_not_served(layout, served_roots(demo.served_folder))
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
     return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                       allowed_paths=[str(demo.served_folder.root)], max_file_size=MAX_UPLOAD, ssr_mode=False,
+                       allowed_paths=[str(demo.served_folder.root)],
+                       blocked_paths=[str(p) for p in layout.private_paths()],
                        auth=LoginCheck(logins) if logins else None, auth_message="Sign in to use this rumik-oss-1 app.",
-                       theme=_theme(), css=CSS,
-                       quiet=prevent_thread_lock)
+                       run_history=False if admin.enabled else None,
+                       max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, quiet=prevent_thread_lock)
 
 
 def _theme() -> gr.themes.Base:

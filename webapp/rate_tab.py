@@ -327,9 +327,5 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
                     api_name="show_word_choices", queue=False, show_progress="hidden")
     submit.click(h.submit, inputs=[rater, trial_id, s1, s2, preference, h1, w1, h2, w2, comment], outputs=status,
                  api_name="submit_rating", trigger_mode="once")
-    # With a password these two are callable but left off the API page and out of Gradio's run
-    # history, which would otherwise keep the typed password in the browser's storage.
-    visibility = "undocumented" if admin else "public"
-    show.click(h.results, inputs=admin_password, outputs=[results_md, results_json], api_name="rating_results",
-               api_visibility=visibility)
-    export.click(h.export, inputs=admin_password, outputs=files, api_name="export_ratings", api_visibility=visibility)
+    show.click(h.results, inputs=admin_password, outputs=[results_md, results_json], api_name="rating_results")
+    export.click(h.export, inputs=admin_password, outputs=files, api_name="export_ratings")
