@@ -269,8 +269,12 @@ def test_results_and_export_need_the_admin_password(guarded, caplog):
     assert Path(guarded.exported[3]["path"]).read_bytes() == (newest / "ratings.csv").read_bytes()
     assert b"asha" in (newest / "ratings.csv").read_bytes()
 
-    # Gradio's run history would keep the typed password in the browser: it is off.
-    assert json.loads(_full(guarded.port, "/config"))["run_history"] is False
+    # The page asks for the password in a masked field; Gradio's run history (which would keep
+    # what was typed in the browser's storage) is off.
+    config = json.loads(_full(guarded.port, "/config"))
+    field = _component(config, "admin-password")
+    assert field["props"]["type"] == "password" and field["props"]["visible"] is True
+    assert config["run_history"] is False
     assert not any(guarded.password in r.getMessage() for r in caplog.records)
 
 
@@ -283,9 +287,15 @@ def _full(port: int, path: str) -> bytes:
         conn.close()
 
 
-def test_without_an_admin_password_results_stay_open(client):
+def _component(config: dict, elem_id: str) -> dict:
+    return next(c for c in config["components"] if c.get("props", {}).get("elem_id") == elem_id)
+
+
+def test_without_an_admin_password_results_stay_open(client, app_server):
     md, numbers = client.predict(api_name="/rating_results")
     assert isinstance(numbers, dict) and isinstance(md, str)
+    assert _component(json.loads(_full(app_server[0].server_port, "/config")), "admin-password")["props"][
+        "visible"] is False
 
 
 def test_auth_logins_close_everything_but_the_login(tiny_checkpoint, tmp_path):
