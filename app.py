@@ -94,8 +94,9 @@ def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
             build_evaluate_tab()
         demo.load(registry.banner_markdown, outputs=banner, api_name="model_status", queue=False,
                   show_progress="hidden")
-    # For tests and embedding scripts:
-    demo.registry, demo.rating_store, demo.data_layout, demo.served_folder, demo.admin = registry, store, layout, served, admin
+    # For tests and embedding scripts (and `launch`):
+    demo.registry, demo.rating_store, demo.admin = registry, store, admin
+    demo.data_layout, demo.served_folder = layout, served
     return demo
 
 

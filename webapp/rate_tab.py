@@ -113,7 +113,7 @@ class RateHandlers:
     def __init__(self, registry: SystemRegistry, synth: SynthHandlers, store: RatingStore, layout: DataLayout,
                  admin: AdminGate | None = None):
         self.registry, self.synth, self.store, self.layout = registry, synth, store, layout
-        self.admin = admin or AdminGate()
+        self.admin = admin if admin is not None else AdminGate()
 
     def set_items(self, name: str):
         import gradio as gr
