@@ -69,7 +69,8 @@ def _set_number(drv, css: str, value: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    box = drv.find_element(By.CSS_SELECTOR, css)
+    # An accordion renders its children when opened: wait for the box rather than racing the render.
+    box = _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, css), f"the number box {css}", 20)
     drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(value, Keys.TAB)
