@@ -4,6 +4,8 @@
     python app.py --model /models/rumik-oss-1       # a local checkpoint folder
     python app.py --model tiny --port 7861          # random weights: checks the pipeline, sounds like noise
     python app.py --host 0.0.0.0 --share            # reachable from other machines / a public link
+    RUMIK_ADMIN_PASSWORD=... python app.py          # results and exports for the admin only
+    python app.py --auth-file logins.txt            # a private deployment: USER:PASS lines, Gradio's login
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
 rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Evaluate
@@ -11,6 +13,10 @@ rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Ev
 the espeak-ng classical baseline, and tiny. If the model cannot be loaded the app still
 starts, with a banner giving the reason and the fix. Every action is an API endpoint;
 `/synthesize` returns a 24 kHz WAV (see the "Use via API" link at the bottom of the page).
+
+Files: the data dir (ratings database, rated clips, exports) is never served; visitors get
+copies under random names from a separate served folder (`webapp.storage` has the layout).
+Results and exports need the admin password when one is set (`webapp.access`).
 
 This file is the Gradio layer only; the work is in `webapp/`, `rumik_app/` and `evaluation/`.
 """
@@ -20,17 +26,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from pathlib import Path
 
 import gradio as gr
 
 from rumik_app.checkpoint import DEFAULT_MODEL
-from webapp.common import ClipFolder
+from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
 from webapp.evaluate_tab import build_evaluate_tab
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
+from webapp.storage import DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
 from webapp.synth_tab import SynthHandlers, build_synth_tab
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry
+
+log = logging.getLogger("app")
 
 TITLE = "rumik-oss-1: expressive Indic text-to-speech"
 DEFAULT_PORT = 7860
@@ -38,6 +46,9 @@ DEFAULT_DATA_DIR = "outputs/app"
 DEFAULT_CONCURRENCY = 4  # light events (preview, submit, results)
 QUEUE_MAX_SIZE = 64
 MAX_UPLOAD = "200mb"  # hard cap on one upload; the Evaluate tab reports smaller limits per file
+# Gradio keeps a copy of every file it hands out (GRADIO_TEMP_DIR); sweep hourly, drop after a day.
+CACHE_SWEEP_S, CACHE_MAX_AGE_S = 3600, 86400
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 CSS = """
 #prompt-preview textarea { font-family: ui-monospace, monospace; }
 #model-banner:has(h3, p) { background: #fff4e5; border-left: 4px solid #f59e0b; padding: 0.6em 1em; border-radius: 6px; }
@@ -54,19 +65,27 @@ INTRO = (
 
 def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
                data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
+               admin: AdminGate | None = None, served: ServedFolder | None = None,
                compile: bool | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
-    default on for CUDA) so the banner can say whether it worked and serving starts warm."""
+    default on for CUDA) so the banner can say whether it worked and serving starts warm.
+
+    `admin` guards results and exports (default: $RUMIK_ADMIN_PASSWORD if set, else open);
+    `served` is the folder visitors' files are served from (default: a fresh temp folder).
+    Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
+    """
+    layout, served = DataLayout(data_dir), served or ServedFolder()
+    check_not_served(layout, served_roots(served))
+    admin = admin if admin is not None else AdminGate.from_sources()
     registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile)
     if preload:
         registry.preload(SYSTEM_RUMIK)
-    data = Path(data_dir)
-    store = RatingStore(data / "ratings.sqlite")
-    synth = SynthHandlers(registry, ClipFolder())
-    rate = RateHandlers(registry, synth, store, data)
+    store = RatingStore(layout.database)
+    synth = SynthHandlers(registry, served)
+    rate = RateHandlers(registry, synth, store, layout, admin)
     default, choices = registry.default_choice(), registry.choices()
 
-    with gr.Blocks(title=TITLE) as demo:
+    with gr.Blocks(title=TITLE, delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
         gr.Markdown(INTRO)
         banner = gr.Markdown(registry.banner_markdown(), elem_id="model-banner")
         with gr.Tab("Synthesise", id="synthesise"):
@@ -77,18 +96,31 @@ def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
             build_evaluate_tab()
         demo.load(registry.banner_markdown, outputs=banner, api_name="model_status", queue=False,
                   show_progress="hidden")
-    demo.registry, demo.rating_store = registry, store  # for tests and embedding scripts
+    # For tests and embedding scripts (and `launch`):
+    demo.registry, demo.rating_store, demo.admin = registry, store, admin
+    demo.data_layout, demo.served_folder = layout, served
     return demo
 
 
-def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, data_dir: str | os.PathLike = DEFAULT_DATA_DIR,
-           prevent_thread_lock: bool = False):
-    """Queue (with concurrency limits) and serve the app."""
+def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_thread_lock: bool = False,
+           logins: list[tuple[str, str]] | None = None):
+    """Queue (with concurrency limits) and serve the app; `logins` turn on Gradio's login page.
+
+    Gradio serves only the app's served folder (`allowed_paths`) and its own cache; the data
+    dir's private files are checked against those folders again and also passed as
+    `blocked_paths`, which Gradio refuses whatever else allows them. With an admin password,
+    Gradio's run history is off: it would keep the typed password and export links in the
+    browser's storage (a shared rating machine).
+    """
+    layout, admin = demo.data_layout, demo.admin
+    check_not_served(layout, served_roots(demo.served_folder))
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
     return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                       allowed_paths=[str(Path(data_dir).resolve())], max_file_size=MAX_UPLOAD, ssr_mode=False,
-                       theme=_theme(), css=CSS,
-                       quiet=prevent_thread_lock)
+                       allowed_paths=[str(demo.served_folder.root)],
+                       blocked_paths=[str(p) for p in layout.private_paths()],
+                       auth=LoginCheck(logins) if logins else None, auth_message="Sign in to use this rumik-oss-1 app.",
+                       run_history=False if admin.enabled else None,
+                       max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, quiet=prevent_thread_lock)
 
 
 def _theme() -> gr.themes.Base:
@@ -109,17 +141,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)))
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link")
     p.add_argument("--data-dir", default=os.environ.get("RUMIK_APP_DATA", DEFAULT_DATA_DIR),
-                   help="ratings database, rated clips and exports (default: %(default)s)")
+                   help="ratings database, rated clips and exports; never served (default: %(default)s)")
+    # Secrets: no %(default)s in these helps, so --help never prints one taken from the environment.
+    p.add_argument("--admin-password", default=None,
+                   help=f"password for results and exports (default: ${ADMIN_PASSWORD_ENV}; unset = open to all). "
+                        "Prefer the environment variable: command lines are visible to other users of the machine")
+    p.add_argument("--auth", action="append", default=[], metavar="USER:PASS",
+                   help="require this login for the whole app (repeatable; Gradio's login page)")
+    p.add_argument("--auth-file", default=None, metavar="FILE",
+                   help=f"logins, one USER:PASS a line (# comments); also read from ${AUTH_ENV}")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    demo = build_demo(args.model, args.device, args.dtype, args.data_dir, compile=args.compile)
+    try:
+        logins = read_logins(args.auth, args.auth_file)
+        admin = AdminGate.from_sources(args.admin_password)
+        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile)
+    except (LoginError, UnsafeLayoutError) as exc:
+        raise SystemExit(f"error: {exc}") from None
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""), flush=True)
-    launch(demo, args.host, args.port, args.share, args.data_dir)
+    print(f"data dir {demo.data_layout.root} (not served); results and exports: "
+          + ("admin password required" if admin.enabled else "open to every visitor")
+          + (f"; {len(logins)} login(s) required" if logins else ""), flush=True)
+    if not admin.enabled and (args.share or args.host not in LOCAL_HOSTS):
+        log.warning("the app is reachable from other machines and every visitor can see results and export all "
+                    "ratings; set %s (or --admin-password) to keep them for the admin", ADMIN_PASSWORD_ENV)
+    launch(demo, args.host, args.port, args.share, logins=logins)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ Run the app with `python app.py`; this package is not a program of its own.
 - `ratings`: the SQLite store of blind A/B ratings, its IndicEmo and NoVA exports.
 - `rate_tab`: the Compare & rate tab for annotators.
 - `scoring` / `evaluate_tab`: the Evaluate tab (WER/CER/GCER, NoVA verdicts, chart).
+- `storage`: the private data-dir layout and the one folder visitors' files are served from.
+- `access`: the admin password for results and exports, and `--auth` logins.
 
 Nothing here does model math: it builds `SynthesisRequest`s, calls `rumik_app` and
 `evaluation`, and turns their errors into one readable message each.

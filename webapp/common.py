@@ -1,4 +1,4 @@
-"""Small pieces every tab of `app.py` shares: app limits, error mapping, clip files.
+"""Small pieces every tab of `app.py` shares: app limits, error mapping, file hashes.
 
 Library module (no command line). `user_errors()` turns the project's own exceptions into
 one readable `gr.Error` and any other exception into a short message (the traceback goes to
@@ -11,15 +11,9 @@ import contextlib
 import hashlib
 import logging
 import os
-import tempfile
-import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
-from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.checkpoint import CheckpointError
 from rumik_app.prompt import PromptError
 from webapp.systems import SystemUnavailable
@@ -32,7 +26,6 @@ APP_MAX_TEXT_CHARS = 2_000
 MAX_SECONDS_LIMIT = 30.0  # the engine caps an utterance (chunk) at ~30 s
 DEFAULT_MAX_SECONDS = 20.0
 MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
-MAX_KEPT_CLIPS = 500  # synthesised clips kept in the temp folder before the oldest go
 # Generations running at once (one engine per system, each locked; a GPU does one at a time).
 SYNTH_CONCURRENCY = 1
 
@@ -79,26 +72,3 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: str | os.PathLike) -> str:
     return sha256_bytes(Path(path).read_bytes())
-
-
-class ClipFolder:
-    """Synthesised WAVs for visitors to play and download, pruned to the newest `keep`."""
-
-    def __init__(self, root: str | os.PathLike | None = None, keep: int = MAX_KEPT_CLIPS):
-        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rumik-app-clips-"))
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.keep = keep
-        self._lock = threading.Lock()
-
-    def write(self, samples: np.ndarray, stem: str = "rumik", sample_rate: int = SAMPLE_RATE) -> Path:
-        """Write a 16-bit WAV (atomically) and return its path."""
-        path = write_wav(self.root / f"{stem}-{uuid.uuid4().hex[:10]}.wav", samples, sample_rate)
-        self._prune()
-        return path
-
-    def _prune(self) -> None:
-        with self._lock:
-            files = sorted(self.root.glob("*.wav"), key=lambda p: p.stat().st_mtime)
-            for old in files[: max(0, len(files) - self.keep)]:
-                with contextlib.suppress(OSError):
-                    old.unlink()

@@ -5,7 +5,8 @@ up A and B (two systems, or one system with two seeds or settings), generates th
 hears it under shuffled blind labels, scores each clip 1-5 for expression (DESIGN §8
 rubric), gives a preference and, for a prompt with one inline tag, says which sound was
 heard and before which word. `webapp.ratings` stores it; the results view aggregates with
-`evaluation.indicemo` and `evaluation.nova`.
+`evaluation.indicemo` and `evaluation.nova`. Results and exports need the admin password
+when one is configured (`webapp.access`); files go where `webapp.storage` says.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from evaluation import indicemo, nova
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
 from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
+from webapp.access import AdminGate
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
     MAX_SECONDS_LIMIT,
@@ -31,6 +33,7 @@ from webapp.common import (
     user_errors,
 )
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
+from webapp.storage import DataLayout
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SystemRegistry
 
@@ -103,10 +106,14 @@ def system_ids(registry: SystemRegistry, a: dict, b: dict) -> tuple[str, str]:
 
 
 class RateHandlers:
-    def __init__(self, registry: SystemRegistry, synth: SynthHandlers, store: RatingStore, data_dir: Path):
-        self.registry, self.synth, self.store = registry, synth, store
-        self.clip_dir = Path(data_dir) / "clips"
-        self.export_dir = Path(data_dir) / "export"
+    """The Compare & rate functions. Rated clips and exports are kept in the private data dir
+    (`layout`); visitors get copies under random names from the served folder. Results and
+    exports need the admin password when one is configured (`admin`)."""
+
+    def __init__(self, registry: SystemRegistry, synth: SynthHandlers, store: RatingStore, layout: DataLayout,
+                 admin: AdminGate | None = None):
+        self.registry, self.synth, self.store, self.layout = registry, synth, store, layout
+        self.admin = admin if admin is not None else AdminGate()
 
     def set_items(self, name: str):
         import gradio as gr
@@ -163,15 +170,16 @@ class RateHandlers:
             for label, k in zip(LABELS, order):
                 system, req = built[k]
                 audio = system.synthesize(req)
-                # Named by blind label: the file name reaches the browser and must not reveal the side.
-                path = self.clip_dir / trial_id / f"{label.lower().replace(' ', '-')}.wav"
-                audio.save(path)
+                path = audio.save(self.layout.rated_clip(trial_id, label))  # private archive of what was rated
                 settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
                             "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,
                             "max_seconds": float(max_seconds)}
                 clips.append(TrialClip(label, "AB"[k], ids[k], settings, audio.seed, sha256_file(path), str(path)))
             trial = Trial(trial_id, prompt_id, text, delivery, clips)
             self.store.add_trial(trial)
+            # The rater hears copies under random names: nothing in a URL reveals the side, the
+            # trial or the seed, and no other visitor can guess it.
+            served = [str(self.synth.served.copy(c.audio_path)) for c in clips]
         req = trial.request
         info = f"Trial `{trial_id}` · prompt `{prompt_id}`" + (f" · target delivery **{delivery}**" if delivery else "")
         tag_updates = []
@@ -185,7 +193,7 @@ class RateHandlers:
                                 gr.update(visible=False, value=None, choices=where)]  # shown once a sound is picked
         if req is None and TAG_BRACKETS.search(text):
             info += " · (more than one tag: the tag-placement question is skipped)"
-        return (clips[0].audio_path, clips[1].audio_path, trial_id, info, None, None, *tag_updates, None, "")
+        return (served[0], served[1], trial_id, info, None, None, *tag_updates, None, "")
 
     def submit(self, rater, trial_id, score_1, score_2, preference, heard_1=None, where_1=None, heard_2=None,
                where_2=None, comment="") -> str:
@@ -211,15 +219,21 @@ class RateHandlers:
             return f"Already stored: this pair was rated by {sub.rater.strip()} before (submission `{sub.key()}`). Generate a new pair."
         return f"✓ Stored (submission `{sub.key()}`; {total} in total). Generate the next pair."
 
-    def results(self) -> tuple[str, dict]:
+    def results(self, admin_password: str = "") -> tuple[str, dict]:
+        """(markdown report, numbers) over every stored rating; admin only if a password is set."""
         with user_errors("Aggregating the results"):
+            self.admin.require(admin_password, "Showing the results")
             return self.store.results()
 
-    def export(self) -> list[str]:
+    def export(self, admin_password: str = "") -> list[str]:
+        """Write an export into the data dir (kept there) and return download copies of its main files."""
         with user_errors("Exporting"):
-            files = self.store.export(self.export_dir / uuid.uuid4().hex[:8])
-        # The zip keeps the folder layout (transcripts per system); the loose files are the main ones.
-        return [str(p) for p in files if p.parent == files[0].parent and p.suffix != ".json"]
+            self.admin.require(admin_password, "Exporting the ratings")
+            out = self.layout.new_export_dir()
+            files = self.store.export(out)
+            # The zip keeps the folder layout (transcripts per system); the loose files are the main ones.
+            main = [p for p in files if p.parent == out and p.suffix != ".json"]
+            return [str(p) for p in self.synth.served.publish(main)]
 
 
 def _side_controls(name: str, system_choices, default_system: str):
@@ -286,7 +300,11 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
     comment = gr.Textbox(value="", label="Comment (optional)")
     submit = gr.Button("Submit rating", variant="primary", elem_id="submit-rating")
     status = gr.Markdown(elem_id="rating-status")
-    with gr.Accordion("Results and export", open=False):
+    admin = h.admin.enabled
+    with gr.Accordion("Results and export (admin)" if admin else "Results and export", open=False):
+        # Without an admin password (local use) this stays hidden and results are open to all.
+        admin_password = gr.Textbox(value="", type="password", label="Admin password", visible=admin,
+                                    elem_id="admin-password", info="Results and exports hold every rater's ratings.")
         show = gr.Button("Show results")
         results_md = gr.Markdown()
         results_json = gr.JSON(label="Numbers")
@@ -309,5 +327,5 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
                     api_name="show_word_choices", queue=False, show_progress="hidden")
     submit.click(h.submit, inputs=[rater, trial_id, s1, s2, preference, h1, w1, h2, w2, comment], outputs=status,
                  api_name="submit_rating", trigger_mode="once")
-    show.click(h.results, outputs=[results_md, results_json], api_name="rating_results")
-    export.click(h.export, outputs=files, api_name="export_ratings")
+    show.click(h.results, inputs=admin_password, outputs=[results_md, results_json], api_name="rating_results")
+    export.click(h.export, inputs=admin_password, outputs=files, api_name="export_ratings")

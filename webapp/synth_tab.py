@@ -22,11 +22,11 @@ from webapp.common import (
     MAX_SECONDS_LIMIT,
     MIN_SECONDS,
     SYNTH_CONCURRENCY,
-    ClipFolder,
     UserError,
     user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
+from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_TINY, LoadedSystem, SystemRegistry
 
 MODE_STRUCTURED = "Tone, accent and pace"
@@ -92,8 +92,8 @@ def check_generation(temperature: float, top_k: float, top_p: float, max_seconds
 class SynthHandlers:
     """The Synthesise tab's functions; each raises gr.Error with one readable message."""
 
-    def __init__(self, registry: SystemRegistry, clips: ClipFolder):
-        self.registry, self.clips = registry, clips
+    def __init__(self, registry: SystemRegistry, served: ServedFolder):
+        self.registry, self.served = registry, served
 
     def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
               max_seconds, system, language=None) -> tuple[LoadedSystem, SynthesisRequest]:
@@ -121,7 +121,7 @@ class SynthHandlers:
             chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
                                      top_p, max_seconds, system)
             audio = chosen.synthesize(req)
-            return str(self.clips.write(audio.samples, stem=f"{chosen.key}-seed{audio.seed}"))
+            return str(self.served.write_wav(audio.samples))
 
     def stream(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds,
                system, description_mode=MODE_STRUCTURED, language=None) -> Iterator[tuple]:
@@ -144,7 +144,7 @@ class SynthHandlers:
                     pieces.append(piece)
                     yield Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), gr.skip()
             samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-            path = self.clips.write(samples, stem=f"{chosen.key}-seed{req.seed}")
+            path = self.served.write_wav(samples)
         yield gr.skip(), req.seed, str(path), _info(chosen, req, samples, stats)
 
     def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,

@@ -46,8 +46,12 @@ def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float
 
 def start_app_process(model: str, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
     """`python app.py` as a user runs it (one torch thread, hub offline); output to `log_path`."""
+    from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "GRADIO_ANALYTICS_ENABLED": "False"}
+    for secret in (ADMIN_PASSWORD_ENV, AUTH_ENV):  # an open app, whatever the developer's shell holds
+        env.pop(secret, None)
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([sys.executable, "app.py", "--model", model, "--port", str(port), "--data-dir",
                              str(data_dir)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -59,10 +63,12 @@ def app_server(tiny_checkpoint, tmp_path_factory):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
 
+    from webapp.access import AdminGate
+
     data_dir = tmp_path_factory.mktemp("app-data")
-    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir)
+    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir, admin=AdminGate())  # open
     port = free_port()
-    _, url, _ = app.launch(demo, "127.0.0.1", port, data_dir=data_dir, prevent_thread_lock=True)
+    _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     wait_until_up(url)
     yield demo, url
     demo.close()

@@ -5,6 +5,7 @@ Run: .venv/bin/python -m pytest tests/app/test_api.py -q
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -130,7 +131,8 @@ def test_generated_pair_is_blind_and_hashes_match_the_served_audio(client, app_s
     out = client.predict(text="Blind <sigh> pair", prompt_id="", target_delivery="Sad", system_a="rumik-oss-1",
                          system_b="rumik-oss-1", seed_a=11, seed_b=12, max_seconds=SHORT, api_name="/generate_pair")
     clip1, clip2, trial_id, info = out[:4]
-    assert (Path(clip1).name, Path(clip2).name) == ("clip-1.wav", "clip-2.wav")  # nothing about A/B or systems
+    names = (Path(clip1).name, Path(clip2).name)  # random tokens: nothing about A/B, systems, seeds or the trial
+    assert all(re.fullmatch(r"[0-9a-f]{32}\.wav", n) for n in names) and names[0] != names[1], names
     assert "seed" not in info and "rumik" not in info
     trial = app_server[0].rating_store.get_trial(trial_id)
     assert {c.side for c in trial.clips} == {"A", "B"} and [c.label for c in trial.clips] == ["Clip 1", "Clip 2"]

@@ -1,0 +1,201 @@
+"""The pieces behind issue 16 without a server: the admin password gate, --auth logins, the
+served folder's names and pruning, the data-dir layout check, and `app.main`'s wiring.
+
+Run: .venv/bin/python -m pytest tests/app/test_access.py -q
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+from webapp.access import (
+    ADMIN_PASSWORD_ENV,
+    AUTH_ENV,
+    AccessDenied,
+    AdminGate,
+    LoginCheck,
+    LoginError,
+    read_logins,
+    same_secret,
+)
+from webapp.storage import DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
+
+SECRET = "correct horse battery staple"
+
+
+# ---------------------------------------------------------------- admin password
+def test_no_admin_password_means_open():
+    gate = AdminGate()
+    assert not gate.enabled and gate.allows(None) and gate.allows("anything")
+    gate.require("", "Exporting")  # no error
+
+
+def test_admin_password_is_required_and_compared_exactly(caplog):
+    gate = AdminGate(SECRET)
+    assert gate.enabled and gate.allows(SECRET)
+    for wrong in (None, "", SECRET[:-1], SECRET + " ", SECRET.upper()):
+        assert not gate.allows(wrong)
+    with pytest.raises(AccessDenied, match="needs the admin password"):
+        gate.require("", "Exporting the ratings")
+    with caplog.at_level(logging.WARNING), pytest.raises(AccessDenied, match="wrong admin password") as info:
+        gate.require("guess " + SECRET[:5], "Exporting the ratings")
+    assert SECRET[:5] not in str(info.value) and all(SECRET[:5] not in r.getMessage() for r in caplog.records)
+    assert SECRET not in repr(gate)
+
+
+def test_admin_password_from_flag_then_environment():
+    assert AdminGate.from_sources("from-flag-0123", {ADMIN_PASSWORD_ENV: "from-env-0123"}).allows("from-flag-0123")
+    assert AdminGate.from_sources(None, {ADMIN_PASSWORD_ENV: "from-env-0123"}).allows("from-env-0123")
+    assert not AdminGate.from_sources(None, {}).enabled
+    assert not AdminGate.from_sources(None, {ADMIN_PASSWORD_ENV: ""}).enabled
+
+
+def test_short_admin_password_warns(caplog):
+    with caplog.at_level(logging.WARNING):
+        AdminGate("qz7k9")
+    assert "shorter than" in caplog.text and "qz7k9" not in caplog.text
+
+
+def test_same_secret_handles_any_script():
+    assert same_secret("पासवर्ड-ৰ", "पासवर्ड-ৰ") and not same_secret("पासवर्ड", "पासवर्ड-ৰ")
+    assert not same_secret(None, "x")
+
+
+# ---------------------------------------------------------------- --auth logins
+def test_logins_from_flags_file_and_environment(tmp_path):
+    auth_file = tmp_path / "logins.txt"
+    auth_file.write_text("# raters\npriya:p:with:colons\n\n  ben:b pass\n", encoding="utf-8")
+    logins = read_logins(["asha:a-pass"], auth_file, environ={AUTH_ENV: "ravi:r-pass"})
+    assert logins == [("asha", "a-pass"), ("priya", "p:with:colons"), ("ben", "b pass"), ("ravi", "r-pass")]
+    assert read_logins([], None, environ={}) == []
+    check = LoginCheck(logins)
+    assert check("priya", "p:with:colons") and check("ben", "b pass")
+    assert not check("priya", "a-pass") and not check("nobody", "a-pass") and not check("asha", "")
+    assert "a-pass" not in repr(check)
+
+
+@pytest.mark.parametrize(("pairs", "message"), [
+    (["justapassword"], "--auth entry 1: expected USER:PASS"),
+    ([":nouser"], "expected USER:PASS"),
+    (["asha:"], "expected USER:PASS"),
+    (["asha:one", "asha:two"], "login asha is given more than once"),
+])
+def test_bad_logins_say_what_to_fix_without_echoing_them(pairs, message):
+    with pytest.raises(LoginError, match=message) as info:
+        read_logins(pairs, None, environ={})
+    assert "justapassword" not in str(info.value) and "nouser" not in str(info.value)
+
+
+def test_unreadable_auth_file_is_one_message(tmp_path):
+    with pytest.raises(LoginError, match="--auth-file .*missing.txt: cannot read it"):
+        read_logins([], tmp_path / "missing.txt", environ={})
+    with pytest.raises(LoginError, match=r"\$RUMIK_APP_AUTH line 2"):
+        read_logins([], None, environ={AUTH_ENV: "a:b\nnocolon"})
+
+
+# ---------------------------------------------------------------- served folder
+def test_served_names_are_random_tokens_and_downloads_keep_their_names(tmp_path):
+    served = ServedFolder(tmp_path / "served")
+    wavs = [served.write_wav(np.zeros(240, np.float32)) for _ in range(3)]
+    assert all(re.fullmatch(r"[0-9a-f]{32}\.wav", p.name) for p in wavs) and len({p.name for p in wavs}) == 3
+    src = tmp_path / "private" / "ratings.csv"
+    src.parent.mkdir()
+    src.write_text("rater\nasha\n", encoding="utf-8")
+    copy = served.copy(src)
+    assert re.fullmatch(r"[0-9a-f]{32}\.csv", copy.name) and copy.read_text() == src.read_text()
+    (download,) = served.publish([src])
+    assert download.name == "ratings.csv" and re.fullmatch(r"[0-9a-f]{32}", download.parent.name)
+    assert download.parent.parent == served.root and download.read_bytes() == src.read_bytes()
+    assert not any(p.name.startswith(".") for p in served.root.rglob("*"))  # no temp files left behind
+
+
+def test_served_folder_keeps_the_newest_and_drops_old_entries(tmp_path):
+    served = ServedFolder(tmp_path / "served", keep=3, max_age_s=60)
+    paths = []
+    for k in range(5):
+        paths.append(served.write_wav(np.zeros(240, np.float32)))
+        os.utime(paths[-1], (time.time() - 10 + k, time.time() - 10 + k))  # distinct, ordered times
+    served.prune()
+    assert sorted(served.root.iterdir()) == sorted(paths[2:])
+    old = served.publish([paths[4]])[0].parent  # a fourth entry: the oldest clip goes
+    assert served.entries() == [*paths[3:], old]
+    os.utime(old, (time.time() - 3600, time.time() - 3600))  # past max_age_s
+    in_progress = served.root / ".x.wav.tmp"  # a write in progress is never pruned
+    in_progress.write_bytes(b"")
+    os.utime(in_progress, (0, 0))
+    served.prune()
+    assert not old.exists() and in_progress.exists() and served.entries() == paths[3:]
+
+
+def test_default_served_folder_is_a_fresh_private_temp_folder():
+    a, b = ServedFolder(), ServedFolder()
+    assert a.root != b.root and a.root.is_dir() and not any(a.root.iterdir())
+    root = a.root
+    del a
+    assert not root.exists()  # removed with its folder object (and at exit)
+
+
+# ---------------------------------------------------------------- data-dir layout
+def test_layout_lists_every_private_file(tmp_path):
+    layout = DataLayout(tmp_path / "data")
+    names = {p.name for p in layout.private_paths()}
+    assert {"ratings.sqlite", "ratings.sqlite-wal", "ratings.sqlite-shm", "clips", "exports", "campaigns"} <= names
+    assert layout.database.parent == layout.root == (tmp_path / "data").resolve()
+    assert layout.new_export_dir().parent == layout.exports
+
+
+def test_a_data_dir_inside_a_served_folder_is_refused(tmp_path, monkeypatch):
+    layout = DataLayout(tmp_path / "data")
+    check_not_served(layout, [tmp_path / "served", tmp_path / "gradio-tmp"])  # side by side: fine
+    for roots in ([tmp_path], [tmp_path / "data"], [tmp_path / "data" / "exports" / "x"]):
+        with pytest.raises(UnsafeLayoutError, match="would be downloadable"):
+            check_not_served(layout, roots)
+    check_not_served(layout, [tmp_path / "data" / "gradio-tmp"])  # a served folder beside the private files
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # Gradio's upload folder holds the data dir
+    with pytest.raises(UnsafeLayoutError, match="GRADIO_TEMP_DIR"):
+        check_not_served(layout, served_roots(ServedFolder(tmp_path / "elsewhere")))
+
+
+# ---------------------------------------------------------------- app.py wiring
+def test_help_never_prints_a_secret(monkeypatch, capsys):
+    import app
+
+    monkeypatch.setenv(ADMIN_PASSWORD_ENV, SECRET)
+    with pytest.raises(SystemExit):
+        app.parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert "--admin-password" in out and "--auth-file" in out and SECRET not in out
+
+
+def test_main_wires_logins_admin_password_and_data_dir(tmp_path, monkeypatch, capsys):
+    import app
+
+    launched = {}
+    monkeypatch.setattr(app, "launch", lambda demo, host, port, share=False, logins=None: launched.update(
+        demo=demo, logins=logins))
+    monkeypatch.setenv(ADMIN_PASSWORD_ENV, SECRET)
+    monkeypatch.delenv(AUTH_ENV, raising=False)
+    app.main(["--model", str(tmp_path / "no-model"), "--data-dir", str(tmp_path / "data"), "--auth", "asha:a-pass"])
+    demo = launched["demo"]
+    assert launched["logins"] == [("asha", "a-pass")] and demo.admin.enabled and demo.admin.allows(SECRET)
+    assert demo.data_layout.root == (tmp_path / "data").resolve() and demo.rating_store.path == demo.data_layout.database
+    out = capsys.readouterr().out
+    assert "admin password required" in out and "1 login(s)" in out and SECRET not in out and "a-pass" not in out
+
+
+@pytest.mark.parametrize("argv_extra", [["--auth", "nocolon"], ["--data-dir", "{gradio}/app"]])
+def test_main_stops_with_one_message(argv_extra, tmp_path, monkeypatch):
+    import app
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    argv = ["--model", str(tmp_path / "no-model"), "--data-dir", str(tmp_path / "data")]
+    argv += [a.replace("{gradio}", str(tmp_path / "gradio")) for a in argv_extra]
+    monkeypatch.setattr(app, "launch", lambda *a, **k: pytest.fail("launched despite the error"))
+    with pytest.raises(SystemExit, match="^error: "):
+        app.main(argv)

@@ -1,0 +1,221 @@
+"""Where `app.py` keeps its files, and the one folder it lets Gradio serve.
+
+Library module (no command line)::
+
+    layout = DataLayout("outputs/app")          # private: database, rated clips, exports, campaigns
+    served = ServedFolder()                     # a fresh temp folder: visitor-facing copies only
+    check_not_served(layout, served_roots(served))   # refuse to start if Gradio could serve a private file
+    wav = served.write_wav(samples)             # <served>/<32 hex>.wav
+    files = served.publish([zip_path, csv_path])     # <served>/<32 hex>/ratings_export.zip, ...
+
+Data dir (`--data-dir`, $RUMIK_APP_DATA), never served:
+
+    ratings.sqlite, ratings.sqlite-wal, ratings.sqlite-shm   the ratings database (WAL mode)
+    clips/<trial id>/clip-1.wav, clip-2.wav                  every rated clip, as rated
+    exports/<UTC time>-<token>/                              every export an admin made
+    campaigns/                                               campaign manifests (reserved)
+
+Served: the ServedFolder (the only `allowed_paths` entry) holds copies of what a visitor's own
+page needs (their synthesised clips, their blind pair, their downloads) under random names of
+128 bits from `secrets`, with nothing about the system, seed or rater in them; it is pruned to
+the newest `keep` entries and to `max_age_s`. Gradio copies every returned file into its own
+cache (GRADIO_TEMP_DIR, default /tmp/gradio) under a keyed hash of the content and serves it
+from there; `app.py` has Gradio delete those copies after a day.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from rumik_app.audio import SAMPLE_RATE, write_wav
+
+DATABASE_NAME = "ratings.sqlite"
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # WAL index and log, rollback journal
+TOKEN_BYTES = 16  # 128 bits: not guessable, not enumerable
+MAX_SERVED_ENTRIES = 500  # files / download folders kept in the served folder before the oldest go
+SERVED_MAX_AGE_S = 3600.0  # Gradio copies a returned file into its cache at once; ours is only the source
+
+
+class UnsafeLayoutError(ValueError):
+    """A private file would lie in a folder Gradio serves; the message says what to change."""
+
+
+class DataLayout:
+    """The app's private data dir: what lives where. Nothing here is ever served."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).resolve()
+
+    @property
+    def database(self) -> Path:
+        return self.root / DATABASE_NAME
+
+    @property
+    def rated_clips(self) -> Path:
+        return self.root / "clips"
+
+    @property
+    def exports(self) -> Path:
+        return self.root / "exports"
+
+    @property
+    def campaigns(self) -> Path:
+        """Campaign manifests (annotation campaigns; reserved, created by the campaign code)."""
+        return self.root / "campaigns"
+
+    def rated_clip(self, trial_id: str, label: str) -> Path:
+        return self.rated_clips / trial_id / f"{label.lower().replace(' ', '-')}.wav"
+
+    def new_export_dir(self) -> Path:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return self.exports / f"{stamp}-{secrets.token_hex(3)}"
+
+    def private_paths(self) -> list[Path]:
+        """Everything that must stay outside every served folder."""
+        db = self.database
+        return [db, *(db.with_name(db.name + s) for s in SQLITE_SIDE_FILES), self.rated_clips, self.exports,
+                self.root / "export", self.campaigns]  # export/: where exports went before this layout
+
+    def __repr__(self) -> str:
+        return f"DataLayout({str(self.root)!r})"
+
+
+def new_token() -> str:
+    return secrets.token_hex(TOKEN_BYTES)
+
+
+class ServedFolder:
+    """Visitor-facing files under random names, pruned by count and age.
+
+    `root` defaults to a fresh temp folder of this process (removed when the app exits); it
+    must hold nothing but what this class writes, since the app passes it to Gradio's
+    `allowed_paths`.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None, keep: int = MAX_SERVED_ENTRIES,
+                 max_age_s: float = SERVED_MAX_AGE_S):
+        if root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="rumik-app-served-")).resolve()
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+        else:
+            self.root = Path(root).resolve()
+            self.root.mkdir(parents=True, exist_ok=True)
+        self.keep, self.max_age_s = keep, max_age_s
+        self._lock = threading.Lock()
+
+    def write_wav(self, samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> Path:
+        """A 16-bit WAV (written atomically) at <root>/<token>.wav."""
+        path = write_wav(self.root / f"{new_token()}.wav", samples, sample_rate)
+        self.prune()
+        return path
+
+    def copy(self, src: str | os.PathLike) -> Path:
+        """A copy of `src` at <root>/<token><suffix> (the name says nothing about `src`)."""
+        src = Path(src)
+        path = self.root / f"{new_token()}{src.suffix.lower()}"
+        _copy_atomic(src, path)
+        self.prune()
+        return path
+
+    def publish(self, files: Iterable[str | os.PathLike]) -> list[Path]:
+        """Copies of `files` for one download, at <root>/<token>/<original name> (names must differ)."""
+        folder = self.root / new_token()
+        folder.mkdir()
+        out = []
+        for f in map(Path, files):
+            target = folder / f.name
+            if target.exists():
+                raise ValueError(f"two files named {f.name!r} in one download")
+            _copy_atomic(f, target)
+            out.append(target)
+        self.prune()
+        return out
+
+    def entries(self) -> list[Path]:
+        """Files and download folders, oldest first (temp files being written are skipped)."""
+        items = []
+        for p in self.root.iterdir():
+            if p.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                items.append((p.stat().st_mtime, p))
+        return [p for _, p in sorted(items)]
+
+    def prune(self) -> None:
+        """Drop entries older than `max_age_s`, then the oldest beyond `keep`."""
+        with self._lock:
+            items = self.entries()
+            cutoff = time.time() - self.max_age_s
+            old = [p for p in items if _mtime(p) < cutoff]
+            fresh = [p for p in items if _mtime(p) >= cutoff]
+            for p in old + fresh[: max(0, len(fresh) - self.keep)]:
+                _remove(p)
+
+
+def served_roots(served: ServedFolder | None = None) -> list[Path]:
+    """Every folder Gradio serves files from: the app's served folder, Gradio's upload/cache
+    folder (GRADIO_TEMP_DIR), its examples cache, and any `gr.set_static_paths` entries."""
+    from gradio import utils as gr_utils
+
+    roots = [Path(gr_utils.get_upload_folder()), Path(gr_utils.get_cache_folder())]
+    with contextlib.suppress(ImportError, AttributeError):
+        from gradio.data_classes import _StaticFiles
+
+        roots += [Path(p) for p in _StaticFiles.all_paths]
+    if served is not None:
+        roots.insert(0, served.root)
+    return [Path(os.path.abspath(r)).resolve() for r in roots]
+
+
+def check_not_served(layout: DataLayout, roots: Iterable[Path]) -> None:
+    """Raise UnsafeLayoutError if any private path is inside a served folder (or holds one)."""
+    for root in roots:
+        for private in layout.private_paths():
+            if _inside(private, root) or _inside(root, private):
+                raise UnsafeLayoutError(
+                    f"{private} would be downloadable: it lies in {root}, a folder the web server serves "
+                    f"(the app's served folder, GRADIO_TEMP_DIR or Gradio's cache). Use a --data-dir "
+                    f"(or $RUMIK_APP_DATA) outside {root}, or point GRADIO_TEMP_DIR elsewhere.")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = Path(os.path.abspath(path)).resolve(), Path(os.path.abspath(folder)).resolve()
+    return path == folder or folder in path.parents
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _remove(p: Path) -> None:
+    with contextlib.suppress(OSError):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
