@@ -65,8 +65,10 @@ INTRO = (
 
 def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
                data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
-               admin: AdminGate | None = None, served: ServedFolder | None = None) -> gr.Blocks:
-    """The whole app. `preload` loads `model` now so the banner can say whether it worked.
+               admin: AdminGate | None = None, served: ServedFolder | None = None,
+               compile: bool | None = None) -> gr.Blocks:
+    """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
+    default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
     `admin` guards results and exports (default: $RUMIK_ADMIN_PASSWORD if set, else open);
     `served` is the folder visitors' files are served from (default: a fresh temp folder).
@@ -75,7 +77,7 @@ def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
     admin = admin if admin is not None else AdminGate.from_sources()
-    registry = SystemRegistry(model=model, device=device, dtype=dtype)
+    registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile)
     if preload:
         registry.preload(SYSTEM_RUMIK)
     store = RatingStore(layout.database)
@@ -132,6 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rumik-oss-1 checkpoint: hub id, local folder, or 'tiny' (default: %(default)s)")
     p.add_argument("--device", default=None, help="cuda | cpu | cuda:1 ... (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="compile the decode step (CUDA graphs on CUDA) before serving (default: on for CUDA)")
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to listen on; 0.0.0.0 for other machines (default: %(default)s)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)))
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         logins = read_logins(args.auth, args.auth_file)
         admin = AdminGate.from_sources(args.admin_password)
-        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin)
+        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile)
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(f"error: {exc}") from None
     status = demo.registry.status(SYSTEM_RUMIK)

@@ -38,9 +38,10 @@ from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint import cache_root  # noqa: E402
 from rumik_app.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
 
+from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
+
 GOAL_RATIO = 2.3
 PROMPT_TEXT = "आज की मीटिंग बहुत अच्छी रही, and everyone loved the new idea. <chuckle> चलो, कॉफ़ी पीते हैं!"
-TEMPERATURE, TOP_K, SEED = 0.8, 30, 1234
 
 
 def build_checkpoint(layers: int) -> Path:
@@ -49,32 +50,6 @@ def build_checkpoint(layers: int) -> Path:
         print(f"building real-width checkpoint ({layers} layers) in {path} ...", flush=True)
         build_tiny_checkpoint(path, TinySpec.real_width(layers=layers))
     return path
-
-
-@torch.no_grad()
-def reference_generate(engine: TTSEngine, prompt_ids: list[int], new_tokens: int, seed: int) -> list[int]:
-    """The published loop, kept deliberately as it was: full logits, fresh mask, all hidden states."""
-    model, lay = engine.model, engine.layout
-    generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.tensor([prompt_ids])
-    cache, generated = None, []
-    for step in range(new_tokens):
-        out = model(input_ids=input_ids, cache=cache, use_cache=True, output_hidden_states=True)
-        cache = out.cache
-        logits = out.logits[:, -1, :].float()  # [1, vocab]: every row of the tied embedding
-        mask = torch.full_like(logits, float("-inf"))  # rebuilt every step, as published
-        mask[:, lay.first_unit_id : lay.last_unit_id + 1] = 0
-        mask[:, lay.audio_end_token_id] = 0
-        logits = (logits + mask) / TEMPERATURE
-        if step % lay.num_quantizers == 0:  # stop head on the last layer's hidden state
-            hidden = out.hidden_states[-1][:, -1]
-            torch.sigmoid(model.stop_predictor(hidden))  # min_new_tokens = max: never acted on
-        top = torch.topk(logits, TOP_K)
-        probs = torch.softmax(top.values, dim=-1)
-        token = top.indices.gather(1, torch.multinomial(probs, 1, generator=generator))
-        generated.append(int(token))
-        input_ids = token
-    return generated
 
 
 def time_engine(engine: TTSEngine, req: SynthesisRequest) -> tuple[float, int]:

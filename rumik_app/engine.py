@@ -12,9 +12,11 @@ The app, the CLI, the benchmark runner and GRPO all sample through this class.
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -28,7 +30,8 @@ from rumik_app.checkpoint import (
 from rumik_app.chunking import MAX_CHUNK_SECONDS, split_text
 from rumik_app.codec import MimiCodec
 from rumik_app.config import RumikOSSConfig
-from rumik_app.generation import BatchDecoder, Rollouts, RowParams
+from rumik_app.fast_decode import SlotDecoder, batch_bucket, cache_length
+from rumik_app.generation import BatchDecoder, ReferenceDecoder, Rollouts, RowParams
 from rumik_app.languages import expected_seconds
 from rumik_app.model import AudioHead
 from rumik_app.prompt import validate_text
@@ -45,6 +48,11 @@ FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
 STREAM_FRAMES = 5  # then 400 ms pieces
 MAX_BATCH = 8
 SEED_RANGE = 2**31
+DECODERS = ("fast", "reference")
+# Slot decoders (static KV cache + compiled step) kept per shape; more shapes are built on demand.
+MAX_CACHED_DECODERS = 4
+
+log = logging.getLogger(__name__)
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -56,8 +64,12 @@ class TTSEngine:
     """One loaded checkpoint: model, tokenizer, codec, config; thread-unsafe, load once per process."""
 
     def __init__(self, model, tokenizer, codec: MimiCodec, config: RumikOSSConfig, checkpoint_dir: Path,
-                 restrict_phase: bool = True):
+                 restrict_phase: bool = True, compile: bool = False, decoder: str = "fast"):
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
         self.model, self.tokenizer, self.codec, self.config = model, tokenizer, codec, config
+        self.compile, self.decoder = bool(compile), decoder
+        self._slot_decoders: OrderedDict[tuple, SlotDecoder] = OrderedDict()
         self.layout = config.layout
         self.checkpoint_dir = Path(checkpoint_dir)
         self.head = AudioHead(model, self.layout, restrict_phase=restrict_phase)
@@ -66,11 +78,16 @@ class TTSEngine:
 
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
-                        dtype: str | torch.dtype | None = None, restrict_phase: bool = True) -> "TTSEngine":
+                        dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
+                        compile: bool | None = None, decoder: str = "fast") -> "TTSEngine":
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
         restrict_phase: sample each position only from its codebook's rows (DESIGN §5).
+        compile: compile the decode step (CUDA graphs on CUDA); None = on for CUDA, off for
+            CPU. Compilation and warm-up happen here, at load, with one log line.
+        decoder: "fast" (static cache, fixed-shape step) or "reference" (the eager loop the
+            fast path is tested against).
         Raises CheckpointError with the fix in the message.
         """
         path = resolve_checkpoint(model)
@@ -78,7 +95,55 @@ class TTSEngine:
         dev = auto_device(device)
         lm = load_model(path, config, dev, auto_dtype(dev, dtype))
         codec = MimiCodec(load_codec(path, dev), config.layout.num_quantizers)
-        return cls(lm, load_tokenizer(path), codec, config, path, restrict_phase=restrict_phase)
+        compile = dev.type == "cuda" if compile is None else compile
+        engine = cls(lm, load_tokenizer(path), codec, config, path, restrict_phase=restrict_phase,
+                     compile=compile and decoder == "fast", decoder=decoder)
+        if engine.compile:
+            engine.warmup()
+        return engine
+
+    def warmup(self, batch: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, prompt_len: int = 256) -> float:
+        """Build (and compile, if on) the slot decoder for this shape and run it once.
+
+        Returns the seconds it took; logs one line. Later requests of the same batch bucket
+        and cache length reuse it.
+        """
+        dec = self.slot_decoder(batch, prompt_len, max_new_tokens)
+        seconds = dec.warmup()
+        log.info("decode step %s for batch %d, cache %d positions on %s in %.1f s",
+                 "compiled" if dec.compiled else "warmed up", dec.batch, dec.max_len, self.device, seconds)
+        return seconds
+
+    def slot_decoder(self, rows: int, longest_prompt: int, max_new_tokens: int,
+                     stop_mode: str = "threshold") -> SlotDecoder:
+        """A free SlotDecoder for `rows` rows (batch bucket) and this cache length bucket.
+
+        Decoders are kept per shape (compiled once); one in use by another caller is never
+        shared: a fresh one is built instead.
+        """
+        key = (batch_bucket(rows), cache_length(longest_prompt, min(max_new_tokens, MAX_NEW_TOKENS_CAP)), stop_mode)
+        dec = self._slot_decoders.get(key)
+        if dec is not None and not dec.in_use:
+            self._slot_decoders.move_to_end(key)
+            return dec
+        dec = SlotDecoder(self.model, self.head, key[0], key[1], stop_mode=stop_mode, pad_id=self.pad_id,
+                          compile=self.compile)
+        if key not in self._slot_decoders:
+            self._slot_decoders[key] = dec
+            while len(self._slot_decoders) > MAX_CACHED_DECODERS:
+                self._slot_decoders.popitem(last=False)
+        return dec
+
+    def _decoder(self, prompts: list[list[int]], rows: list[RowParams], stop_mode: str = "threshold",
+                 request_index: list[int] | None = None):
+        """The sampler for these rows: the fast BatchDecoder on a pooled slot decoder, or the reference."""
+        if self.decoder == "reference":
+            return ReferenceDecoder(self.model, self.head, prompts, rows, pad_id=self.pad_id, stop_mode=stop_mode,
+                                    request_index=request_index)
+        steps = max(r.max_new_tokens for r in rows)
+        slots = self.slot_decoder(len(rows), max(len(p) for p in prompts), steps, stop_mode)
+        return BatchDecoder(self.model, self.head, prompts, rows, pad_id=self.pad_id, stop_mode=stop_mode,
+                            request_index=request_index, slots=slots)
 
     def _bos_id(self) -> int:
         bos = self.tokenizer.convert_tokens_to_ids("<BOS_TOKEN>")
@@ -127,8 +192,7 @@ class TTSEngine:
                 prompts.append(ids)
                 rows.append(self.row_params(req, base + j))
                 owners.append(i)
-        decoder = BatchDecoder(self.model, self.head, prompts, rows, pad_id=self.pad_id, stop_mode=stop_mode,
-                               request_index=owners)
+        decoder = self._decoder(prompts, rows, stop_mode=stop_mode, request_index=owners)
         for _ in decoder.steps():
             pass
         return decoder.rollouts()
@@ -218,8 +282,7 @@ class TTSEngine:
 
     def _stream_chunk(self, req: SynthesisRequest, first_frames: int, frames_per_chunk: int,
                       stats: dict) -> Iterator[np.ndarray]:
-        decoder = BatchDecoder(self.model, self.head, [self.prompt_ids(req)], [self.row_params(req, req.seed)],
-                               pad_id=self.pad_id)
+        decoder = self._decoder([self.prompt_ids(req)], [self.row_params(req, req.seed)])
         parser, codec_stream = FrameParser(self.layout), self.codec.streaming_decoder(batch=1)
         pending: list[list[int]] = []
         want = first_frames
@@ -248,5 +311,5 @@ class TTSEngine:
     def __repr__(self) -> str:
         lm = self.config.lm
         return (f"TTSEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
-                f"device={self.device}, dtype={self.model.dtype})")
+                f"device={self.device}, dtype={self.model.dtype}, decoder={self.decoder}, compile={self.compile})")
 

@@ -1,15 +1,24 @@
-"""The one sampler (DESIGN §5): batched KV-cache decoding over the audio-only head.
+"""The one sampler (DESIGN §5): batched decoding over the audio-only head.
 
     decoder = BatchDecoder(model, head, prompt_ids, [RowParams(seed=1), RowParams(seed=2)])
     for step in decoder.steps():        # step.tokens: [B] ids, -1 where a row has finished
         ...
     rollouts = decoder.rollouts()       # token ids, log-probs, stop decisions, codes, lengths
 
-Prefill once (left-padded batch), then one token per step for every row. Each row has its
-own seed: its uniforms are drawn up front from a CPU `torch.Generator`, so a (request, seed)
-pair gives the same tokens alone or in a batch, on any device, up to float rounding of the
-logits. Sampling is inverse-CDF over the temperature/top-k/top-p filtered distribution.
-Rows stop on `</audio>`, on the stop head (> 0.5 at a frame boundary, after
+Two implementations of the same rules:
+  BatchDecoder       the fast path (`rumik_app.fast_decode`): a static KV cache, a fixed-shape
+                     step with sampling and stopping on the device, compiled on request;
+                     tokens reach the host once per frame (Q tokens).
+  ReferenceDecoder   the eager reference it is tested against: transformers' Cohere2 forward
+                     with a dynamic cache, finished rows dropped from the batch, host-side
+                     bookkeeping every token.
+
+Each row has its own seed: its uniforms are drawn up front from a CPU `torch.Generator`, so
+a (request, seed) pair gives the same tokens alone or in a batch, on any device, on either
+path, up to float rounding of the logits (a token can differ only where two candidates'
+logits, or a uniform and a CDF step, are within rounding of each other: ~1e-6 relative in
+float32, ~1e-2 in bf16). Sampling is inverse-CDF over the temperature/top-k/top-p filtered
+distribution. Rows stop on `</audio>`, on the stop head (> 0.5 at a frame boundary, after
 `min_new_tokens`), or at their own `max_new_tokens`.
 """
 
@@ -23,23 +32,15 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
+from rumik_app.fast_decode import FINISH_NAMES, STOP_SEED_OFFSET, SlotDecoder, batch_bucket, cache_length
 from rumik_app.model import STOP_THRESHOLD, AudioHead, RumikOSSForCausalLM
 from rumik_app.request import MAX_NEW_TOKENS_CAP
+from rumik_app.sampling import RowParams, draw_uniforms, sample_tokens
+
+__all__ = ["BatchDecoder", "ReferenceDecoder", "Rollouts", "RowParams", "Step", "draw_uniforms", "sample_tokens"]
 
 STOP_MODES = ("threshold", "sample")
 FINISH_END_TOKEN, FINISH_STOP_HEAD, FINISH_MAX_TOKENS = "end_token", "stop_head", "max_tokens"
-
-
-@dataclass(frozen=True)
-class RowParams:
-    """Sampling settings for one sequence of a batch."""
-
-    seed: int
-    temperature: float = 0.8
-    top_k: int = 30
-    top_p: float = 1.0
-    min_new_tokens: int = 8
-    max_new_tokens: int = 2048
 
 
 @dataclass
@@ -90,40 +91,8 @@ class Step:
     tokens: torch.Tensor
 
 
-def draw_uniforms(seed: int, count: int) -> torch.Tensor:
-    """`count` uniforms in [0, 1) from a CPU generator seeded with `seed` (device-independent)."""
-    return torch.rand(count, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64).float()
-
-
-def sample_tokens(
-    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one index per row by inverse CDF.
-
-    logits: [B, V] float32 (-inf = not allowed); temperature, top_p, uniform: [B] float;
-    top_k: [B] long (0 = off). Temperature 0 means greedy.
-    Returns (index [B] long, log-prob [B] float32 of the index under softmax(logits / T)).
-    """
-    greedy = temperature <= 0
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
-    scaled = logits / temp[:, None]
-    log_probs = torch.log_softmax(scaled, dim=-1)
-    sorted_logits, order = scaled.sort(dim=-1, descending=True)
-    rank = torch.arange(scaled.shape[-1], device=scaled.device)[None]
-    keep = (rank < top_k[:, None]) | (top_k[:, None] <= 0)
-    sorted_probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
-    keep &= (sorted_probs.cumsum(-1) - sorted_probs) < top_p[:, None]
-    keep[:, 0] = True
-    probs = torch.softmax(sorted_logits.masked_fill(~keep, float("-inf")), dim=-1)
-    cdf = probs.cumsum(-1)
-    pos = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None]).clamp(max=scaled.shape[-1] - 1)
-    index = order.gather(1, pos).squeeze(1)
-    index = torch.where(greedy, scaled.argmax(-1), index)
-    return index, log_probs.gather(1, index[:, None]).squeeze(1)
-
-
-class BatchDecoder:
-    """Generate audio tokens for B prompts at once; see the module docstring."""
+class _Decoder:
+    """What both decoders share: argument checks, per-row bookkeeping and `rollouts()`."""
 
     def __init__(
         self,
@@ -144,7 +113,6 @@ class BatchDecoder:
         self.request_index = request_index or list(range(len(rows)))
         self.device = model.get_input_embeddings().weight.device
         self.max_steps = max(min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows)
-        self._tensor_params()
         self._tokens: list[torch.Tensor] = []
         self._log_probs: list[torch.Tensor] = []
         q = self.layout.num_quantizers
@@ -155,6 +123,38 @@ class BatchDecoder:
         self.stop_log_probs = torch.zeros(batch, self.stop_slots)
         self.finish = [""] * batch
         self.timings: dict = {}
+
+    def steps(self) -> Iterator[Step]:
+        raise NotImplementedError
+
+    def rollouts(self) -> Rollouts:
+        """Collect everything generated (call after `steps()` is exhausted)."""
+        batch, q = len(self.rows), self.layout.num_quantizers
+        token_ids = torch.stack(self._tokens, 1) if self._tokens else torch.full((batch, 0), -1)
+        log_probs = torch.stack(self._log_probs, 1) if self._log_probs else torch.zeros(batch, 0)
+        mask = token_ids >= 0
+        parsed = [torch.from_numpy(self.layout.parse(row[row >= 0].tolist())[0]) for row in token_ids]
+        num_frames = torch.tensor([c.shape[-1] for c in parsed], dtype=torch.long)
+        codes = torch.zeros(batch, q, int(num_frames.max()) if batch else 0, dtype=torch.long)
+        for i, c in enumerate(parsed):
+            codes[i, :, : c.shape[-1]] = c
+        slots = token_ids.shape[1] // q + 1
+        return Rollouts(
+            token_ids=token_ids, token_mask=mask, log_probs=log_probs,
+            stop_mask=self.stop_mask[:, :slots], stop_decisions=self.stop_decisions[:, :slots],
+            stop_log_probs=self.stop_log_probs[:, :slots], codes=codes, num_frames=num_frames,
+            lengths=mask.sum(1), finish_reasons=list(self.finish), prompt_ids=self.prompt_ids,
+            request_index=list(self.request_index), seeds=[r.seed for r in self.rows], params=list(self.rows),
+            restrict_phase=self.head.restrict_phase, stop_mode=self.stop_mode, timings=dict(self.timings),
+        )
+
+
+class ReferenceDecoder(_Decoder):
+    """The eager reference sampler (see the module docstring); same interface as BatchDecoder."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tensor_params()
 
     def _tensor_params(self) -> None:
         dev, rows = self.device, self.rows
@@ -169,7 +169,7 @@ class BatchDecoder:
         q = self.layout.num_quantizers
         self.u_token = torch.stack([draw_uniforms(r.seed, MAX_NEW_TOKENS_CAP) for r in rows]).to(dev)
         self.u_stop = torch.stack(
-            [draw_uniforms(r.seed + 1_000_003, MAX_NEW_TOKENS_CAP // q + 1) for r in rows]
+            [draw_uniforms(r.seed + STOP_SEED_OFFSET, MAX_NEW_TOKENS_CAP // q + 1) for r in rows]
         ).to(dev)
 
     def _prefill(self) -> torch.Tensor:
@@ -273,23 +273,67 @@ class BatchDecoder:
             self.finish[i] = self.finish[i] or FINISH_MAX_TOKENS
         self.timings["total_s"] = time.perf_counter() - start
 
-    def rollouts(self) -> Rollouts:
-        """Collect everything generated (call after `steps()` is exhausted)."""
-        batch, q = len(self.rows), self.layout.num_quantizers
-        token_ids = torch.stack(self._tokens, 1) if self._tokens else torch.full((batch, 0), -1)
-        log_probs = torch.stack(self._log_probs, 1) if self._log_probs else torch.zeros(batch, 0)
-        mask = token_ids >= 0
-        parsed = [torch.from_numpy(self.layout.parse(row[row >= 0].tolist())[0]) for row in token_ids]
-        num_frames = torch.tensor([c.shape[-1] for c in parsed], dtype=torch.long)
-        codes = torch.zeros(batch, q, int(num_frames.max()) if batch else 0, dtype=torch.long)
-        for i, c in enumerate(parsed):
-            codes[i, :, : c.shape[-1]] = c
-        slots = token_ids.shape[1] // q + 1
-        return Rollouts(
-            token_ids=token_ids, token_mask=mask, log_probs=log_probs,
-            stop_mask=self.stop_mask[:, :slots], stop_decisions=self.stop_decisions[:, :slots],
-            stop_log_probs=self.stop_log_probs[:, :slots], codes=codes, num_frames=num_frames,
-            lengths=mask.sum(1), finish_reasons=list(self.finish), prompt_ids=self.prompt_ids,
-            request_index=list(self.request_index), seeds=[r.seed for r in self.rows], params=list(self.rows),
-            restrict_phase=self.head.restrict_phase, stop_mode=self.stop_mode, timings=dict(self.timings),
-        )
+
+class BatchDecoder(_Decoder):
+    """The fast sampler: the rows run in the slots of a `SlotDecoder` (static cache, fixed
+    shapes, compiled on request), a frame at a time; see the module docstring.
+
+    slots: a SlotDecoder to reuse (the engine keeps one per shape, so a compiled step is
+    reused); None builds one sized for these rows (batch bucket, cache length bucket).
+    compile: when building one, compile its step.
+    """
+
+    def __init__(self, model: RumikOSSForCausalLM, head: AudioHead, prompt_ids: list[list[int]],
+                 rows: list[RowParams], pad_id: int = 0, stop_mode: str = "threshold",
+                 request_index: list[int] | None = None, slots: SlotDecoder | None = None, compile: bool = False):
+        super().__init__(model, head, prompt_ids, rows, pad_id, stop_mode, request_index)
+        longest = max(len(p) for p in prompt_ids)
+        if slots is None:
+            slots = SlotDecoder(model, head, batch_bucket(len(rows)), cache_length(longest, self.max_steps),
+                                stop_mode=stop_mode, pad_id=pad_id, compile=compile)
+        if slots.batch < len(rows) or slots.stop_mode != stop_mode or slots.head is not head:
+            raise ValueError("the SlotDecoder given does not fit these rows (batch, stop mode or head)")
+        self.slots = slots
+
+    @torch.no_grad()
+    def steps(self) -> Iterator[Step]:
+        """Run the decode loop, yielding each step's tokens (full batch order, -1 = finished).
+
+        Tokens arrive a frame (Q steps) at a time: the device runs a whole frame before the
+        host sees it.
+        """
+        start = time.perf_counter()
+        dec, q = self.slots, self.layout.num_quantizers
+        if dec.in_use:  # taken by another caller since we were built: use a private one
+            dec = self.slots = SlotDecoder(self.model, self.head, dec.batch, dec.max_len, stop_mode=self.stop_mode,
+                                           pad_id=self.pad_id, compile=dec.compiled)
+        dec.reset()
+        dec.in_use = True
+        try:
+            ids = dec.add(self.prompt_ids, self.rows)
+            self.timings["prefill_s"] = time.perf_counter() - start
+            t = 0
+            for frame_index in range(self.stop_slots):
+                frame = dec.run_frame()
+                self._record_stops(frame, ids, frame_index)
+                for k in range(q):
+                    tokens = frame.tokens[ids, k]
+                    if bool((tokens >= 0).any()):
+                        self._tokens.append(tokens)
+                        self._log_probs.append(frame.log_probs[ids, k])
+                        yield Step(t=t, tokens=tokens)
+                        t += 1
+                if not bool(frame.alive[ids].any()):
+                    break
+            reasons = frame.reason[ids].tolist()
+            self.finish = [FINISH_NAMES.get(code, FINISH_MAX_TOKENS) for code in reasons]
+        finally:
+            dec.reset()
+            dec.in_use = False
+        self.timings["total_s"] = time.perf_counter() - start
+
+    def _record_stops(self, frame, ids: list[int], frame_index: int) -> None:
+        """The stop head's decision at this frame's start (slot = frames generated so far)."""
+        self.stop_mask[:, frame_index] = frame.stop_eligible[ids]
+        self.stop_decisions[:, frame_index] = frame.stop_decision[ids]
+        self.stop_log_probs[:, frame_index] = frame.stop_log_prob[ids]

@@ -104,6 +104,24 @@ class AudioHead:
         logits = torch.cat([units, end], dim=-1).float() * self.logit_scale
         return self._mask_end(logits, allow_end)
 
+    def step_logits(self, hidden: torch.Tensor, phase: torch.Tensor, allow_end: torch.Tensor) -> torch.Tensor:
+        """`logits` with the phase as a 0-dim long tensor (the fixed-shape, compiled step).
+
+        hidden: [B, h]; phase: [] long; allow_end: [B] bool -> float32 [B, V], `</audio>` last.
+        Same rows and arithmetic as `logits`, gathered by index instead of by Python slice.
+        """
+        lay = self.layout
+        if self.restrict_phase:
+            units = self.weight[lay.first_unit_id : lay.first_unit_id + lay.num_units]
+            rows = units.view(lay.codebook_size, lay.num_quantizers, -1).index_select(1, phase.view(1)).squeeze(1)
+        else:
+            rows = self.unit_rows(None)
+        units = F.linear(hidden, rows)
+        end = F.linear(hidden, self.weight[lay.audio_end_token_id].unsqueeze(0))
+        logits = torch.cat([units, end], dim=-1).float() * self.logit_scale
+        end_logit = logits[:, -1:].masked_fill(~allow_end[:, None], float("-inf"))
+        return torch.cat([logits[:, :-1], end_logit], dim=-1)
+
     def _mask_end(self, logits: torch.Tensor, allow_end: bool | torch.Tensor) -> torch.Tensor:
         if isinstance(allow_end, bool):
             if not allow_end:

@@ -116,13 +116,14 @@ def _entry_lock(key: tuple) -> threading.Lock:
         return _ENTRY_LOCKS.setdefault(key, threading.Lock())
 
 
-def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem:
+def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
+                compile: bool | None = None) -> LoadedSystem:
     """Load (once per process) and return a system; raise SystemUnavailable (also cached)."""
-    key = (kind, spec, device, dtype)
+    key = (kind, spec, device, dtype, compile)
     with _entry_lock(key):
         if key not in _CACHE:
             try:
-                _CACHE[key] = _load(kind, spec, device, dtype)
+                _CACHE[key] = _load(kind, spec, device, dtype, compile)
             except SystemUnavailable as exc:
                 _CACHE[key] = exc
         found = _CACHE[key]
@@ -131,26 +132,30 @@ def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | No
     return found
 
 
-def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem | SystemUnavailable | None:
+def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
+           compile: bool | None = None) -> LoadedSystem | SystemUnavailable | None:
     """What the cache holds for this entry, without loading: a system, its failure, or None."""
     with _CACHE_LOCK:
-        return _CACHE.get((kind, spec, device, dtype))
+        return _CACHE.get((kind, spec, device, dtype, compile))
 
 
-def _load(kind: str, spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
+def _load(kind: str, spec: str, device: str | None, dtype: str | None, compile: bool | None = None) -> LoadedSystem:
     if kind == "engine":
-        return _load_engine(spec, device, dtype)
+        return _load_engine(spec, device, dtype, compile)
     if kind == "espeak":
         return _load_espeak()
     raise ValueError(f"unknown system kind {kind!r}")
 
 
-def _load_engine(spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
-    """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming."""
+def _load_engine(spec: str, device: str | None, dtype: str | None, compile: bool | None = None) -> LoadedSystem:
+    """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming.
+
+    compile: None = on for CUDA; the compiled step is built and warmed up here, before serving.
+    """
     from evaluation.systems import RumikSystem, SynthesisError
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
-    system = RumikSystem(spec, device=device, dtype=dtype)
+    system = RumikSystem(spec, device=device, dtype=dtype, compile=compile)
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
@@ -200,8 +205,9 @@ class SystemStatus:
 class SystemRegistry:
     """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None):
-        self.model, self.device, self.dtype = model, device, dtype
+    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
+                 compile: bool | None = None):
+        self.model, self.device, self.dtype, self.compile = model, device, dtype, compile
         self._specs = {
             SYSTEM_RUMIK: ("engine", str(model)),
             SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK),
@@ -218,7 +224,7 @@ class SystemRegistry:
 
     def _args(self, key: str) -> tuple:
         kind, spec = self._specs[key]
-        return (kind, spec, self.device, self.dtype) if kind == "engine" else (kind, spec, None, None)
+        return (kind, spec, self.device, self.dtype, self.compile) if kind == "engine" else (kind, spec, None, None, None)
 
     def get(self, name: str | None) -> LoadedSystem:
         """The loaded system (loading it on first use); SystemUnavailable with reason and fix."""

@@ -26,10 +26,12 @@ TINY = "tiny"
 class RumikSystem(Synthesizer):
     """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
 
-    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None) -> None:
+    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None,
+                 compile: bool | None = None) -> None:
         self.model = str(model)
         self.device = device
         self.dtype = dtype
+        self.compile = compile  # None: on for CUDA, off for CPU (TTSEngine.from_pretrained)
         self._engine = None
         self.name = "rumik" if self.model == HUB_ID else f"rumik:{self.model}"
         if self.model == HUB_ID:
@@ -45,7 +47,8 @@ class RumikSystem(Synthesizer):
             from rumik_app import TTSEngine
 
             try:
-                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype)
+                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,
+                                                         compile=self.compile)
             except (OSError, ValueError, RuntimeError) as exc:
                 raise SynthesisError(f"Could not load the rumik-oss-1 checkpoint {self.model!r}: {exc}") from exc
         return self._engine

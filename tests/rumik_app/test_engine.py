@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest
-from rumik_app.generation import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, RowParams
+from rumik_app.generation import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, ReferenceDecoder, RowParams
 from rumik_app.model import AudioHead
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 
@@ -75,7 +75,15 @@ def test_stop_head_ends_at_the_frame_boundary_where_it_fires(tiny_engine, monkey
         return torch.full_like(out, 5.0 if len(calls) == 3 else -5.0)
 
     monkeypatch.setattr(model, "stop_logits", scripted)
-    r = tiny_engine.generate_batch([SynthesisRequest("boundary", seed=3, max_new_tokens=400)])
+    # The reference decoder calls the stop head only where it may decide, so a script can
+    # count boundaries; the fast path (which scores every step) is checked against it in
+    # test_fast_decode.py.
+    req = SynthesisRequest("boundary", seed=3, max_new_tokens=400)
+    dec = ReferenceDecoder(model, tiny_engine.head, [tiny_engine.prompt_ids(req)], [tiny_engine.row_params(req, 3)],
+                           pad_id=tiny_engine.pad_id)
+    for _ in dec.steps():
+        pass
+    r = dec.rollouts()
     assert r.lengths.tolist() == [24] and r.finish_reasons == [FINISH_STOP_HEAD]
     assert r.stop_mask[0].tolist()[:4] == [False, True, True, True]
     assert r.stop_decisions[0].tolist()[:4] == [False, False, False, True]

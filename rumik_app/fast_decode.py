@@ -1,0 +1,294 @@
+"""The fast decode path: a fixed-shape step with everything on the device, compiled.
+
+    dec = SlotDecoder(model, head, batch=8, max_len=2560, compile=True)
+    slots = dec.add([prompt_ids], [RowParams(seed=7)])   # prefill into free slots (between frames)
+    frame = dec.run_frame()        # Q steps, then one copy to the host: FrameResult
+    dec.release(slot)              # e.g. a client went away
+
+One step (`decode_step`) takes every slot through the rules of the reference sampler
+(`rumik_app.generation`), in this order, as tensors on the device:
+  1. a row at its `max_new_tokens` finishes ("max_tokens");
+  2. at a frame boundary (t mod Q == 0) after `max(min_new_tokens, Q)` tokens the stop head
+     decides on the final hidden state (> 0.5, or a Bernoulli draw with the row's own
+     pre-drawn uniform in "sample" mode); "stop" finishes the row;
+  3. the audio head scores the rows of codebook t mod Q (+ `</audio>` at boundaries after
+     the floor) and the row samples by inverse CDF with its pre-drawn uniform for position t;
+     `</audio>` finishes the row ("end_token");
+  4. every slot runs the body for one token (finished and free slots too, masked), so the
+     shapes never change.
+Nothing leaves the device inside a frame: tokens, log-probs and stop decisions go into
+small frame buffers that `run_frame` copies to the host once per frame (Q tokens), where
+"all rows finished" is checked. The batch has a fixed number of slots; callers pad to a
+bucket (`batch_bucket`) so one compiled graph serves many batch sizes.
+
+All rows share the phase t mod Q, because rows join only at frame boundaries: that is what
+continuous batching (`rumik_app.serve`) relies on.
+
+Compilation: `torch.compile(decode_step, fullgraph=True)`, with `mode="reduce-overhead"`
+(CUDA graphs) on CUDA and inductor's default on CPU. The eager `BatchDecoder` reference
+loop in `rumik_app.generation` is what this path is tested against (same tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from rumik_app.model import STOP_THRESHOLD, AudioHead
+from rumik_app.request import MAX_NEW_TOKENS_CAP
+from rumik_app.sampling import RowParams, draw_uniforms, sample_tokens
+from rumik_app.static_body import StaticBody
+
+log = logging.getLogger(__name__)
+
+RUNNING, END_TOKEN, STOP_HEAD, MAX_TOKENS = 0, 1, 2, 3
+FINISH_NAMES = {END_TOKEN: "end_token", STOP_HEAD: "stop_head", MAX_TOKENS: "max_tokens"}
+# Cache lengths are rounded up to a multiple of this, so a few compiled shapes serve all.
+CACHE_LENGTH_QUANTUM = 512
+STOP_SEED_OFFSET = 1_000_003  # stop-decision uniforms come from seed + this (as in the reference)
+# Each distinct (batch, cache length, mode) is one compiled graph; allow plenty of them.
+RECOMPILE_LIMIT = 64
+# torch.compile backend when none is given: None = inductor (CUDA graphs on CUDA). Tests set
+# "eager" to check tracing (no graph breaks) without paying for code generation.
+COMPILE_BACKEND: str | None = None
+
+
+def batch_bucket(rows: int) -> int:
+    """Slots for `rows` rows: the next power of two (1, 2, 4, 8, ...)."""
+    return 1 << max(0, math.ceil(math.log2(max(rows, 1))))
+
+
+def cache_length(prompt_len: int, max_new_tokens: int) -> int:
+    """Cache positions for a prompt and its new tokens, rounded up to CACHE_LENGTH_QUANTUM."""
+    need = prompt_len + max_new_tokens + 1
+    return CACHE_LENGTH_QUANTUM * math.ceil(need / CACHE_LENGTH_QUANTUM)
+
+
+class DecodeState:
+    """Per-slot decoding state, all on the device, allocated once (static addresses).
+
+    t: [B] tokens generated; pos: [B] cache column of the next fed token; alive: [B];
+    reason: [B] finish code; hidden: [B, h] the final hidden state predicting position t;
+    phase: [] t mod Q shared by every live row; per-row sampling settings and pre-drawn
+    uniforms; frame_* and stop_*: what the current frame produced, read by the host.
+    """
+
+    def __init__(self, batch: int, hidden_size: int, num_quantizers: int, device, dtype):
+        long = dict(device=device, dtype=torch.long)
+        flt = dict(device=device, dtype=torch.float32)
+        self.t = torch.zeros(batch, **long)
+        self.pos = torch.zeros(batch, **long)
+        self.alive = torch.zeros(batch, device=device, dtype=torch.bool)
+        self.reason = torch.zeros(batch, **long)
+        self.hidden = torch.zeros(batch, hidden_size, device=device, dtype=dtype)
+        self.phase = torch.zeros((), **long)
+        self.temperature = torch.ones(batch, **flt)
+        self.top_k = torch.zeros(batch, **long)
+        self.top_p = torch.ones(batch, **flt)
+        self.floor = torch.zeros(batch, **long)
+        self.max_new = torch.zeros(batch, **long)
+        self.u_token = torch.zeros(batch, MAX_NEW_TOKENS_CAP, **flt)
+        self.u_stop = torch.zeros(batch, MAX_NEW_TOKENS_CAP // num_quantizers + 1, **flt)
+        self.frame_tokens = torch.full((batch, num_quantizers), -1, **long)
+        self.frame_log_probs = torch.zeros(batch, num_quantizers, **flt)
+        self.stop_eligible = torch.zeros(batch, device=device, dtype=torch.bool)
+        self.stop_decision = torch.zeros(batch, device=device, dtype=torch.bool)
+        self.stop_log_prob = torch.zeros(batch, **flt)
+        for value in vars(self).values():
+            torch._dynamo.mark_static_address(value)
+
+
+def decode_step(model, head: AudioHead, body: StaticBody, s: DecodeState, stop_mode: str, pad_id: int) -> None:
+    """One token for every slot, in place on `s` (see the module docstring for the rules)."""
+    lay = head.layout
+    q = lay.num_quantizers
+    t, alive, phase = s.t, s.alive, s.phase
+    boundary = phase == 0
+    at_max = alive & (t >= s.max_new)
+    live = alive & ~at_max
+    # Stop head at frame boundaries (computed for every row: fixed shape; used where eligible).
+    past_floor = t >= s.floor
+    eligible = live & boundary & past_floor
+    logit = model.stop_logits(s.hidden)
+    p_stop = torch.sigmoid(logit)
+    if stop_mode == "threshold":
+        stop = p_stop > STOP_THRESHOLD
+    else:
+        stop = s.u_stop.gather(1, (t // q).clamp(max=s.u_stop.shape[1] - 1)[:, None]).squeeze(1) < p_stop
+    stop = stop & eligible
+    stop_logp = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
+    s.stop_eligible.copy_(torch.where(boundary, eligible, s.stop_eligible))
+    s.stop_decision.copy_(torch.where(boundary, stop, s.stop_decision))
+    s.stop_log_prob.copy_(torch.where(boundary, torch.where(eligible, stop_logp, 0.0), s.stop_log_prob))
+    sampling = live & ~stop
+    # The audio head and the sampler.
+    allow_end = past_floor & (boundary if head.restrict_phase else torch.ones_like(boundary))
+    logits = head.step_logits(s.hidden, phase, allow_end)
+    uniform = s.u_token.gather(1, t.clamp(max=s.u_token.shape[1] - 1)[:, None]).squeeze(1)
+    index, logp = sample_tokens(logits, s.temperature, s.top_k, s.top_p, uniform)
+    token = head.index_to_token(index, phase)
+    ended = sampling & (token == lay.audio_end_token_id)
+    going = sampling & ~ended
+    column = phase.view(1).expand(token.shape[0], 1)
+    s.frame_tokens.scatter_(1, column, torch.where(sampling, token, -1)[:, None])
+    s.frame_log_probs.scatter_(1, column, torch.where(sampling, logp.float(), 0.0)[:, None])
+    reason = torch.where(at_max, MAX_TOKENS, torch.where(stop, STOP_HEAD, torch.where(ended, END_TOKEN, s.reason)))
+    s.reason.copy_(reason)
+    # One body step for every slot; only continuing rows keep its result.
+    hidden = body.decode(torch.where(going, token, pad_id), s.pos)
+    s.hidden.copy_(torch.where(going[:, None], hidden, s.hidden))
+    s.t.copy_(t + sampling.long())
+    s.pos.copy_(s.pos + going.long())
+    s.alive.copy_(going)
+    s.phase.copy_((phase + 1) % q)
+
+
+@dataclass
+class FrameResult:
+    """What one frame (Q steps) produced, on the host. B = number of slots.
+
+    tokens: [B, Q] long (-1 where a row produced nothing); log_probs: [B, Q] float32;
+    stop_eligible / stop_decision / stop_log_prob: [B], the stop head at this frame's start;
+    alive: [B] bool after the frame; reason: [B] finish code (0 while running).
+    """
+
+    tokens: torch.Tensor
+    log_probs: torch.Tensor
+    stop_eligible: torch.Tensor
+    stop_decision: torch.Tensor
+    stop_log_prob: torch.Tensor
+    alive: torch.Tensor
+    reason: torch.Tensor
+
+
+class SlotDecoder:
+    """B decoding slots over one static KV cache, stepped a frame at a time.
+
+    compile: wrap the step in `torch.compile(fullgraph=True)` (CUDA graphs on CUDA).
+    backend: a torch.compile backend to use instead of the default (tests count graphs).
+    """
+
+    def __init__(self, model, head: AudioHead, batch: int, max_len: int, stop_mode: str = "threshold",
+                 pad_id: int = 0, compile: bool = False, backend=None):
+        self.model, self.head, self.layout = model, head, head.layout
+        self.batch, self.max_len, self.stop_mode, self.pad_id = batch, max_len, stop_mode, pad_id
+        weight = model.get_input_embeddings().weight
+        self.device = weight.device
+        self.body = StaticBody(model, batch, max_len)
+        self.state = DecodeState(batch, model.config.hidden_size, self.layout.num_quantizers, self.device, weight.dtype)
+        self.free = list(range(batch))
+        self.in_use = False  # set while a BatchDecoder or a server loop drives it
+        self.compiled = False
+        self._step = self._eager_step
+        if compile:
+            self._step = self._compiled_step(backend)
+            self.compiled = True
+
+    def _eager_step(self) -> None:
+        decode_step(self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id)
+
+    def _compiled_step(self, backend=None):
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        backend = backend if backend is not None else COMPILE_BACKEND
+        cuda = self.device.type == "cuda" and backend is None
+        if backend is not None:
+            fn = torch.compile(decode_step, fullgraph=True, backend=backend)
+        else:
+            fn = torch.compile(decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None)
+        model, head, body, state, mode, pad = self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id
+
+        def step() -> None:
+            if cuda:
+                torch.compiler.cudagraph_mark_step_begin()
+            fn(model, head, body, state, mode, pad)
+
+        return step
+
+    @torch.no_grad()
+    def add(self, prompt_ids: Sequence[list[int]], rows: Sequence[RowParams]) -> list[int]:
+        """Prefill prompts into free slots and arm them; only between frames. Returns the slots.
+
+        Raises ValueError if there are not enough free slots or a prompt does not fit.
+        """
+        if len(prompt_ids) != len(rows) or not rows:
+            raise ValueError("need one RowParams per prompt, and at least one prompt")
+        if len(rows) > len(self.free):
+            raise ValueError(f"{len(rows)} rows do not fit in {len(self.free)} free slots")
+        longest = max(len(p) for p in prompt_ids) + max(min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows)
+        if longest >= self.max_len:
+            raise ValueError(f"prompt + max_new_tokens = {longest} does not fit a cache of {self.max_len}")
+        slots = [self.free.pop(0) for _ in rows]
+        hidden = self.body.prefill(list(prompt_ids), slots)
+        self._arm(slots, [len(p) for p in prompt_ids], rows, hidden)
+        return slots
+
+    def _arm(self, slots: list[int], lengths: list[int], rows, hidden: torch.Tensor) -> None:
+        s, q, dev = self.state, self.layout.num_quantizers, self.device
+        idx = torch.tensor(slots, device=dev)
+
+        def put(buf: torch.Tensor, values) -> None:
+            buf[idx] = torch.as_tensor(values, dtype=buf.dtype).to(dev)
+
+        put(s.t, [0] * len(slots))
+        put(s.pos, lengths)
+        put(s.alive, [True] * len(slots))
+        put(s.reason, [RUNNING] * len(slots))
+        s.hidden[idx] = hidden.to(s.hidden.dtype)
+        put(s.temperature, [r.temperature for r in rows])
+        put(s.top_k, [r.top_k for r in rows])
+        put(s.top_p, [r.top_p for r in rows])
+        put(s.floor, [max(r.min_new_tokens, q) for r in rows])
+        put(s.max_new, [min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows])
+        s.u_token[idx] = torch.stack([draw_uniforms(r.seed, s.u_token.shape[1]) for r in rows]).to(dev)
+        s.u_stop[idx] = torch.stack([draw_uniforms(r.seed + STOP_SEED_OFFSET, s.u_stop.shape[1]) for r in rows]).to(dev)
+
+    def release(self, slot: int) -> None:
+        """Free a slot (its row stops at once); only between frames."""
+        self.state.alive[slot] = False
+        if slot not in self.free:
+            self.free.append(slot)
+
+    def reset(self) -> None:
+        """Free every slot."""
+        self.state.alive.fill_(False)
+        self.state.phase.fill_(0)
+        self.free = list(range(self.batch))
+
+    @torch.no_grad()
+    def run_frame(self) -> FrameResult:
+        """Q steps for every slot, then one transfer of the frame's results to the host.
+
+        A frame is exactly Q steps, so between frames the phase is always 0: rows join there.
+        """
+        s, q = self.state, self.layout.num_quantizers
+        for _ in range(q):
+            self._step()
+        # One packed copy (token ids < 2**24 are exact in float32): one sync per frame.
+        flags = [s.stop_eligible, s.stop_decision, s.stop_log_prob, s.alive, s.reason]
+        packed = torch.cat([s.frame_tokens.float(), s.frame_log_probs, *(f.float()[:, None] for f in flags)], 1)
+        host = packed.cpu()
+        return FrameResult(
+            tokens=host[:, :q].long(), log_probs=host[:, q : 2 * q].clone(),
+            stop_eligible=host[:, 2 * q].bool(), stop_decision=host[:, 2 * q + 1].bool(),
+            stop_log_prob=host[:, 2 * q + 2].clone(), alive=host[:, 2 * q + 3].bool(), reason=host[:, 2 * q + 4].long(),
+        )
+
+    @torch.no_grad()
+    def warmup(self) -> float:
+        """Run (and so compile) the step once on dummy rows; returns the seconds it took."""
+        start = time.perf_counter()
+        self.reset()
+        slots = self.add([[self.pad_id, self.pad_id]], [RowParams(seed=0, max_new_tokens=2 * self.layout.num_quantizers)])
+        for _ in range(2):
+            self.run_frame()
+        for slot in slots:
+            self.release(slot)
+        self.reset()
+        return time.perf_counter() - start
+

@@ -1,0 +1,30 @@
+"""The speed benchmarks run end to end (tiny settings, CPU): they measure nothing here, but a
+GPU run that crashes halfway through costs scarce device time, so their code paths are checked.
+
+Run: .venv/bin/python -m pytest tests/benchmarks -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_gpu_speed_dry_run_fills_every_row_of_the_table(capsys):
+    from benchmarks import gpu_speed
+
+    results = gpu_speed.main(["--smoke", "--device", "cpu", "--no-compile", "--batches", "2"])
+    failed = {k: v for k, v in results.items() if isinstance(v, dict) and "error" in v}
+    assert not failed, failed
+    assert results["batch1_fast"]["tokens_per_s"] > 0 and results["batch2"]["x_real_time"] > 0
+    assert results["streaming"]["time_to_first_audio_s"] > 0
+    assert "| batch 1 tokens/s |" in capsys.readouterr().out
+
+
+def test_decode_overhead_reports_all_paths():
+    from benchmarks import decode_overhead
+
+    result = decode_overhead.main(["--layers", "2", "--new-tokens", "16", "--repeats", "1", "--no-compile"])
+    assert set(result["ms_per_token"]) == {"fast (eager)", "engine (eager)", "published"}
+    assert result["ratio_fast_vs_published"] > 0
