@@ -39,6 +39,14 @@ Examples::
     normalize("Let's meet at 5 PM, okay?")     -> "lets meet at 5 pm okay"
     normalize("वो FIR file करो")                -> "वो fir file करो"   (code-switched)
 
+`spoken_form(text, language)` is the step before `normalize` when a reference may hold
+digits: `rumik_app.normalize.normalize_text`, the same function the engine applies to
+what it synthesises, so "₹500" in a reference and "पाँच सौ रुपए" in a transcript compare as
+equal. The benchmark runner, the Evaluate tab and the GRPO content reward apply it to the
+reference and to the transcript (an ASR judge may write digits either way)::
+
+    normalize(spoken_form("मुझे 5 मिनट दो", "hi"))   -> "मुझे पाँच मिनट दो"
+
 `graphemes(text)` splits into extended grapheme clusters with `regex`'s `\\X`
 (UAX #29 including rule GB9c, so a virama conjunct such as क्ष is one cluster; the
 `grapheme` package splits it in two). `grapheme_backend_info()` names the backend
@@ -53,6 +61,8 @@ import re
 import unicodedata
 
 import regex
+
+from rumik_app.normalize import normalize_text
 
 NORMAL_FORM = "NFC"
 MAX_TAG_CHARS = 40
@@ -82,6 +92,13 @@ def normalize(text: str) -> str:
     text = PUNCT_OR_SYMBOL.sub(" ", text)
     text = INVISIBLE.sub("", text)
     return " ".join(text.split())
+
+
+def spoken_form(text: str, language: str | None = None) -> str:
+    """`text` with numbers, money, dates and times as words (`rumik_app.normalize`), in
+    `language` for its script (None: per clause from the script). Scoring applies it to the
+    reference and the transcript before `normalize`."""
+    return normalize_text(text, language)
 
 
 def graphemes(text: str) -> list[str]:

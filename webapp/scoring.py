@@ -10,6 +10,10 @@ References and pasted transcripts, typed: one line per clip in the order of the 
 (sorted), or `name.wav | text` lines matched by file name. Manifest CSV columns: `file`
 (or `id`, `clip`, `path`), `text` (or `reference`), optional `language` and `transcript`
 (or `hyp`); files are matched by name or by name without extension.
+
+References and transcripts are scored in spoken form (`evaluation.text.spoken_form`: numbers,
+money, dates and times as words in the clip's language, as the engine reads them), like the
+benchmark runner; the report says so.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 
 from evaluation import nova
 from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, score_pair, uses_graphemes
+from evaluation.text import spoken_form
 from rumik_app.audio import SAMPLE_RATE
+from rumik_app.languages import get_language
 from webapp.ratings import tag_request
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
@@ -71,8 +77,18 @@ class ScoreReport:
         failed = [c for c in self.clips if c.message and not c.scores]
         if failed:
             lines.append("Not scored: " + "; ".join(f"`{c.file}`: {c.message}" for c in failed))
+        lines.append("<small>References and transcripts are compared in spoken form: numbers, money, dates and "
+                     "times as words (rumik_app.normalize), in the clip's language.</small>")
         lines.append(f"<small>{grapheme_backend_info()}</small>")
         return "\n\n".join(lines)
+
+
+def _known_language(code: str) -> str | None:
+    """The ISO code of a manifest's language field, or None (decide from the script) if unknown."""
+    try:
+        return get_language(code).code if code else None
+    except ValueError:
+        return None
 
 
 def _split_lines(text: str | None) -> list[str]:
@@ -206,7 +222,8 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
                 res.message = f"transcription failed: {exc}"
                 continue
         res.transcript = str(hyp)
-        res.scores = score_pair(res.reference, res.transcript)
+        lang = _known_language(res.language)
+        res.scores = score_pair(spoken_form(res.reference, lang), spoken_form(res.transcript, lang))
         req = tag_request(res.reference)
         if req is not None:
             res.nova = nova.score_prompt(req.nova_prompt(name, res.reference), {"hyp": res.transcript})
