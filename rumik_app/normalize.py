@@ -13,8 +13,9 @@
 language; clauses in another script, and every clause when `language` is None, use the
 script's most widely read language (Devanagari -> hi, Bengali-Assamese -> bn, Arabic -> ur,
 Latin -> en, ...). A clause is the text between , ; : । . ? ! and line breaks; Indic
-letters outvote Latin ones there, so code-switched "कल meeting 3 बजे" reads Hindi "तीन". A
-clause without letters takes its sentence's language, then the whole text's.
+letters outvote Latin ones there, so code-switched "कल meeting 3 बजे" reads Hindi "तीन"; the
+pattern's own Latin letters (the "pm" of "समय: 10:30 pm", "km", "Rs.") do not vote. A clause
+without letters takes its sentence's language, then the whole text's.
 
 Patterns, in the order they are tried: abbreviations (Dr. Mr. Mrs. ... and डॉ. ডা. ...),
 phone numbers (+91 98765 43210, 98765-43210, 080-2345 6789: digit by digit in the typed
@@ -104,7 +105,7 @@ _PATTERNS: list[tuple[str, re.Pattern]] = [
                                 + _LETTER_OR_MARK + r"])(?P<native>" + "|".join(
                                     re.escape(a) for a in data.ABBREVIATIONS_NATIVE) + r")")),
     ("phone", re.compile(r"(?<![\w+])(?P<plus>\+)\d{1,3}(?:[\s-]?\d{2,5}){2,4}(?!\d)"
-                         r"|(?<![\d,.+])(?:0|[6-9])\d{1,4}(?:[\s-]\d{2,5}){0,3}(?![\d,.]\d|\d)")),
+                         r"|(?<![\d,.+])(?:0|[6-9])\d{1,10}(?:[\s-]\d{2,5}){0,3}(?![\d,.]\d|\d)")),
     ("date", re.compile(_NOT_BEFORE + r"(?:(?P<iy>\d{4})-(?P<im>\d{1,2})-(?P<id>\d{1,2})"
                         r"|(?P<d>\d{1,2})(?P<sep>[/.-])(?P<m>\d{1,2})(?P=sep)(?P<y>\d{4}|\d{2}))" + _NOT_AFTER
                         + r"|(?<![A-Za-z\d])(?P<td>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<tm>" + _MONTH_RE
@@ -162,10 +163,13 @@ class _Context:
         hi = ends[j] if j < len(ends) else len(self.text)
         return lo, hi
 
-    def _script(self, lo: int, hi: int) -> str | None:
-        key = (lo, hi)
+    def _script(self, lo: int, hi: int, start: int, end: int) -> str | None:
+        """Dominant script of text[lo:hi]; the span's own Latin letters ("pm", "km", "Rs") do not
+        vote, its native digits do ("৩", "१५/०८")."""
+        key = (lo, hi, start, end)
         if key not in self._cache:
-            tags = self.text[lo:hi].translate(_SCRIPT_TAGS)  # each letter -> its script's tag
+            span = self.text[max(lo, start):min(hi, end)].translate(_SCRIPT_TAGS).replace(_TAG_OF_SCRIPT["Latin"], "")
+            tags = (self.text[lo:max(lo, start)] + " " + self.text[min(hi, end):hi]).translate(_SCRIPT_TAGS) + span
             counts = {script: n for script, tag in _TAG_OF_SCRIPT.items() if (n := tags.count(tag))}
             indic = {s: c for s, c in counts.items() if s in INDIC_SCRIPTS}
             pool = indic or counts
@@ -176,7 +180,7 @@ class _Context:
         if self.force and self.language:
             return self.language
         for ends in (self.clause_ends, self.sentence_ends, []):
-            script = self._script(*self._bounds(ends, start, end))
+            script = self._script(*self._bounds(ends, start, end), start, end)
             if script:
                 if self.language and LANGUAGE_SCRIPT[self.language] == script:
                     return self.language
@@ -551,7 +555,8 @@ def _normalize(text: str, code: str | None, force: bool = False) -> str:
         needs = _NEEDS.get(category)
         if needs is None or any(n in work for n in needs):
             work = _run_pass(work, category, pattern, code, protect, force)
-    return re.sub("[\U000F0000-\U000FFFFD]", lambda p: kept[ord(p.group(0)) - _PROTECT_BASE], work)
+    work = re.sub("[\U000F0000-\U000FFFFD]", lambda p: kept[ord(p.group(0)) - _PROTECT_BASE], work)
+    return unicodedata.normalize("NFC", work)  # library and CLDR words may come decomposed
 
 
 def _run_pass(work: str, category: str, pattern: re.Pattern, code: str | None, protect, force: bool) -> str:

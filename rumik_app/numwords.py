@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 from rumik_app import normalize_data as data
 
@@ -72,7 +73,8 @@ def supported(language: str) -> bool:
 def _raw(n: int, language: str) -> str:
     from indic_numtowords import num2words
 
-    return " ".join(_ZERO_WIDTH.sub("", num2words(n, lang=language)).split())
+    words = unicodedata.normalize("NFC", num2words(n, lang=language))  # Telugu ై comes decomposed
+    return " ".join(_ZERO_WIDTH.sub("", words).split())
 
 
 @functools.lru_cache(maxsize=8192)
