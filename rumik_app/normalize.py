@@ -98,8 +98,8 @@ _TRAILING_ALT = "|".join(sorted({w for t in data._time_table().values() for w in
 _RANGE_TAIL = rf"(?:\s?[-–]\s?(?P<hi>{DEC}))?"
 
 _PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("abbreviation", re.compile(r"(?<![\w.])(?P<abbr>" + "|".join(re.escape(a) for a in data.ABBREVIATIONS_LATIN)
-                                + r")(?=\s|$)|(?<![\w.])(?P<no>No\.)(?=\s?\d)|(?<![\w.])(?P<etc>etc\.)|(?<!["
+    ("abbreviation", re.compile(r"(?<![A-Za-z])(?P<abbr>" + "|".join(re.escape(a) for a in data.ABBREVIATIONS_LATIN)
+                                + r")(?=\s|$)|(?<![A-Za-z])(?P<no>No\.)(?=\s?\d)|(?<![A-Za-z])(?P<etc>etc\.)|(?<!["
                                 + _LETTER_OR_MARK + r"])(?P<native>" + "|".join(
                                     re.escape(a) for a in data.ABBREVIATIONS_NATIVE) + r")")),
     ("phone", re.compile(r"(?<![\w+])(?P<plus>\+)\d{1,3}(?:[\s-]?\d{2,5}){2,4}(?!\d)"
@@ -152,7 +152,7 @@ class _Context:
         self.text, self.language, self.force = text, language, force
         self.clause_ends = [m.end() for m in _CLAUSE_BREAK.finditer(text)]
         self.sentence_ends = [m.end() for m in _SENTENCE_BREAK.finditer(text)]
-        self._cache: dict[tuple[int, int], str | None] = {}
+        self._cache: dict[tuple[int, int], dict[str, int]] = {}
 
     def _bounds(self, ends: list[int], start: int, end: int) -> tuple[int, int]:
         i = bisect.bisect_right(ends, start)
@@ -161,18 +161,25 @@ class _Context:
         hi = ends[j] if j < len(ends) else len(self.text)
         return lo, hi
 
-    def _script(self, lo: int, hi: int, start: int, end: int) -> str | None:
-        """Dominant script of text[lo:hi]; the span's own Latin letters ("pm", "km", "Rs") do not
-        vote, its native digits do ("৩", "१५/०८")."""
-        key = (lo, hi, start, end)
+    def _counts(self, lo: int, hi: int) -> dict[str, int]:
+        """Letters (and native digits) per script in text[lo:hi], cached per clause."""
+        key = (lo, hi)
         if key not in self._cache:
-            span = self.text[max(lo, start):min(hi, end)].translate(_SCRIPT_TAGS).replace(_TAG_OF_SCRIPT["Latin"], "")
-            tags = (self.text[lo:max(lo, start)] + " " + self.text[min(hi, end):hi]).translate(_SCRIPT_TAGS) + span
-            counts = {script: n for script, tag in _TAG_OF_SCRIPT.items() if (n := tags.count(tag))}
-            indic = {s: c for s, c in counts.items() if s in INDIC_SCRIPTS}
-            pool = indic or counts
-            self._cache[key] = max(pool, key=pool.get) if pool else None
+            tags = self.text[lo:hi].translate(_SCRIPT_TAGS)  # each letter -> its script's tag
+            self._cache[key] = {script: n for script, tag in _TAG_OF_SCRIPT.items() if (n := tags.count(tag))}
         return self._cache[key]
+
+    def _script(self, lo: int, hi: int, start: int, end: int) -> str | None:
+        """Dominant script of text[lo:hi], Indic before Latin; the span's own Latin letters
+        ("pm", "km", "Rs") do not vote, its native digits do ("৩", "१५/०८")."""
+        counts = dict(self._counts(lo, hi))
+        if "Latin" in counts:
+            counts["Latin"] -= self.text[max(lo, start):min(hi, end)].translate(_SCRIPT_TAGS).count(
+                _TAG_OF_SCRIPT["Latin"])
+        counts = {s: c for s, c in counts.items() if c > 0}
+        indic = {s: c for s, c in counts.items() if s in INDIC_SCRIPTS}
+        pool = indic or counts
+        return max(pool, key=pool.get) if pool else None
 
     def language_at(self, start: int, end: int) -> str:
         if self.force and self.language:
