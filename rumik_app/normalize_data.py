@@ -117,37 +117,32 @@ MINOR_EN: dict[str, tuple[str, str]] = {"USD": ("cent", "cents"), "EUR": ("cent"
 # Clock times. `hm`: hours and minutes; `h`: on the hour; `periods`: words for night (0-3 h),
 # morning (4-11), afternoon (12-15) and evening (16-19; 20-23 is night again), said before
 # the time when the text gives am/pm or a 24-hour time ("सुबह दस बजकर तीस मिनट").
-# `one`: the hour word for 1 o'clock where it differs from the cardinal (ఒంటి గంట, ஒரு மணி).
+# `one`: the hour word for 1 o'clock where it differs from the cardinal (ஒரு மணி, ഒരു മണി;
+# Telugu says ఒంటి గంట: `one_h`, `one_hm`). `trailing`: an o'clock word typed after a time
+# ("10:30 बजे"), dropped because the phrasing already says it.
 # Assamese is left out (unsure of the standard written form).
-@functools.lru_cache(maxsize=None)
-def _time_table() -> dict[str, dict]:
-    return {
-        "hi": {"hm": "{h} बजकर {m} मिनट", "h": "{h} बजे", "periods": ("रात", "सुबह", "दोपहर", "शाम"),
-               "trailing": ("बजे",)},
-        "ur": {"hm": "{h} بج کر {m} منٹ", "h": "{h} بجے", "periods": ("رات", "صبح", "دوپہر", "شام"),
-               "trailing": ("بجے",)},
-        "pa": {"hm": "{h} ਵੱਜ ਕੇ {m} ਮਿੰਟ", "h": "{h} ਵਜੇ", "periods": ("ਰਾਤ", "ਸਵੇਰੇ", "ਦੁਪਹਿਰ", "ਸ਼ਾਮ"),
-               "trailing": ("ਵਜੇ",)},
-        "mr": {"hm": "{h} वाजून {m} मिनिटे", "h": "{h} वाजता",
-               "periods": ("रात्री", "सकाळी", "दुपारी", "संध्याकाळी"), "trailing": ("वाजता",)},
-        "gu": {"hm": "{h} વાગીને {m} મિનિટ", "h": "{h} વાગ્યે", "periods": ("રાત્રે", "સવારે", "બપોરે", "સાંજે"),
-               "trailing": ("વાગ્યે",)},
-        "bn": {"hm": "{h}টা বেজে {m} মিনিট", "h": "{h}টা", "periods": ("রাত", "সকাল", "দুপুর", "সন্ধ্যা")},
-        "or": {"hm": "{h}ଟା {m} ମିନିଟ୍", "h": "{h}ଟା", "periods": ("ରାତି", "ସକାଳ", "ଦିପହର", "ସନ୍ଧ୍ୟା")},
-        "ta": {"hm": "{h} மணி {m} நிமிடம்", "h": "{h} மணி", "periods": ("இரவு", "காலை", "மதியம்", "மாலை"),
-               "one": "ஒரு"},
-        "te": {"hm": "{h} గంటల {m} నిమిషాలు", "h": "{h} గంటలు",
-               "periods": ("రాత్రి", "ఉదయం", "మధ్యాహ్నం", "సాయంత్రం"),
-               "one_hm": "ఒంటి గంట {m} నిమిషాలు", "one_h": "ఒంటి గంట"},
-        "kn": {"hm": "{h} ಗಂಟೆ {m} ನಿಮಿಷ", "h": "{h} ಗಂಟೆ", "periods": ("ರಾತ್ರಿ", "ಬೆಳಿಗ್ಗೆ", "ಮಧ್ಯಾಹ್ನ", "ಸಂಜೆ")},
-        "ml": {"hm": "{h} മണി {m} മിനിറ്റ്", "h": "{h} മണി",
-               "periods": ("രാത്രി", "രാവിലെ", "ഉച്ചയ്ക്ക്", "വൈകുന്നേരം"), "one": "ഒരു"},
-    }
-
-
-def time_words(language: str) -> dict | None:
-    """The clock-time phrasing of `language` (see `_time_table`), or None (left as typed)."""
-    return _time_table().get(language)
+TIME: dict[str, dict] = {
+    "hi": {"hm": "{h} बजकर {m} मिनट", "h": "{h} बजे", "periods": ("रात", "सुबह", "दोपहर", "शाम"),
+           "trailing": ("बजे",)},
+    "ur": {"hm": "{h} بج کر {m} منٹ", "h": "{h} بجے", "periods": ("رات", "صبح", "دوپہر", "شام"),
+           "trailing": ("بجے",)},
+    "pa": {"hm": "{h} ਵੱਜ ਕੇ {m} ਮਿੰਟ", "h": "{h} ਵਜੇ", "periods": ("ਰਾਤ", "ਸਵੇਰੇ", "ਦੁਪਹਿਰ", "ਸ਼ਾਮ"),
+           "trailing": ("ਵਜੇ",)},
+    "mr": {"hm": "{h} वाजून {m} मिनिटे", "h": "{h} वाजता",
+           "periods": ("रात्री", "सकाळी", "दुपारी", "संध्याकाळी"), "trailing": ("वाजता",)},
+    "gu": {"hm": "{h} વાગીને {m} મિનિટ", "h": "{h} વાગ્યે", "periods": ("રાત્રે", "સવારે", "બપોરે", "સાંજે"),
+           "trailing": ("વાગ્યે",)},
+    "bn": {"hm": "{h}টা বেজে {m} মিনিট", "h": "{h}টা", "periods": ("রাত", "সকাল", "দুপুর", "সন্ধ্যা")},
+    "or": {"hm": "{h}ଟା {m} ମିନିଟ୍", "h": "{h}ଟା", "periods": ("ରାତି", "ସକାଳ", "ଦିପହର", "ସନ୍ଧ୍ୟା")},
+    "ta": {"hm": "{h} மணி {m} நிமிடம்", "h": "{h} மணி", "periods": ("இரவு", "காலை", "மதியம்", "மாலை"),
+           "one": "ஒரு"},
+    "te": {"hm": "{h} గంటల {m} నిమిషాలు", "h": "{h} గంటలు",
+           "periods": ("రాత్రి", "ఉదయం", "మధ్యాహ్నం", "సాయంత్రం"),
+           "one_hm": "ఒంటి గంట {m} నిమిషాలు", "one_h": "ఒంటి గంట"},
+    "kn": {"hm": "{h} ಗಂಟೆ {m} ನಿಮಿಷ", "h": "{h} ಗಂಟೆ", "periods": ("ರಾತ್ರಿ", "ಬೆಳಿಗ್ಗೆ", "ಮಧ್ಯಾಹ್ನ", "ಸಂಜೆ")},
+    "ml": {"hm": "{h} മണി {m} മിനിറ്റ്", "h": "{h} മണി",
+           "periods": ("രാത്രി", "രാവിലെ", "ഉച്ചയ്ക്ക്", "വൈകുന്നേരം"), "one": "ഒരു"},
+}
 
 
 # Ordinals: (masculine/default, feminine, oblique or neuter) forms of the irregular ones;

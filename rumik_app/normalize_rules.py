@@ -49,7 +49,7 @@ _ORDINAL_SUFFIXES: dict[str, tuple[str, str | None]] = {  # typed suffix -> (for
 _ORDINAL_ALT = "|".join(re.escape(s) for s in sorted(_ORDINAL_SUFFIXES, key=len, reverse=True))
 _UNIT_ALT = "|".join(re.escape(u) for u in sorted(data.UNITS, key=len, reverse=True))
 _CURRENCY_ALT = "|".join(re.escape(s) for s in sorted(data.CURRENCY_SIGNS, key=len, reverse=True))
-_TRAILING_ALT = "|".join(sorted({w for t in data._time_table().values() for w in t.get("trailing", ())}))
+_TRAILING_ALT = "|".join(sorted({w for t in data.TIME.values() for w in t.get("trailing", ())}))
 _RANGE_TAIL = rf"(?:\s?[-–]\s?(?P<hi>{DEC}))?"
 
 _UNGATED: list[tuple[str, re.Pattern]] = [
@@ -262,7 +262,7 @@ def _period_index(h24: int) -> int:
 
 
 def _native_time(language: str, h12: int, minute: int, h24: int | None) -> str:
-    table = data.time_words(language)
+    table = data.TIME.get(language)
     if table is None:
         raise Unsupported(language, "time", "no verified clock-time phrasing")
     hour = nw.cardinal(h12, language)
