@@ -28,6 +28,12 @@ Writes under --out:
   report.md, charts/*.png
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
 the manifest and the report and is left out of the rates; the run continues.
+
+Text normalisation (`rumik_app.normalize`): systems read numbers, money, dates and times as
+words, and references and transcripts are scored in that spoken form (`ref_spoken`);
+`--no-normalize` turns both off. The digits-and-dates set for it:
+    python -m evaluation.run --system espeak --prompts evaluation/prompts/digits_dates.jsonl \
+        --asr pocketsphinx --limit 10 --out results/espeak_digits
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from evaluation.text import (
     segmentation_label,
     segmentation_source,
     segmentation_unicode_version,
+    spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
@@ -138,13 +145,15 @@ def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
     return int.from_bytes(digest[:8], "big") % SEED_RANGE
 
 
-def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None) -> SynthesisRequest:
-    """The request for a prompt: NoVA prompts are spoken from `text_with_mark`."""
+def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None,
+                  normalize: bool = True) -> SynthesisRequest:
+    """The request for a prompt: NoVA prompts are spoken from `text_with_mark`; `normalize`
+    reads numbers, money, dates and times as words (the request's switch)."""
     text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
     fields = {k: prompt[k] for k in REQUEST_FIELDS if prompt.get(k)}
     if max_new_tokens is not None:
         fields["max_new_tokens"] = max_new_tokens
-    return SynthesisRequest(text=text, seed=seed, language=prompt["language"], **fields)
+    return SynthesisRequest(text=text, seed=seed, language=prompt["language"], normalize=normalize, **fields)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -180,7 +189,8 @@ def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesi
 
 
 def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: int, seed: int,
-                   batch_size: int = DEFAULT_BATCH, max_new_tokens: int | None = None) -> tuple[list[dict], dict]:
+                   batch_size: int = DEFAULT_BATCH, max_new_tokens: int | None = None,
+                   normalize: bool = True) -> tuple[list[dict], dict]:
     """Make every (run, prompt) clip that is not on disk yet; returns manifest lines and counts."""
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
@@ -210,7 +220,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                 requests, errors, settings = [], {}, {}
                 for p in group:
                     try:
-                        requests.append(build_request(p, clip_seed(seed, p["id"], run), max_new_tokens))
+                        requests.append(build_request(p, clip_seed(seed, p["id"], run), max_new_tokens, normalize))
                         settings[p["id"]] = system.request_settings(requests[-1])
                     except (ValueError, TypeError) as exc:
                         errors[p["id"]] = f"request: {_error_text(exc)}"
@@ -274,20 +284,27 @@ def gcer_rules() -> str:
 
 
 def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
-              segmentation: str = DEFAULT_SEGMENTATION) -> tuple[list[dict], list[dict]]:
+              segmentation: str = DEFAULT_SEGMENTATION, normalize: bool = True) -> tuple[list[dict], list[dict]]:
     """Per-clip rows (metrics, errors) and corpus-pooled summary rows (overall/language/domain/run).
 
-    `gcer` and `content_error` use `segmentation`; `gcer_<s>` hold the GCER under each one."""
+    `gcer` and `content_error` use `segmentation`; `gcer_<s>` hold the GCER under each one.
+    normalize: score the spoken form of the reference and the transcript
+    (`evaluation.text.spoken_form`: numbers, money, dates, times as words), the text the
+    system was asked to read; `ref_spoken` keeps it per clip. False scores the text as typed.
+    """
     by_id = {p["id"]: p for p in prompts}
     tags = {"gcer_segmentation": segmentation, "gcer_rules": gcer_rules()}
     rows = []
     for rec, tr in zip(manifest, transcripts):
         p = by_id[rec["id"]]
+        ref = spoken_form(p["text"], p["language"]) if normalize else p["text"]
         row = {"run": rec["run"], "id": rec["id"], "language": p["language"], "domain": p["domain"],
-               "duration": rec["duration"], "ref": p["text"], "hyp": tr["hyp"], "error": tr["error"], **tags}
+               "duration": rec["duration"], "ref": p["text"], "ref_spoken": ref, "hyp": tr["hyp"], "error": tr["error"],
+               **tags}
         if tr["error"] is None:
-            row.update(score_pair(p["text"], tr["hyp"], segmentation))
-            row["content_error"] = content_error(p["text"], tr["hyp"], p["language"], segmentation=segmentation)
+            hyp = spoken_form(tr["hyp"], p["language"]) if normalize else tr["hyp"]
+            row.update(score_pair(ref, hyp, segmentation))
+            row["content_error"] = content_error(ref, hyp, p["language"], segmentation=segmentation)
         rows.append(row)
     summary = [{"level": "overall", "group": "all", **_pool(rows), **tags}]
     for level in ("language", "domain", "run"):
@@ -331,13 +348,14 @@ def _short(text: str | None) -> str:
 
 def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: str, prompts_path: str, runs: int,
                   seed: int, counts: dict, rows: list[dict], summary: list[dict], verdicts: list[dict],
-                  agg: nova.NovaAggregate | None, segmentation: str = DEFAULT_SEGMENTATION) -> Path:
+                  agg: nova.NovaAggregate | None, segmentation: str = DEFAULT_SEGMENTATION,
+                  normalize: bool = True) -> Path:
     """CSV files, charts and report.md; returns the report path."""
     gcer_cols = ["gcer", "gcer_segmentation", *(rate for rate, _ in CLUSTER_RATE_KEYS), "gcer_rules"]
     clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", *gcer_cols, "content_error",
                  "word_errors", "word_ref_len", "char_errors", "char_ref_len", "grapheme_errors",
                  "grapheme_ref_len", *(f"{unit}_{n}" for _, unit in CLUSTER_RATE_KEYS for n in ("errors", "ref_len")),
-                 "ref", "hyp", "error"]
+                 "ref", "ref_spoken", "hyp", "error"]
     write_csv(out / CLIPS_CSV, clip_cols, [[r.get(c) for c in clip_cols] for r in rows])
     sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", *gcer_cols, "mean_duration"]
     write_csv(out / SUMMARY_CSV, sum_cols, [[s[c] for c in sum_cols] for s in summary])
@@ -377,6 +395,11 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
         f"failed {overall['failed']} (listed below, left out of the rates)", "",
         "Rates are corpus-pooled (summed edit errors / summed reference length) after the shared normaliser "
         "(`evaluation.text.normalize`). GCER is the content metric for Indic scripts, WER for Latin.", "",
+        ("References and transcripts are compared in spoken form: numbers, money, dates and times were "
+         "turned into words with `rumik_app.normalize.normalize_text` in the prompt's language (the text the "
+         "system was asked to read; `ref_spoken` in clips.csv) before scoring." if normalize else
+         "Text normalisation was off (`--no-normalize`): systems read and references are scored as typed, "
+         "digits included."), "",
     ]
     table_cols = ["clips", "scored", "failed", "wer", "cer", *(rate for rate, _ in CLUSTER_RATE_KEYS), "mean_duration"]
     table_headers = ["clips", "scored", "failed", "WER", "CER", *gcer_headers(segmentation), "mean duration (s)"]
@@ -399,11 +422,11 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
               if failed else "None.", ""]
     shown = rows[:MAX_REPORT_CLIPS]
     lines += ["## Per clip", "", markdown_table(
-        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", *gcer_headers(segmentation), "reference",
-         "transcript"],
+        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", *gcer_headers(segmentation),
+         "reference (spoken form)" if normalize else "reference", "transcript"],
         [[r["run"], r["id"], r["language"], r["domain"], r["duration"], r.get("wer"), r.get("cer"),
           *(r.get(rate) for rate, _ in CLUSTER_RATE_KEYS),
-          _short(r["ref"]), _short(r["hyp"]) if r["error"] is None else "(error)"] for r in shown])]
+          _short(r["ref_spoken"]), _short(r["hyp"]) if r["error"] is None else "(error)"] for r in shown])]
     if len(rows) > len(shown):
         lines.append(f"\n({len(rows) - len(shown)} more clips in {CLIPS_CSV}.)")
     report = out / REPORT
@@ -432,7 +455,11 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
                         help="clusters behind the `gcer` column and the content error: 'grapheme' (the grapheme "
                         "package, Unicode 13.0 rules, comparable with the release's GCER; default) or 'unicode' "
                         "(regex \\X, Unicode 15.1+ rules: a conjunct is one cluster). Both are reported.")
+    parser.add_argument("--no-normalize", action="store_true",
+                        help="systems read the text as typed and references are scored as typed "
+                             "(default: numbers, money, dates, times become words for both)")
     args = parser.parse_args(argv)
+    normalize = not args.no_normalize
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
     out = Path(args.out)
@@ -443,16 +470,16 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         system = system or load_system(args.system, device=args.device)
         judge = load_asr(args.asr, cache=cache, device=args.device)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
-                                          args.max_new_tokens)
+                                          args.max_new_tokens, normalize)
     except (PromptFileError, SynthesisError, ASRError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     transcripts = transcribe_all(judge, prompts, manifest, out)
-    rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation)
+    rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation, normalize)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)
     args_line = "python -m evaluation.run " + shlex.join(argv)
     report = write_outputs(out, system, judge, args_line, args.prompts, args.runs, args.seed, counts, rows,
-                           summary, verdicts, agg, args.gcer_segmentation)
+                           summary, verdicts, agg, args.gcer_segmentation, normalize)
     overall = summary[0]
     print(markdown_table(["system", "judge", "clips", "scored", "failed", "WER", "CER",
                           *gcer_headers(args.gcer_segmentation)],

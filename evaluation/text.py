@@ -55,6 +55,14 @@ Neither is an akshara segmenter; `evaluation.metrics` says why "grapheme" is the
 default. `grapheme_backend_info(segmentation)` names the chosen rules, the library and
 Unicode version behind each, and the Unicode version of the NFC tables; every report
 prints it.
+
+`spoken_form(text, language)` is the step before `normalize` when a reference may hold
+digits: `rumik_app.normalize.normalize_text`, the same function the engine applies to
+what it synthesises, so "₹500" in a reference and "पाँच सौ रुपए" in a transcript compare as
+equal. The benchmark runner, the Evaluate tab and the GRPO content reward apply it to the
+reference and to the transcript (an ASR judge may write digits either way)::
+
+    normalize(spoken_form("मुझे 5 मिनट दो", "hi"))   -> "मुझे पाँच मिनट दो"
 """
 
 from __future__ import annotations
@@ -66,6 +74,8 @@ import unicodedata
 
 import grapheme
 import regex
+
+from rumik_app.normalize import normalize_text
 
 NORMAL_FORM = "NFC"
 MAX_TAG_CHARS = 40
@@ -102,6 +112,13 @@ def normalize(text: str) -> str:
     text = PUNCT_OR_SYMBOL.sub(" ", text)
     text = INVISIBLE.sub("", text)
     return " ".join(text.split())
+
+
+def spoken_form(text: str, language: str | None = None) -> str:
+    """`text` with numbers, money, dates and times as words (`rumik_app.normalize`), in
+    `language` for its script (None: per clause from the script). Scoring applies it to the
+    reference and the transcript before `normalize`."""
+    return normalize_text(text, language)
 
 
 def check_segmentation(segmentation: str) -> str:

@@ -21,6 +21,7 @@ _LAZY = {
     "Rollouts": "rumik_app.generation",
     "CheckpointError": "rumik_app.checkpoint",
     "PromptError": "rumik_app.prompt",
+    "normalize_text": "rumik_app.normalize",
 }
 
 __all__ = list(_LAZY)
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rumik_app.checkpoint import CheckpointError
     from rumik_app.engine import SynthesisRequest, TTSEngine
     from rumik_app.generation import Rollouts
+    from rumik_app.normalize import normalize_text
     from rumik_app.prompt import PromptError
 
 

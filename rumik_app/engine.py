@@ -34,7 +34,6 @@ from rumik_app.fast_decode import SlotDecoder, batch_bucket, cache_length
 from rumik_app.generation import BatchDecoder, ReferenceDecoder, Rollouts, RowParams
 from rumik_app.languages import expected_seconds
 from rumik_app.model import AudioHead
-from rumik_app.prompt import validate_text
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest
 from rumik_app.tokens import FrameParser
 
@@ -206,9 +205,11 @@ class TTSEngine:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
         of expected speech (DESIGN §5). `max_new_tokens` caps each chunk.
 
-        Chunks keep voice, description and sampling settings; chunk i uses seed + i.
+        Chunks keep voice, description and sampling settings; chunk i uses seed + i. The text
+        is normalised first (`req.spoken_text()`), so chunking and the expected durations see
+        the spoken words; the chunk requests carry that text with `normalize=False`.
         """
-        text = validate_text(req.text)
+        text = req.spoken_text()
         seed = resolve_seed(req.seed)
         # Chunk size follows the default budget (or a larger one the caller set), never a
         # smaller one: max_new_tokens below the default truncates each chunk as asked,
@@ -216,9 +217,9 @@ class TTSEngine:
         budget = min(max(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS), MAX_NEW_TOKENS_CAP)
         limit = min(MAX_CHUNK_SECONDS, CHUNK_BUDGET_SHARE * budget / self.layout.tokens_per_second)
         if expected_seconds(text, req.language, req.pace) <= limit:
-            return [req.with_(text=text, seed=seed)]
+            return [req.with_(text=text, seed=seed, normalize=False)]
         chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
-        return [req.with_(text=chunk, seed=seed + i) for i, chunk in enumerate(chunks)]
+        return [req.with_(text=chunk, seed=seed + i, normalize=False) for i, chunk in enumerate(chunks)]
 
     def synthesize(self, req: SynthesisRequest) -> Audio:
         """Synthesise any length of text; long text is chunked and crossfaded."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from rumik_app.prompt import build_prompt
+from rumik_app.normalize import normalize_text
+from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, build_prompt, validate_text
 
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 30
@@ -28,7 +29,11 @@ class SynthesisRequest:
     seed: None draws a fresh seed (reported back on the result); an int reproduces exactly.
     temperature/top_k/top_p: sampling; temperature 0 is greedy; top_k 0 disables top-k.
     min_new_tokens/max_new_tokens: generated-token bounds (100 tokens = 1 s of audio).
-    language: optional ISO code or name, used only for speaking-rate estimates.
+    language: optional ISO code or name: speaking-rate estimates, and the language numbers are
+        read in for text in its script (None: decided per clause from the script).
+    normalize: read numbers, money, dates, times and abbreviations as words
+        (`rumik_app.normalize.normalize_text`) before building the prompt; False sends the
+        text as typed. The one switch for the engine, CLI, app and runner.
     """
 
     text: str
@@ -44,12 +49,24 @@ class SynthesisRequest:
     min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     language: str | None = None
+    normalize: bool = True
 
-    def prompt(self, **kwargs) -> str:
+    def spoken_text(self, max_chars: int = MAX_TEXT_CHARS) -> str:
+        """The text the model reads: validated (the limit applies to the text as typed), then
+        normalised unless `normalize` is False. Raises PromptError on bad text or language."""
+        text = validate_text(self.text, max_chars=max_chars)
+        if not self.normalize:
+            return text
+        try:
+            return normalize_text(text, self.language)
+        except ValueError as exc:  # unknown language
+            raise PromptError(str(exc)) from None
+
+    def prompt(self, max_chars: int = MAX_TEXT_CHARS, **kwargs) -> str:
         """The prompt string (no BOS) this request produces; raises PromptError on bad input."""
-        return build_prompt(
-            self.text, self.voice, self.tone, self.accent, self.pace, self.description, **kwargs
-        )
+        text = self.spoken_text(max_chars)
+        return build_prompt(text, self.voice, self.tone, self.accent, self.pace, self.description,
+                            max_chars=max(max_chars, len(text)), **kwargs)
 
     def with_(self, **changes) -> "SynthesisRequest":
         """A copy with some fields changed."""

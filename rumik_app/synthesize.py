@@ -3,9 +3,12 @@
     python -m rumik_app.synthesize --model rumik-ai/rumik-oss-1 --text "नमस्ते <laugh> दोस्तों!" \
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
+    python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
 
-Prints the duration, tokens/s and the real-time factor (seconds of audio per second of
-compute; above 1 is faster than real time). `--stream` synthesises through the streaming
+Numbers, money, dates and times are read as words (`rumik_app.normalize`; the spoken text is
+printed when it differs); `--no-normalize` sends the text as typed. Prints the duration,
+tokens/s and the real-time factor (seconds of audio per second of compute; above 1 is
+faster than real time). `--stream` synthesises through the streaming
 path and also reports the time to first audio.
 """
 
@@ -35,7 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accent", help="Hindi | Telugu | Tamil | Kannada | Bengali | Punjabi | Indian English")
     p.add_argument("--pace", help="slow | steady | fast")
     p.add_argument("--description", help="free-form description instead of tone/accent/pace")
-    p.add_argument("--language", help="optional language code for speaking-rate estimates (long text)")
+    p.add_argument("--language", help="optional language code: speaking-rate estimates (long text) and the "
+                   "language numbers are read in (default: per clause from the script)")
+    p.add_argument("--no-normalize", action="store_true",
+                   help="send the text as typed (default: numbers, money, dates, times become words)")
     p.add_argument("--seed", type=int, help="reproducible sampling; omitted = random (printed)")
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
@@ -61,9 +67,12 @@ def run(args: argparse.Namespace) -> Audio:
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, max_new_tokens=engine.max_new_tokens_for(args.max_seconds),
-        language=args.language,
+        language=args.language, normalize=not args.no_normalize,
     )
     engine.prompt_text(req)  # voice and description against this checkpoint's speakers
+    spoken = req.spoken_text()
+    if spoken != validate_text(args.text):
+        print(f"reading: {spoken}")
     start = time.perf_counter()
     if args.stream:
         pieces, first, stats = [], None, {}

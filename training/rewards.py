@@ -14,9 +14,14 @@ row carries no signal in that stream (see `training.grpo_loss`). Extra columns a
 does not use are ignored (`**_`).
 
 Built-in kinds:
+Texts are compared in spoken form, as the engine synthesised them: a request's
+`spoken_text()` (numbers, money, dates and times as words unless `normalize=False`), a
+plain-string prompt through `evaluation.text.spoken_form`; the transcript through
+`spoken_form` too. Both rewards use that text (duration counts the spoken characters).
+
 - `content`: c = 1 - min(1, err) with err = `evaluation.metrics.content_error` of the
-  prompt text against the ASR transcript (GCER for Indic scripts, `wer_weight` * WER +
-  (1 - wer_weight) * CER for Latin). `segmentation` picks GCER's clusters: "grapheme"
+  spoken prompt text against the ASR transcript, both in spoken form (GCER for Indic
+  scripts, `wer_weight` * WER + (1 - wer_weight) * CER for Latin). `segmentation` picks GCER's clusters: "grapheme"
   (default; the `grapheme` package, Unicode 13.0 rules, as the release's GCER) or
   "unicode" (regex `\\X`, Unicode 15.1+: a conjunct is one cluster); see
   evaluation.metrics. The config always records it (`RewardSpec` fills in the default).
@@ -44,7 +49,7 @@ import numpy as np
 import torch
 
 from evaluation.metrics import DEFAULT_WER_WEIGHT, content_error
-from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize
+from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize, spoken_form
 from rumik_app.languages import PACE_RATE, get_language, rate_for_text, speakable_length
 
 RewardFn = Callable[..., list]
@@ -90,8 +95,11 @@ class RewardSpec:
                 raise ValueError(f"reward {self.name!r}: kwargs.segmentation: {exc}") from None
 
 
-def _text(prompt: Any) -> str:
-    return prompt.text if hasattr(prompt, "text") else str(prompt)
+def _text(prompt: Any, language: str | None = None) -> str:
+    """The text the engine synthesised for this prompt (see the module docstring)."""
+    if hasattr(prompt, "spoken_text"):
+        return prompt.spoken_text()
+    return spoken_form(prompt.text if hasattr(prompt, "text") else str(prompt), language)
 
 
 def _row_value(columns: dict, key: str, i: int, prompt: Any = None) -> Any:
@@ -147,6 +155,7 @@ class ContentReward:
             hyp = self.judge.transcribe(np.asarray(samples, dtype=np.float32), sample_rate, code)
         except ASRError:
             return None
+        hyp = spoken_form(hyp, code)
         err = content_error(text, hyp, language=code, wer_weight=self.wer_weight, segmentation=self.segmentation)
         return 1.0 - min(1.0, err)
 
@@ -154,7 +163,8 @@ class ContentReward:
                  sample_rate: int, **columns) -> list[float | None]:
         if len(audio) != len(prompts):
             raise ValueError(f"content reward: {len(audio)} clips for {len(prompts)} prompts")
-        return [self.score(_text(p), audio[i], sample_rate, _row_value(columns, "language", i, p))
+        languages = [_row_value(columns, "language", i, p) for i, p in enumerate(prompts)]
+        return [self.score(_text(p, languages[i]), audio[i], sample_rate, languages[i])
                 for i, p in enumerate(prompts)]
 
 
@@ -194,7 +204,8 @@ class DurationReward:
     def __call__(self, prompts: Sequence[Any], rollouts: Any, *, frame_rate_hz: float = DEFAULT_FRAME_RATE_HZ,
                  **columns) -> list[float | None]:
         frames = rollouts.num_frames.tolist()
-        return [self.score(_text(p), frames[i] / frame_rate_hz, _row_value(columns, "language", i, p),
+        return [self.score(_text(p, _row_value(columns, "language", i, p)), frames[i] / frame_rate_hz,
+                           _row_value(columns, "language", i, p),
                            _row_value(columns, "voice", i, p), _row_value(columns, "pace", i, p),
                            min_seconds=1.0 / frame_rate_hz)
                 for i, p in enumerate(prompts)]

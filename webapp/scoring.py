@@ -13,6 +13,9 @@ References and pasted transcripts, typed: one line per clip in the order of the 
 
 GCER uses `segmentation` ("grapheme", the default, or "unicode"; evaluation.metrics): the
 table's "GCER rules" column and the summary name the library and Unicode version behind it.
+References and transcripts are scored in spoken form (`evaluation.text.spoken_form`: numbers,
+money, dates and times as words in the clip's language, as the engine reads them), like the
+benchmark runner; the report says so.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pathlib import Path
 
 from evaluation import nova
 from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, score_pair, uses_graphemes
-from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source
+from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE
+from rumik_app.languages import get_language
 from webapp.ratings import tag_request
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
@@ -82,12 +86,22 @@ class ScoreReport:
         failed = [c for c in self.clips if c.message and not c.scores]
         if failed:
             lines.append("Not scored: " + "; ".join(f"`{c.file}`: {c.message}" for c in failed))
+        lines.append("<small>References and transcripts are compared in spoken form: numbers, money, dates and "
+                     "times as words (rumik_app.normalize), in the clip's language.</small>")
         lines.append(f"<small>{grapheme_backend_info(self.segmentation)}</small>")
         return "\n\n".join(lines)
 
     def metric_label(self, metric: str) -> str:
         """"WER", "CER", or "GCER (grapheme)": GCER always says its segmentation."""
         return f"GCER ({self.segmentation})" if metric == "gcer" else metric.upper()
+
+
+def _known_language(code: str) -> str | None:
+    """The ISO code of a manifest's language field, or None (decide from the script) if unknown."""
+    try:
+        return get_language(code).code if code else None
+    except ValueError:
+        return None
 
 
 def _split_lines(text: str | None) -> list[str]:
@@ -223,7 +237,8 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
                 res.message = f"transcription failed: {exc}"
                 continue
         res.transcript = str(hyp)
-        res.scores = score_pair(res.reference, res.transcript, segmentation)
+        lang = _known_language(res.language)
+        res.scores = score_pair(spoken_form(res.reference, lang), spoken_form(res.transcript, lang), segmentation)
         req = tag_request(res.reference)
         if req is not None:
             res.nova = nova.score_prompt(req.nova_prompt(name, res.reference), {"hyp": res.transcript})

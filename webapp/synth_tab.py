@@ -96,7 +96,7 @@ class SynthHandlers:
         self.registry, self.served = registry, served
 
     def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
-              max_seconds, system, language=None) -> tuple[LoadedSystem, SynthesisRequest]:
+              max_seconds, system, language=None, normalize=True) -> tuple[LoadedSystem, SynthesisRequest]:
         """Validate everything (text first, so it is checked even if the model is missing)."""
         from rumik_app.engine import resolve_seed
 
@@ -107,6 +107,7 @@ class SynthHandlers:
             text=text, voice=str(voice or "").strip(), tone=_choice(tone), accent=_choice(accent), pace=_choice(pace),
             description=_choice(description), seed=resolve_seed(_seed(seed)), temperature=temperature, top_k=top_k,
             top_p=top_p, max_new_tokens=chosen.max_new_tokens_for(max_seconds), language=_choice(language),
+            normalize=_flag(normalize),
         )
         req = req.with_(voice=_canonical_voice(req.voice, chosen.voices))
         chosen.prompt_text(req)  # validates voice and description against this system
@@ -115,16 +116,18 @@ class SynthHandlers:
     def synthesize(self, text: str, voice: str = "Ira", tone: str = "", accent: str = "", pace: str = "",
                    description: str = "", seed: float = -1, temperature: float = DEFAULT_TEMPERATURE,
                    top_k: float = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,
-                   max_seconds: float = DEFAULT_MAX_SECONDS, system: str = "rumik-oss-1") -> str:
-        """Non-streaming synthesis (the `/synthesize` API): path of a 24 kHz 16-bit WAV."""
+                   max_seconds: float = DEFAULT_MAX_SECONDS, system: str = "rumik-oss-1",
+                   normalize: bool = True) -> str:
+        """Non-streaming synthesis (the `/synthesize` API): path of a 24 kHz 16-bit WAV.
+        normalize: read numbers, money, dates and times as words (False: the text as typed)."""
         with user_errors("Synthesis"):
             chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
-                                     top_p, max_seconds, system)
+                                     top_p, max_seconds, system, normalize=normalize)
             audio = chosen.synthesize(req)
             return str(self.served.write_wav(audio.samples))
 
     def stream(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds,
-               system, description_mode=MODE_STRUCTURED, language=None) -> Iterator[tuple]:
+               system, description_mode=MODE_STRUCTURED, language=None, normalize=True) -> Iterator[tuple]:
         """UI synthesis: yields (audio piece as WAV bytes, seed used, download path, info)."""
         import gradio as gr
 
@@ -134,7 +137,7 @@ class SynthHandlers:
             description = ""
         with user_errors("Synthesis"):
             chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
-                                     top_p, max_seconds, system, language)
+                                     top_p, max_seconds, system, language, normalize)
         yield gr.skip(), req.seed, None, f"Generating with {chosen.label}, seed {req.seed}…"
         stats: dict = {}
         pieces: list[np.ndarray] = []
@@ -148,8 +151,9 @@ class SynthHandlers:
         yield gr.skip(), req.seed, str(path), _info(chosen, req, samples, stats)
 
     def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,
-                system="rumik-oss-1", language=None) -> tuple[str, str]:
-        """(exact prompt string or a '⚠' line saying what to fix, notes) for the live preview."""
+                system="rumik-oss-1", language=None, normalize=True) -> tuple[str, str]:
+        """(exact prompt string or a '⚠' line saying what to fix, notes) for the live preview;
+        with `normalize` the prompt shows the text as the model reads it (numbers as words)."""
         if description_mode == MODE_FREE:
             tone = accent = pace = ""
         else:
@@ -162,7 +166,8 @@ class SynthHandlers:
             key = self.registry.resolve_key(system)
             voices = _ready_voices(self.registry, key)
             req = SynthesisRequest(text=text, voice=_canonical_voice(str(voice or ""), voices), tone=_choice(tone),
-                                   accent=_choice(accent), pace=_choice(pace), description=_choice(description))
+                                   accent=_choice(accent), pace=_choice(pace), description=_choice(description),
+                                   language=_choice(language), normalize=_flag(normalize))
             prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
         except Exception as exc:  # noqa: BLE001 - preview shows the problem instead of failing
             return f"⚠ {exc}", "\n\n".join(n for n in notes if n)
@@ -171,6 +176,13 @@ class SynthHandlers:
         elif key == SYSTEM_TINY:
             notes.append("tiny has random weights: it reads this prompt but its audio is noise.")
         return prompt, "\n\n".join(n for n in notes if n)
+
+
+def _flag(value: object) -> bool:
+    """A checkbox value from the UI or the API (None/missing = the default, on)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return True if value is None else bool(value)
 
 
 def _canonical_voice(voice: str, voices: tuple[str, ...]) -> str:
@@ -215,6 +227,9 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             with gr.Row():
                 tag_buttons = [gr.Button(f"Insert {tag}", size="sm", elem_id=f"insert-{tag.strip('<>')}")
                                for tag in ALLOWED_TAGS]
+            normalize = gr.Checkbox(value=True, label="Read numbers, money, dates and times as words",
+                                    info="₹2,50,000 → दो लाख पचास हज़ार रुपए; the preview shows what the model reads.",
+                                    elem_id="normalize")
             preview = gr.Textbox(label="Prompt the model receives (read-only)", value=first_prompt, interactive=False,
                                  lines=2, elem_id="prompt-preview")
             notes = gr.Markdown(first_notes, elem_id="prompt-notes")
@@ -261,11 +276,11 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
     mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
-    gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language)],
-          handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language],
+    gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language, normalize)],
+          handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language, normalize],
           outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden", trigger_mode="always_last",
           queue=False)
-    go.click(handlers.stream, inputs=fields + [mode, language], outputs=[audio, seed_used, download, info],
+    go.click(handlers.stream, inputs=fields + [mode, language, normalize], outputs=[audio, seed_used, download, info],
              api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
-    api_button.click(handlers.synthesize, inputs=fields, outputs=api_audio, api_name="synthesize",
+    api_button.click(handlers.synthesize, inputs=fields + [normalize], outputs=api_audio, api_name="synthesize",
                      concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)

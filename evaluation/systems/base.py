@@ -72,7 +72,7 @@ class Synthesizer:
 
     def request_settings(self, request: SynthesisRequest) -> dict:
         """The request fields this system uses, recorded per clip in the benchmark manifest."""
-        return {k: getattr(request, k) for k in ("voice", "tone", "accent", "pace", "description")}
+        return {k: getattr(request, k) for k in ("voice", "tone", "accent", "pace", "description", "normalize")}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -227,7 +227,9 @@ class EspeakSystem(Synthesizer):
 
     def _synthesize(self, request: SynthesisRequest, *, clip_id: str | None, run: int | None) -> Audio:
         seed = request.seed if request.seed is not None else 0
-        return espeak_synthesize(request.text, language=request.language, voice=request.voice,
+        # The baseline reads the same normalised text as the model (numbers as words) unless
+        # the request says normalize=False.
+        return espeak_synthesize(request.spoken_text(), language=request.language, voice=request.voice,
                                  pace=request.pace, tone=request.tone, seed=seed)
 
     def settings(self) -> dict:
