@@ -31,6 +31,7 @@ loop in `rumik_app.generation` is what this path is tested against (same tokens)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -185,6 +186,7 @@ class SlotDecoder:
         self.free = list(range(batch))
         self.in_use = False  # set while a BatchDecoder or a server loop drives it
         self.compiled = False
+        self._guards_checked = False  # the first compiled frame checks every guard
         self._step = self._eager_step
         if compile:
             self._step = self._compiled_step(backend)
@@ -206,7 +208,16 @@ class SlotDecoder:
         def step() -> None:
             if cuda:
                 torch.compiler.cudagraph_mark_step_begin()
-            fn(model, head, body, state, mode, pad)
+            if self._guards_checked:
+                fn(model, head, body, state, mode, pad)
+                return
+            try:  # the first call compiles; compilation fails before the step mutates anything
+                fn(model, head, body, state, mode, pad)
+            except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly instead
+                log.warning("compiling the decode step failed (%s: %s); decoding eagerly", type(exc).__name__,
+                            str(exc).splitlines()[0] if str(exc) else "")
+                self._step, self.compiled = self._eager_step, False
+                self._eager_step()
 
         return step
 
@@ -260,6 +271,16 @@ class SlotDecoder:
         self.state.phase.fill_(0)
         self.free = list(range(self.batch))
 
+    def _stance(self):
+        """While stepping a compiled decoder, check only the guards that tell its compiled
+        graphs apart: the full guard set (every parameter and buffer) was checked by the
+        first call, nothing changes shape or dtype between steps, and a full check costs
+        more than a whole step on CPU. So modules must not be swapped (e.g. wrapped by peft)
+        after a compiled decoder's first frame: build a new decoder then."""
+        if not (self.compiled and self._guards_checked):
+            return contextlib.nullcontext()
+        return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
+
     @torch.no_grad()
     def run_frame(self) -> FrameResult:
         """Q steps for every slot, then one transfer of the frame's results to the host.
@@ -267,8 +288,10 @@ class SlotDecoder:
         A frame is exactly Q steps, so between frames the phase is always 0: rows join there.
         """
         s, q = self.state, self.layout.num_quantizers
-        for _ in range(q):
-            self._step()
+        with self._stance():
+            for _ in range(q):
+                self._step()
+        self._guards_checked = True
         # One packed copy (token ids < 2**24 are exact in float32): one sync per frame.
         flags = [s.stop_eligible, s.stop_decision, s.stop_log_prob, s.alive, s.reason]
         packed = torch.cat([s.frame_tokens.float(), s.frame_log_probs, *(f.float()[:, None] for f in flags)], 1)

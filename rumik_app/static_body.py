@@ -45,12 +45,13 @@ class StaticBody:
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.lm.layers]
         self.windows = [layer.self_attn.sliding_window for layer in self.lm.layers]
         self.columns = torch.arange(max_len, device=device)
+        self.rows = torch.arange(batch, device=device)
         # RoPE for every position, computed once by the model's own rotary module (its
         # values depend only on the position, so a table is exact).
         with torch.no_grad():
             cos, sin = self.lm.rotary_emb(weight[:1][None], self.columns[None])
         self.cos, self.sin = cos[0], sin[0]  # [L, D]
-        for buf in (*self.keys, *self.values, self.cos, self.sin, self.columns):
+        for buf in (*self.keys, *self.values, self.cos, self.sin, self.columns, self.rows):
             torch._dynamo.mark_static_address(buf)
 
     def _mask(self, window: int | None, query_pos: torch.Tensor) -> torch.Tensor:
@@ -70,7 +71,6 @@ class StaticBody:
         x = self.lm.embed_tokens(tokens[:, None])  # [B, 1, h]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
         masks = {w: self._mask(w, positions)[:, None, None] for w in set(self.windows)}  # [B, 1, 1, L]
-        index = positions.view(batch, 1, 1, 1).expand(batch, self.kv_heads, 1, self.head_dim)
         for layer, keys, values, window in zip(self.lm.layers, self.keys, self.values, self.windows):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
@@ -79,8 +79,9 @@ class StaticBody:
             v = attn.v_proj(h).view(batch, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             if window is not None:  # Cohere2: RoPE on sliding-window layers only
                 q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            keys.scatter_(2, index, k)
-            values.scatter_(2, index, v)
+            # index_put (not scatter) so the compiler writes the cache in place, no copy of it
+            keys[self.rows[:batch], :, positions] = k[:, :, 0]
+            values[self.rows[:batch], :, positions] = v[:, :, 0]
             q = q.reshape(batch, self.kv_heads, self.groups, self.head_dim)  # query heads of one KV head
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=masks[window], scale=attn.scaling)
             out = out.reshape(batch, 1, self.heads * self.head_dim)

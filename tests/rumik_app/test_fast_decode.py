@@ -238,3 +238,20 @@ def test_engine_uses_the_fast_path_and_reuses_its_decoders(engine):
     with pytest.raises(ValueError, match="decoder must be one of"):
         TTSEngine(engine.model, engine.tokenizer, engine.codec, engine.config, engine.checkpoint_dir,
                   decoder="turbo")
+
+
+def test_a_compiler_failure_falls_back_to_eager_decoding(engine, caplog):
+    """If compilation fails (an untraceable module, a missing compiler), decoding still works, eagerly."""
+    import logging
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("no C++ compiler on this machine")
+
+    torch._dynamo.reset()
+    slots = SlotDecoder(engine.model, engine.head, batch=1, max_len=512, pad_id=engine.pad_id, compile=True,
+                        backend=broken_backend)
+    req = [MIXED[0]]
+    with caplog.at_level(logging.WARNING, logger="rumik_app"):
+        fast = _run(BatchDecoder, engine, req, slots=slots)
+    assert not slots.compiled and "decoding eagerly" in caplog.text
+    _assert_same(_run(ReferenceDecoder, engine, req), fast)
