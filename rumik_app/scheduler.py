@@ -276,7 +276,7 @@ class BatchScheduler:
         return self._thread is not None and self._thread.is_alive()
 
     def _queued(self) -> int:
-        return sum(1 for _, index in self._waiting if index == 0)
+        return sum(1 for job, index in self._waiting if index == 0 and not job.cancelled)
 
     def _wake(self) -> None:
         with self._cond:
@@ -311,13 +311,12 @@ class BatchScheduler:
                     self._cond.wait()
                 if self._stopping:
                     return False
+                for job, _ in [w for w in self._waiting if w[0].cancelled]:  # gave up while waiting
+                    job.close(JobCancelled("cancelled"))
+                self._waiting = deque(w for w in self._waiting if not w[0].cancelled)
                 starting = []
                 while self._waiting and len(starting) < len(self.decoder.free):
-                    job, index = self._waiting.popleft()
-                    if job.cancelled:
-                        job.close(JobCancelled("cancelled"))
-                    else:
-                        starting.append((job, index))
+                    starting.append(self._waiting.popleft())
             for job, index in starting:  # prefill outside the lock: submit() never waits on compute
                 self._start(job, index)
             if self._rows:
