@@ -79,7 +79,8 @@ async def one_request(client: httpx.AsyncClient, args: argparse.Namespace, model
         async with client.stream("POST", "/v1/audio/speech", json=body) as resp:
             if resp.status_code != 200:
                 await resp.aread()
-                return Result(False, None, time.perf_counter() - start, 0.0, f"HTTP {resp.status_code}: {resp.text[:200]}")
+                error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                return Result(False, None, time.perf_counter() - start, 0.0, error)
             async for chunk in resp.aiter_raw():
                 if chunk and first is None:
                     first = time.perf_counter() - start
@@ -114,11 +115,13 @@ async def run_level(args: argparse.Namespace, model: str, concurrency: int, head
 
 def table(levels: list[dict]) -> str:
     base = next((lv["audio_s_per_s"] for lv in levels if lv["concurrency"] == 1), None)
-    lines = ["| concurrency | requests | errors | audio s / wall s | vs c=1 | TTFA p50 | TTFA p95 | latency p50 | latency p95 |",
+    lines = ["| concurrency | requests | errors | audio s / wall s | vs c=1 | TTFA p50 | TTFA p95 "
+             "| latency p50 | latency p95 |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in levels:
         ratio = f"{lv['audio_s_per_s'] / base:.1f}x" if base else "-"
-        lines.append(f"| {lv['concurrency']} | {lv['requests']} | {lv['errors']} | {lv['audio_s_per_s']:.2f} | {ratio} | "
+        lines.append(f"| {lv['concurrency']} | {lv['requests']} | {lv['errors']} | {lv['audio_s_per_s']:.2f} "
+                     f"| {ratio} | "
                      f"{lv['ttfa_p50_s']:.2f} s | {lv['ttfa_p95_s']:.2f} s | {lv['latency_p50_s']:.2f} s | "
                      f"{lv['latency_p95_s']:.2f} s |")
     return "\n".join(lines)

@@ -44,7 +44,9 @@ import numpy as np
 import torch
 
 from rumik_app.audio import CrossfadeStream
-from rumik_app.backend import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, BackendFailed, BackendStats, ServerBusy, ShuttingDown
+from rumik_app.backend import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, BackendFailed, BackendStats, ServerBusy, ShuttingDown,
+)
 from rumik_app.engine import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
 from rumik_app.fast_decode import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
 from rumik_app.generation import FINISH_MAX_TOKENS
@@ -173,8 +175,9 @@ class BatchScheduler:
         self.engine, self.layout = engine, engine.layout
         self.max_batch, self.max_queue, self.max_text_chars = max_batch, max_queue, max_text_chars
         self.first_frames, self.frames_per_chunk = first_frames, frames_per_chunk
-        self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP),
-                                   pad_id=engine.pad_id, compile=engine.compile)
+        cache = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
+        self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache, pad_id=engine.pad_id,
+                                   compile=engine.compile)
         self.max_len = self.decoder.max_len
         self.warmup_s: float | None = None
         self._cond = threading.Condition()

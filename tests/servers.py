@@ -55,7 +55,7 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
 class ServerThread:
     """The speech app on a uvicorn server in a daemon thread (no signal handling)."""
 
-    def __init__(self, backend, model_name: str = "tiny", api_key: str | None = None, shutdown_timeout: float = 10.0):
+    def __init__(self, backend, model_name: str = "tiny", shutdown_timeout: float = 10.0, **app_options):
         import uvicorn
 
         from rumik_app.serve.app import SpeechServer, create_app
@@ -63,7 +63,7 @@ class ServerThread:
         self.backend = backend
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(backend, model_name=model_name, api_key=api_key, shutdown_timeout=shutdown_timeout)
+        app = create_app(backend, model_name=model_name, shutdown_timeout=shutdown_timeout, **app_options)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=shutdown_timeout)
         self.server = SpeechServer(config, backend)

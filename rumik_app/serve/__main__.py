@@ -49,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="engine: prompt tokens per text chunk; sizes the KV cache (max-batch x (this + 3072))")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
+    p.add_argument("--voice-map", help="other names for the voices, e.g. 'alloy=Ira,nova=Aisha', for clients that "
+                                      "only send OpenAI's voice names (default: none; unknown names get 400)")
     p.add_argument("--served-model-name", help="model id in /v1/models (default: the last part of --model)")
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
                    help="seconds streaming requests may take to finish after SIGTERM")
@@ -70,13 +72,15 @@ def build_server(args: argparse.Namespace):
 
     from rumik_app.backend import load_backend
     from rumik_app.serve.app import SpeechServer, create_app
+    from rumik_app.serve.schema import parse_voice_map
 
     options = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
     backend = load_backend(args.backend, args.model, device=args.device, dtype=args.dtype, compile=args.compile,
                            max_batch=args.max_batch, max_queue=args.max_queue, **options)
     name = args.served_model_name or served_name(args.model)
+    voice_map = parse_voice_map(args.voice_map, backend.voices)
     app = create_app(backend, model_name=name, aliases=(args.model,), api_key=args.api_key,
-                     shutdown_timeout=args.shutdown_timeout)
+                     shutdown_timeout=args.shutdown_timeout, voice_map=voice_map)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout)
     return SpeechServer(config, backend)

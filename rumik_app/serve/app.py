@@ -98,9 +98,10 @@ async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> n
 
 
 def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
-               max_text_chars: int = SERVER_MAX_TEXT_CHARS,
-               shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> FastAPI:
-    """The app for one backend. model_name: what /v1/models lists (aliases are accepted too)."""
+               max_text_chars: int = SERVER_MAX_TEXT_CHARS, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+               voice_map: dict[str, str] | None = None) -> FastAPI:
+    """The app for one backend. model_name: what /v1/models lists (aliases are accepted too);
+    voice_map: extra voice names (see `schema.parse_voice_map`)."""
     metrics = ServerMetrics(backend)
     accepted = (model_name, *aliases)
     created = int(time.time())
@@ -139,7 +140,7 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
     async def speech(body: SpeechRequest, request: Request) -> Response:
         started = time.perf_counter()
         check_model(body.model, accepted)
-        job = to_synthesis_request(body, backend.voices, backend.max_new_tokens_for, max_text_chars)
+        job = to_synthesis_request(body, backend.voices, backend.max_new_tokens_for, max_text_chars, voice_map)
         from rumik_app.engine import resolve_seed
 
         req = job.request.with_(seed=resolve_seed(job.request.seed))
@@ -199,8 +200,8 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
 
     @app.get("/v1/audio/voices", dependencies=auth)
     async def voices() -> dict:
-        return {"voices": list(backend.voices), "note": VOICE_NOTE, "tones": list(TONES), "accents": list(ACCENTS),
-                "paces": list(PACES), "tags": list(ALLOWED_TAGS)}
+        return {"voices": list(backend.voices), "aliases": dict(voice_map or {}), "note": VOICE_NOTE,
+                "tones": list(TONES), "accents": list(ACCENTS), "paces": list(PACES), "tags": list(ALLOWED_TAGS)}
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -163,13 +163,35 @@ def _prompt_check(check: Callable[[], object], param: str):
         raise ApiError(400, str(exc), param=param) from None
 
 
+def parse_voice_map(spec: str | None, voices: Sequence[str]) -> dict[str, str]:
+    """`"alloy=Ira,nova=Aisha"` -> {"alloy": "Ira", "nova": "Aisha"} (names lower-cased);
+    ValueError for a malformed entry or a target that is not one of `voices`."""
+    mapping: dict[str, str] = {}
+    for entry in (spec or "").split(","):
+        if not entry.strip():
+            continue
+        name, sep, target = entry.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise ValueError(f"--voice-map entry {entry!r} is not NAME=VOICE (e.g. alloy=Ira).")
+        try:
+            mapping[name.strip().lower()] = normalize_voice(target.strip(), voices)
+        except PromptError as exc:
+            raise ValueError(f"--voice-map {entry.strip()}: {exc}") from None
+    return mapping
+
+
 def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tokens_for: Callable[[float], int],
-                         max_text_chars: int = SERVER_MAX_TEXT_CHARS) -> SpeechJob:
-    """Check every field and build the SynthesisRequest; ApiError names the field and the fix."""
+                         max_text_chars: int = SERVER_MAX_TEXT_CHARS,
+                         voice_map: dict[str, str] | None = None) -> SpeechJob:
+    """Check every field and build the SynthesisRequest; ApiError names the field and the fix.
+
+    voice_map: other names for the voices (lower-case name -> voice), for clients that can
+    only send OpenAI's voice names (`--voice-map alloy=Ira`)."""
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
     text = _prompt_check(lambda: validate_text(body.input, max_chars=max_text_chars), "input")
     voice_name = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
+    voice_name = (voice_map or {}).get(voice_name.strip().lower(), voice_name)
     voice = _prompt_check(lambda: normalize_voice(voice_name, voices), "voice")
     pace = pace_for_speed(body.speed, body.pace, body.instructions)
     for name, value in (("tone", body.tone), ("accent", body.accent), ("pace", pace)):
@@ -189,7 +211,8 @@ def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tok
         _language(body.language)
     if "normalize" in {f.name for f in fields(SynthesisRequest)}:  # text normalisation (issue 12) when present
         options["normalize"] = body.normalize
-    req = SynthesisRequest(text=text, voice=voice, tone=body.tone or None, accent=body.accent or None, pace=pace or None,
+    req = SynthesisRequest(text=text, voice=voice, tone=body.tone or None, accent=body.accent or None,
+                           pace=pace or None,
                            description=body.instructions or None,
                            seed=None if body.seed is None or body.seed < 0 else body.seed,
                            language=body.language or None, **options)

@@ -97,7 +97,8 @@ def test_cancel_frees_the_row_at_the_next_frame(engine, scheduler):
 
 
 def test_full_queue_raises_server_busy(engine):
-    sched = BatchScheduler(engine, max_batch=1, max_queue=2, max_prompt_tokens=SMALL_PROMPTS)  # not started: nothing leaves the queue
+    # not started: nothing leaves the queue
+    sched = BatchScheduler(engine, max_batch=1, max_queue=2, max_prompt_tokens=SMALL_PROMPTS)
     for seed in range(2):
         sched.submit(SynthesisRequest("waiting", seed=seed))
     with pytest.raises(ServerBusy, match="busy") as info:

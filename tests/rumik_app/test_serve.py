@@ -25,7 +25,7 @@ from rumik_app.backend import EngineBackend
 from rumik_app.prompt import PromptError, validate_text
 from rumik_app.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
-from rumik_app.serve.schema import SERVER_MAX_TEXT_CHARS
+from rumik_app.serve.schema import SERVER_MAX_TEXT_CHARS, SpeechRequest, parse_voice_map, to_synthesis_request
 from tests.conftest import NEVER_STOP, stop_head_bias
 from tests.servers import ServerThread, wait_for
 
@@ -46,7 +46,8 @@ def make_backend(engine, max_batch: int, max_queue: int) -> EngineBackend:
 
 @pytest.fixture(scope="module")
 def server(engine):
-    with ServerThread(make_backend(engine, max_batch=4, max_queue=64), api_key=KEY) as srv:
+    with ServerThread(make_backend(engine, max_batch=4, max_queue=64), api_key=KEY,
+                      voice_map={"alloy": "Aisha"}) as srv:
         yield srv
 
 
@@ -133,6 +134,30 @@ def test_sse_stream_format_carries_the_same_audio(server):
     assert b"".join(base64.b64decode(e["audio"]) for e in events[:-1]) == plain
 
 
+def test_voice_map_lets_openai_voice_names_select_a_voice(server):
+    aisha = post(server.url, body(voice={"id": "Aisha"}, seed=6, max_seconds=0.3, response_format="pcm"))
+    alloy = post(server.url, body(voice="alloy", seed=6, max_seconds=0.3, response_format="pcm"))
+    assert aisha.status_code == alloy.status_code == 200 and aisha.content == alloy.content
+
+
+def test_speed_maps_to_the_three_trained_paces():
+    def pace(**fields):
+        req = SpeechRequest(model="tiny", input="Hi.", voice="Ira", **fields)
+        return to_synthesis_request(req, ("Ira",), lambda s: 100).request.pace
+
+    assert [pace(speed=s) for s in (0.25, 0.9, 0.95, 1.0, 1.05, 1.1, 4.0)] == \
+        ["slow", "slow", None, None, None, "fast", "fast"]
+    assert pace(speed=1.0, pace="steady") == "steady" and pace(speed=0.5, pace="Slow") == "slow"
+
+
+def test_voice_map_flag_is_checked_against_the_voices():
+    assert parse_voice_map("alloy=ira, Nova=Zoya", ("Ira", "Zoya")) == {"alloy": "Ira", "nova": "Zoya"}
+    with pytest.raises(ValueError, match="Unknown voice 'Bob'"):
+        parse_voice_map("alloy=Bob", ("Ira",))
+    with pytest.raises(ValueError, match="NAME=VOICE"):
+        parse_voice_map("alloy", ("Ira",))
+
+
 # ---------------------------------------------------------------- errors and limits
 
 
@@ -148,7 +173,7 @@ BAD_INPUTS = [
      _prompt_message(lambda: validate_text("Hello <giggle> there"))),
     ("empty input", dict(input=""), 400, "input", _prompt_message(lambda: validate_text(""))),
     ("blank input", dict(input="   "), 400, "input", _prompt_message(lambda: validate_text(""))),
-    ("unknown voice", dict(voice="alloy"), 400, "voice", "Unknown voice 'alloy'. Choose one of: Ira, Aisha, Siya, Zoya."),
+    ("unknown voice", dict(voice="nova"), 400, "voice", "Unknown voice 'nova'. Choose one of: Ira, Aisha, Siya, Zoya."),
     ("too long", dict(input="a" * (SERVER_MAX_TEXT_CHARS + 1)), 400, "input",
      _prompt_message(lambda: validate_text("a" * (SERVER_MAX_TEXT_CHARS + 1), max_chars=SERVER_MAX_TEXT_CHARS))),
     ("bad format", dict(response_format="aac"), 400, "response_format", "Unsupported response_format 'aac'"),
@@ -199,6 +224,7 @@ def test_models_voices_and_health(server, client):
     assert [m.id for m in client.models.list()] == ["tiny"]
     voices = httpx.get(server.url + "/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}).json()
     assert voices["voices"] == ["Ira", "Aisha", "Siya", "Zoya"] and "<laugh>" in voices["tags"]
+    assert voices["aliases"] == {"alloy": "Aisha"}
     health = server.health()
     assert health["status"] == "ok" and health["max_batch"] == 4 and health["backend"] == "engine"
 
