@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rumik_app.backend import BackendFailed, ServerBusy, ShuttingDown, SpeechBackend
+from rumik_app.engine import resolve_seed
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, PromptError
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -140,10 +141,8 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
     async def speech(body: SpeechRequest, request: Request) -> Response:
         started = time.perf_counter()
         check_model(body.model, accepted)
-        job = to_synthesis_request(body, backend.voices, backend.max_new_tokens_for, max_text_chars, voice_map)
-        from rumik_app.engine import resolve_seed
-
-        req = job.request.with_(seed=resolve_seed(job.request.seed))
+        spec = to_synthesis_request(body, backend.voices, backend.max_new_tokens_for, max_text_chars, voice_map)
+        req = spec.request.with_(seed=resolve_seed(spec.request.seed))  # known now: sent back in a header
         info: dict = {}
         pieces = backend.stream(req, info)
         try:
@@ -154,17 +153,17 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
         if first is None:
             await pieces.aclose()
             metrics.error("client_disconnected")
-            metrics.request_done(CLIENT_CLOSED, job.response_format)
+            metrics.request_done(CLIENT_CLOSED, spec.response_format)
             return Response(status_code=CLIENT_CLOSED)
         metrics.first_audio.observe(time.perf_counter() - started)
-        media = "text/event-stream" if job.sse else make_encoder(job.response_format, backend.sample_rate).media_type
-        return StreamingResponse(_body(job, first, pieces, info, started), media_type=media,
+        media = "text/event-stream" if spec.sse else make_encoder(spec.response_format, backend.sample_rate).media_type
+        return StreamingResponse(_body(spec, first, pieces, info, started), media_type=media,
                                  headers={SEED_HEADER: str(req.seed), "Cache-Control": "no-store"})
 
-    async def _body(job: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray], info: dict,
+    async def _body(spec: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray], info: dict,
                     started: float) -> AsyncIterator[bytes]:
-        encoder = make_encoder(job.response_format, backend.sample_rate)
-        frame = _sse_event if job.sse else (lambda data: data)
+        encoder = make_encoder(spec.response_format, backend.sample_rate)
+        frame = _sse_event if spec.sse else (lambda data: data)
         finished = False
         try:
             data = encoder.header() + encoder.encode(first)
@@ -177,10 +176,10 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
             data = encoder.finish()
             if data:
                 yield frame(data)
-            if job.sse:
+            if spec.sse:
                 yield _sse_done(info)
             finished = True
-            metrics.request_done(200, job.response_format, time.perf_counter() - started)
+            metrics.request_done(200, spec.response_format, time.perf_counter() - started)
         except asyncio.CancelledError:
             metrics.error("client_disconnected")
             raise
@@ -191,7 +190,7 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
         finally:
             await pieces.aclose()
             if not finished:
-                metrics.request_done(200, job.response_format)
+                metrics.request_done(200, spec.response_format)
 
     @app.get("/v1/models", dependencies=auth)
     async def models() -> dict:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.backend import ServerBusy, ShuttingDown
+from rumik_app.backend import BackendFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
 from rumik_app.scheduler import BatchScheduler, JobCancelled
 from rumik_app.serve.encoding import to_s16
@@ -146,3 +146,44 @@ def test_stats_count_tokens_and_audio(scheduler):
     assert after.tokens_total - before.tokens_total == job.stats["tokens"] > 0
     assert after.audio_seconds_total - before.audio_seconds_total == pytest.approx(len(audio) / 24_000)
     assert after.tokens_per_second > 0 and after.max_batch == 4 and after.healthy
+
+
+def test_a_failing_decode_loop_fails_every_request_and_refuses_new_ones(engine, monkeypatch):
+    sched = BatchScheduler(engine, max_batch=2, max_prompt_tokens=SMALL_PROMPTS)
+    sched.start()
+
+    def broken():
+        raise RuntimeError("CUDA error: device-side assert (simulated)")
+
+    monkeypatch.setattr(sched.decoder, "run_frame", broken)
+    job = sched.submit(SynthesisRequest("doomed", seed=1))
+    with pytest.raises(BackendFailed, match="simulated"):
+        list(job)
+    wait_for(lambda: not sched.stats().healthy, timeout=5, what="the scheduler to report the failure")
+    with pytest.raises(BackendFailed):
+        sched.submit(SynthesisRequest("after the failure"))
+    sched.stop(timeout=1)
+
+
+@pytest.mark.slow
+def test_a_compiled_decode_step_runs_in_the_scheduler_thread(tiny_checkpoint, monkeypatch):
+    """The step is traced (fullgraph) and warmed up on the scheduler's own thread, where it
+    then runs; the audio is the eager step's. (Tracing only: inductor code generation is
+    covered by test_fast_decode; CUDA graphs need a GPU.)"""
+    import torch
+
+    from rumik_app import fast_decode
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(fast_decode, "COMPILE_BACKEND", "eager")
+    eager_engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    compiled_engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu", compile=True)
+    req = SynthesisRequest("compiled in a thread", seed=12, max_new_tokens=64)
+    results = []
+    for eng in (eager_engine, compiled_engine):
+        sched = BatchScheduler(eng, max_batch=2, max_prompt_tokens=SMALL_PROMPTS)
+        sched.start()
+        assert sched.decoder.compiled == eng.compile
+        results.append(audio_of(sched.submit(req)))
+        sched.stop(timeout=5)
+    assert np.array_equal(*results)
