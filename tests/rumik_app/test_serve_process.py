@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 EXIT_WITHIN_S = 30.0
 SPEECH = {"model": "tiny", "input": "Finishing what was started.", "voice": "Ira", "response_format": "pcm",
-          "seed": 21, "max_seconds": 5.0}  # long enough to still run when the next one queues
+          "seed": 21, "max_seconds": 3.0}  # long enough to still run when the next one queues
 
 
 def _stream(url: str, body: dict, first: threading.Event, out: dict) -> threading.Thread:
