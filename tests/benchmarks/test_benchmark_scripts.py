@@ -28,3 +28,20 @@ def test_decode_overhead_reports_all_paths():
     result = decode_overhead.main(["--layers", "2", "--new-tokens", "16", "--repeats", "1", "--no-compile"])
     assert set(result["ms_per_token"]) == {"fast (eager)", "engine (eager)", "published"}
     assert result["ratio_fast_vs_published"] > 0
+
+
+def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsys):
+    from benchmarks import serve_load
+    from rumik_app import TTSEngine
+    from rumik_app.backend import EngineBackend
+    from rumik_app.scheduler import BatchScheduler
+    from tests.servers import ServerThread
+
+    engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    backend = EngineBackend(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256))
+    with ServerThread(backend) as server:
+        report = serve_load.main(["--url", server.url, "--concurrency", "1,2", "--rounds", "1",
+                                  "--max-seconds", "0.3"])
+    assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
+    assert all(lv["errors"] == 0 and lv["audio_s_per_s"] > 0 and lv["ttfa_p50_s"] > 0 for lv in report["levels"])
+    assert "| 2 | 2 | 0 |" in capsys.readouterr().out

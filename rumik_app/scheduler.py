@@ -1,0 +1,412 @@
+"""Cross-request continuous batching: many requests decode together in one `SlotDecoder`.
+
+    scheduler = BatchScheduler(engine, max_batch=16, max_queue=256)
+    scheduler.start()                                    # warm-up (compiled if engine.compile), then serve
+    job = scheduler.submit(SynthesisRequest("Hello.", seed=7))   # PromptError / ServerBusy / ShuttingDown
+    for piece in job:                                    # float32 [n] at 24 kHz, as frames are decoded
+        play(piece)
+    job.cancel()                                         # the client went away: its row is freed
+    scheduler.stop(timeout=30)
+
+The speech server's engine backend (`rumik_app.backend.EngineBackend`); no HTTP here.
+
+One thread owns the model through a dedicated `SlotDecoder` with `max_batch` slots over a
+static KV cache of `max_prompt_tokens + MAX_NEW_TOKENS_CAP` positions. It loops:
+  1. between frames (every Q = 8 tokens all rows share phase 0, so a row can join there)
+     it frees the rows of cancelled requests and prefills waiting chunks into free slots:
+     continuous batching, a request that arrives while others decode joins at the next
+     frame boundary (at most one frame, 80 ms of audio, later), not after the batch;
+  2. `run_frame()`: Q tokens for every slot, one host copy;
+  3. each row's tokens go through its own `FrameParser`; every 2 frames first (low time to
+     first audio), then every 5, its own streaming Mimi decoder turns them into audio that
+     goes to the request's sink; a finished row frees its slot at once.
+Long text is planned as `TTSEngine.plan` does (chunks of ~16 s with seeds seed, seed+1, ...);
+the chunks of one request run one after another (the next is queued ahead of new requests
+when the previous finishes) and are joined with the engine's crossfade
+(`CrossfadeStream`), so a request's audio equals `TTSEngine.stream` of it up to float
+rounding of the logits (different cache and batch shapes) and of nothing else.
+
+Batch invariance: every row is prefilled alone and then decoded in a step of fixed shape
+(all slots, the whole cache) whose rows never mix, so a request's tokens and audio are
+bit-identical whatever else is in the batch, and whenever it joined.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rumik_app.audio import CrossfadeStream
+from rumik_app.backend import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, BackendFailed, BackendStats, ServerBusy, ShuttingDown,
+)
+from rumik_app.engine import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
+from rumik_app.fast_decode import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
+from rumik_app.generation import FINISH_MAX_TOKENS
+from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, validate_text
+from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.sampling import RowParams
+from rumik_app.tokens import FrameParser
+
+log = logging.getLogger(__name__)
+
+# Prompt tokens one chunk may take (it sizes the decode cache: this + MAX_NEW_TOKENS_CAP).
+# A chunk holds ~16 s of expected speech (~300 characters at the fastest rate) plus a
+# description of up to 300 characters: a few hundred tokens with the published tokenizer,
+# ~1,000 with the tiny test checkpoint's byte-level one.
+DEFAULT_MAX_PROMPT_TOKENS = 1024
+# tokens/s in stats() is measured over this many recent seconds.
+RATE_WINDOW_S = 10.0
+STOP_POLL_S = 0.05
+
+
+class JobCancelled(RuntimeError):
+    """The request was cancelled (its consumer went away)."""
+
+
+@dataclass
+class Chunk:
+    """One planned chunk of a request: the chunk request, its prompt ids and sampling row."""
+
+    request: SynthesisRequest
+    prompt_ids: list[int]
+    row: RowParams
+
+
+class Job:
+    """One request inside the scheduler: its chunks, progress and output.
+
+    Output events, in order: float32 audio pieces, then one end marker, `None` on success or
+    an Exception. They go to `sink` (called on the scheduler's thread; must not block), or,
+    without a sink, to an internal queue read by iterating the job.
+    stats: seed, tokens, chunks, finish_reasons (as `TTSEngine.stream` fills them), plus
+    prompt_tokens, audio_samples, queued_s (submit -> first prefill) and first_audio_s (submit -> first piece).
+    """
+
+    def __init__(self, request: SynthesisRequest, chunks: list[Chunk], sample_rate: int,
+                 sink: Callable[[object], None] | None, wake: Callable[[], None]):
+        self.request, self.chunks = request, chunks
+        self.stats: dict = dict(seed=chunks[0].request.seed, tokens=0, chunks=len(chunks), finish_reasons=[],
+                                prompt_tokens=sum(len(c.prompt_ids) for c in chunks), audio_samples=0,
+                                queued_s=None, first_audio_s=None)
+        self.submitted = time.perf_counter()
+        self.joiner = CrossfadeStream(int(CROSSFADE_SECONDS * sample_rate)) if len(chunks) > 1 else None
+        self.cancelled = False
+        self.closed = False
+        self._events: deque = deque()
+        self._ready = threading.Condition()
+        self._sink = sink if sink is not None else self._enqueue
+        self._wake = wake
+
+    def cancel(self) -> None:
+        """Stop this request: a waiting one never starts, a decoding one frees its row at the next frame."""
+        if not self.closed:
+            self.cancelled = True
+            self._wake()
+
+    def push(self, audio: np.ndarray) -> None:
+        if self.closed or self.cancelled or not len(audio):
+            return
+        if self.stats["first_audio_s"] is None:
+            self.stats["first_audio_s"] = time.perf_counter() - self.submitted
+        self.stats["audio_samples"] += len(audio)
+        self._sink(audio)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Send the end marker (once)."""
+        if not self.closed:
+            self.closed = True
+            self._sink(error)
+
+    def _enqueue(self, event) -> None:
+        with self._ready:
+            self._events.append(event)
+            self._ready.notify()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Audio pieces as they come (only for jobs submitted without a sink); raises on failure."""
+        while True:
+            with self._ready:
+                while not self._events:
+                    self._ready.wait()
+                event = self._events.popleft()
+            if event is None:
+                return
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+
+
+@dataclass
+class _Row:
+    """A chunk decoding in a slot: its parser, streaming codec and frames not yet decoded."""
+
+    job: Job
+    index: int
+    parser: FrameParser
+    codec: object
+    want: int
+    pending: list[list[int]] = field(default_factory=list)
+
+
+class BatchScheduler:
+    """Continuous batching over one SlotDecoder, on one thread (see the module docstring).
+
+    max_batch: slots decoded together; max_queue: requests waiting for a slot before
+    `submit` raises ServerBusy; max_prompt_tokens: prompt tokens a chunk may take (sizes
+    the cache); max_text_chars: longest text accepted; first_frames / frames_per_chunk:
+    frames per streamed piece (first, then the rest), as `TTSEngine.stream`.
+    """
+
+    def __init__(self, engine: TTSEngine, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
+                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, max_text_chars: int = MAX_TEXT_CHARS,
+                 first_frames: int = FIRST_STREAM_FRAMES, frames_per_chunk: int = STREAM_FRAMES):
+        if engine.decoder != "fast":
+            raise ValueError("the scheduler needs the fast decode path (TTSEngine(decoder='fast'))")
+        if max_batch < 1 or max_queue < 0:
+            raise ValueError("max_batch must be >= 1 and max_queue >= 0")
+        self.engine, self.layout = engine, engine.layout
+        self.max_batch, self.max_queue, self.max_text_chars = max_batch, max_queue, max_text_chars
+        self.first_frames, self.frames_per_chunk = first_frames, frames_per_chunk
+        cache = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
+        self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache, pad_id=engine.pad_id,
+                                   compile=engine.compile)
+        self.max_len = self.decoder.max_len
+        self.warmup_s: float | None = None
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[Job, int]] = deque()  # (job, chunk index); continuations at the front
+        self._rows: dict[int, _Row] = {}  # slot -> row; touched by the scheduler thread only
+        self._closing = False  # no new requests
+        self._stopping = False  # end the loop; fail what is left
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._tokens_total = 0
+        self._audio_samples = 0
+        self._rate: deque[tuple[float, int]] = deque()  # (time, tokens) per frame, last RATE_WINDOW_S
+
+    # ------------------------------------------------------------------ public API
+
+    def start(self) -> None:
+        """Start the decode thread; returns after its warm-up (compilation when enabled)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="rumik-scheduler", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise BackendFailed(f"warm-up failed: {self._error!r}") from self._error
+
+    def prepare(self, req: SynthesisRequest) -> list[Chunk]:
+        """Validate a request and plan its chunks; PromptError says what to fix."""
+        validate_text(req.text, max_chars=self.max_text_chars)
+        chunks = []
+        for chunk in self.engine.plan(req):
+            ids = self.engine.prompt_ids(chunk)
+            row = self.engine.row_params(chunk, chunk.seed)
+            need = len(ids) + row.max_new_tokens
+            if need >= self.max_len:
+                raise PromptError(
+                    f"This text needs {need:,} decode-cache positions (a {len(ids):,}-token prompt plus up to "
+                    f"{row.max_new_tokens:,} new tokens); the server holds {self.max_len - 1:,}. Shorten the "
+                    "sentence or the description, lower max_seconds, or start the server with a larger "
+                    "--max-prompt-tokens.")
+            chunks.append(Chunk(chunk, ids, row))
+        return chunks
+
+    def submit(self, req: SynthesisRequest, sink: Callable[[object], None] | None = None) -> Job:
+        """Queue a request; raises PromptError, ServerBusy (queue full), ShuttingDown, BackendFailed."""
+        chunks = self.prepare(req)
+        with self._cond:
+            if self._error is not None:
+                raise BackendFailed(f"the decode loop stopped: {self._error!r}")
+            if self._closing:
+                raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
+            if self._queued() >= self.max_queue:
+                raise ServerBusy(f"The server is busy: {self.max_queue} requests are already waiting; retry shortly.")
+            job = Job(req, chunks, self.engine.sample_rate, sink, self._wake)
+            self._waiting.append((job, 0))
+            self._cond.notify()
+        return job
+
+    def stats(self) -> BackendStats:
+        now = time.perf_counter()
+        with self._cond:
+            queued = self._queued()
+            recent = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
+        span = now - recent[0][0] if len(recent) > 1 else 0.0
+        rate = sum(n for _, n in recent[1:]) / span if span > 0 else 0.0
+        return BackendStats(queue_depth=queued, active=len(self._rows), max_batch=self.max_batch,
+                            tokens_total=self._tokens_total, tokens_per_second=rate,
+                            audio_seconds_total=self._audio_samples / self.engine.sample_rate,
+                            healthy=self._error is None, draining=self._closing)
+
+    def close(self) -> None:
+        """Begin shutdown: refuse new requests and fail the ones not yet started with
+        ShuttingDown; requests already producing audio run to their end."""
+        with self._cond:
+            self._closing = True
+            keep = deque()
+            for job, index in self._waiting:
+                if index == 0:
+                    job.close(ShuttingDown("The server is shutting down; this request was not started. Retry."))
+                else:
+                    keep.append((job, index))
+            self._waiting = keep
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """close(), wait up to `timeout` s for running requests, then fail the rest and end the thread."""
+        self.close()
+        deadline = time.monotonic() + timeout
+        while (self._rows or self._waiting) and time.monotonic() < deadline and self._alive():
+            time.sleep(STOP_POLL_S)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------ the decode thread
+
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _queued(self) -> int:
+        return sum(1 for job, index in self._waiting if index == 0 and not job.cancelled)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self) -> None:
+        try:
+            with torch.no_grad():
+                self.warmup_s = self.decoder.warmup()
+                log.info("speech scheduler: %d slots x %d cache positions, decode step %s in %.1f s", self.max_batch,
+                         self.max_len, "compiled" if self.decoder.compiled else "warmed up", self.warmup_s)
+                self._started.set()
+                while self._admit():
+                    self._deliver(self.decoder.run_frame())
+        except BaseException as exc:  # noqa: BLE001 - every waiting client gets the error, the log the traceback
+            log.exception("speech scheduler: the decode loop failed")
+            self._error = exc
+        finally:
+            self._fail_all(self._error)
+            self._started.set()
+
+    def _admit(self) -> bool:
+        """Between frames: drop cancelled rows, prefill waiting chunks into free slots.
+
+        Blocks while there is nothing to do; returns False when the loop should end.
+        """
+        while True:
+            for slot in [s for s, row in self._rows.items() if row.job.cancelled]:
+                self._release(slot).job.close(JobCancelled("cancelled"))
+            with self._cond:
+                while not self._rows and not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return False
+                for job, _ in [w for w in self._waiting if w[0].cancelled]:  # gave up while waiting
+                    job.close(JobCancelled("cancelled"))
+                self._waiting = deque(w for w in self._waiting if not w[0].cancelled)
+                starting = []
+                while self._waiting and len(starting) < len(self.decoder.free):
+                    starting.append(self._waiting.popleft())
+            for job, index in starting:  # prefill outside the lock: submit() never waits on compute
+                self._start(job, index)
+            if self._rows:
+                return True
+
+    def _start(self, job: Job, index: int) -> None:
+        chunk = job.chunks[index]
+        try:
+            slot = self.decoder.add([chunk.prompt_ids], [chunk.row])[0]  # alone: batch-invariant prefill
+        except ValueError as exc:
+            job.close(PromptError(str(exc)))
+            return
+        if job.stats["queued_s"] is None:
+            job.stats["queued_s"] = time.perf_counter() - job.submitted
+        if job.joiner is not None:
+            job.joiner.start_chunk()
+        self._rows[slot] = _Row(job, index, FrameParser(self.layout), self.engine.codec.streaming_decoder(batch=1),
+                                self.first_frames)
+
+    def _deliver(self, frame: FrameResult) -> None:
+        """Parse each row's tokens, stream decoded audio out, finish rows that ended."""
+        tokens, alive, reasons = frame.tokens.tolist(), frame.alive.tolist(), frame.reason.tolist()
+        produced = 0
+        for slot, row in list(self._rows.items()):
+            new = [t for t in tokens[slot] if t >= 0]
+            produced += len(new)
+            row.job.stats["tokens"] += len(new)
+            for token in new:
+                parsed = row.parser.push(token)
+                if parsed is not None:
+                    row.pending.append(parsed)
+            if len(row.pending) >= row.want:
+                self._emit(row.job, self._decode(row))
+                row.want = self.frames_per_chunk
+            if not alive[slot]:
+                self._finish_chunk(slot, FINISH_NAMES.get(reasons[slot], FINISH_MAX_TOKENS))
+        self._tokens_total += produced
+        with self._cond:
+            now = time.perf_counter()
+            self._rate.append((now, produced))
+            while self._rate and now - self._rate[0][0] > RATE_WINDOW_S:
+                self._rate.popleft()
+
+    def _decode(self, row: _Row) -> np.ndarray:
+        codes = torch.tensor(row.pending, dtype=torch.long, device=self.engine.codec.device).T[None]  # [1, Q, t]
+        row.pending = []
+        return row.codec.decode(codes)[0].cpu().numpy().astype(np.float32)
+
+    def _emit(self, job: Job, audio: np.ndarray) -> None:
+        if job.joiner is not None:
+            audio = job.joiner.push(audio)
+        self._audio_samples += len(audio)
+        job.push(audio)
+
+    def _release(self, slot: int) -> _Row:
+        self.decoder.release(slot)
+        return self._rows.pop(slot)
+
+    def _finish_chunk(self, slot: int, reason: str) -> None:
+        row = self._release(slot)
+        job = row.job
+        if row.pending:
+            self._emit(job, self._decode(row))
+        job.stats["finish_reasons"].append(reason)
+        if job.joiner is not None:
+            tail = job.joiner.end_chunk()
+            self._audio_samples += len(tail)
+            job.push(tail)
+        if row.index + 1 < len(job.chunks) and not job.cancelled:
+            with self._cond:
+                self._waiting.appendleft((job, row.index + 1))  # ahead of new requests: it is mid-stream
+            return
+        if job.joiner is not None:
+            rest = job.joiner.finish()
+            self._audio_samples += len(rest)
+            job.push(rest)
+        job.close(JobCancelled("cancelled") if job.cancelled else None)
+
+    def _fail_all(self, error: BaseException | None) -> None:
+        """End every job still here: with the loop's error, or ShuttingDown after stop()."""
+        reason = (BackendFailed(f"the decode loop stopped: {error!r}") if error is not None
+                  else ShuttingDown("The server shut down before this request finished."))
+        with self._cond:
+            jobs = [row.job for row in self._rows.values()] + [job for job, _ in self._waiting]
+            self._waiting.clear()
+        for slot in list(self._rows):
+            self._rows.pop(slot)
+        self.decoder.reset()
+        for job in jobs:
+            job.close(reason)

@@ -1,0 +1,103 @@
+"""Run the speech server.
+
+    python -m rumik_app.serve --model rumik-ai/rumik-oss-1                  # http://127.0.0.1:8000
+    python -m rumik_app.serve --model /models/rumik-oss-1 --host 0.0.0.0 --max-batch 32 --api-key "$KEY"
+    python -m rumik_app.serve --model tiny --port 8001                      # random weights: noise, no download
+
+Loads the model, warms the decode step up (compiling it with --compile, default on CUDA),
+then serves until SIGTERM/SIGINT. On SIGTERM it stops accepting connections, answers
+requests still waiting for a batch row with 503 (`Retry-After`), lets the ones already
+streaming finish (up to --shutdown-timeout seconds, after which they are cut), and exits.
+The API key can also come from the environment variable RUMIK_API_KEY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from rumik_app.backend import BACKENDS, DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
+from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+API_KEY_ENV = "RUMIK_API_KEY"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from rumik_app.scheduler import DEFAULT_MAX_PROMPT_TOKENS
+    from rumik_app.serve.app import DEFAULT_SHUTDOWN_TIMEOUT_S
+
+    p = argparse.ArgumentParser(prog="python -m rumik_app.serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
+    p.add_argument("--backend", choices=BACKENDS, default="engine",
+                   help="engine: this process, continuous batching (default); vllm: vLLM's engine (issue 11)")
+    p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
+    p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="compile the decode step at start-up (CUDA graphs on CUDA; default: on for CUDA, off for CPU)")
+    p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="requests decoded together at most")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help="requests waiting for a batch row before new ones get 503 + Retry-After")
+    p.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
+                   help="engine: prompt tokens per text chunk; sizes the KV cache (max-batch x (this + 3072))")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
+    p.add_argument("--voice-map", help="other names for the voices, e.g. 'alloy=Ira,nova=Aisha', for clients that "
+                                      "only send OpenAI's voice names (default: none; unknown names get 400)")
+    p.add_argument("--served-model-name", help="model id in /v1/models (default: the last part of --model)")
+    p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+                   help="seconds streaming requests may take to finish after SIGTERM")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    args = p.parse_args(argv)
+    if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
+        p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
+    return args
+
+
+def served_name(model: str) -> str:
+    """`rumik-ai/rumik-oss-1` -> `rumik-oss-1`; `/models/rumik-oss-1/` -> `rumik-oss-1`."""
+    return Path(model.rstrip("/\\")).name or model
+
+
+def build_server(args: argparse.Namespace):
+    """Load the backend and wrap the app in a uvicorn server that drains on SIGTERM."""
+    import uvicorn
+
+    from rumik_app.backend import load_backend
+    from rumik_app.serve.app import SpeechServer, create_app
+    from rumik_app.serve.schema import parse_voice_map
+
+    options = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
+    backend = load_backend(args.backend, args.model, device=args.device, dtype=args.dtype, compile=args.compile,
+                           max_batch=args.max_batch, max_queue=args.max_queue, **options)
+    name = args.served_model_name or served_name(args.model)
+    voice_map = parse_voice_map(args.voice_map, backend.voices)
+    app = create_app(backend, model_name=name, aliases=(args.model,), api_key=args.api_key,
+                     shutdown_timeout=args.shutdown_timeout, voice_map=voice_map)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=args.shutdown_timeout)
+    return SpeechServer(config, backend)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("rumik_app").setLevel(args.log_level.upper())
+    try:
+        server = build_server(args)
+    except (CheckpointError, RuntimeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
