@@ -39,7 +39,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -62,14 +61,14 @@ from evaluation.text import (
     segmentation_unicode_version,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.errors import RumikError, report_user_error
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import SEED_RANGE, SynthesisRequest
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
 CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
 CHARTS_DIR, DEFAULT_CACHE = "charts", "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
-SEED_RANGE = 2**31
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
 REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
@@ -79,7 +78,7 @@ RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))  # gcer: th
 CLUSTER_RATE_KEYS = tuple((f"gcer_{seg}", f"clusters_{seg}") for seg in SEGMENTATIONS)  # GCER under each
 
 
-class PromptFileError(ValueError):
+class PromptFileError(RumikError, ValueError):
     """A prompt file that cannot be run; the message names the line and the fix."""
 
 
@@ -153,17 +152,6 @@ def _error_text(exc: BaseException) -> str:
     return msg if isinstance(exc, mine) else f"{type(exc).__name__}: {msg}"
 
 
-def _atomic_jsonl(path: Path, records: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write_jsonl(tmp, records)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesizer, out: Path,
                  error: str | None, settings: dict) -> dict:
     """Manifest line; reads the written clip back to check it and hash it."""
@@ -235,7 +223,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                 log.flush()
             bar.update(len(chunk))
     ordered = [records[(run, p["id"])] for run in range(1, runs + 1) for p in prompts]
-    _atomic_jsonl(manifest_path, ordered)
+    write_jsonl(manifest_path, ordered)  # atomic
     return ordered, counts
 
 
@@ -444,9 +432,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         judge = load_asr(args.asr, cache=cache, device=args.device)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens)
-    except (PromptFileError, SynthesisError, ASRError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except RumikError as exc:
+        return report_user_error(exc)
     transcripts = transcribe_all(judge, prompts, manifest, out)
     rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)

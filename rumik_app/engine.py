@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -35,7 +34,7 @@ from rumik_app.generation import BatchDecoder, ReferenceDecoder, Rollouts, RowPa
 from rumik_app.languages import expected_seconds
 from rumik_app.model import AudioHead
 from rumik_app.prompt import validate_text
-from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest, resolve_seed
 from rumik_app.tokens import FrameParser
 
 __all__ = ["TTSEngine", "SynthesisRequest"]
@@ -47,17 +46,11 @@ CHUNK_BUDGET_SHARE = 0.8
 FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
 STREAM_FRAMES = 5  # then 400 ms pieces
 MAX_BATCH = 8
-SEED_RANGE = 2**31
 DECODERS = ("fast", "reference")
 # Slot decoders (static KV cache + compiled step) kept per shape; more shapes are built on demand.
 MAX_CACHED_DECODERS = 4
 
 log = logging.getLogger(__name__)
-
-
-def resolve_seed(seed: int | None) -> int:
-    """The seed to use: the given one, or a fresh random one (reported back to the caller)."""
-    return int(seed) if seed is not None and int(seed) >= 0 else secrets.randbelow(SEED_RANGE)
 
 
 class TTSEngine:
