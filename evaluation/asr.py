@@ -1,4 +1,4 @@
-"""ASR judges: one interface that turns a clip into a transcript (DESIGN §8).
+"""ASR judges: one interface that turns a clip into a transcript (docs/ARCHITECTURE.md §8).
 
     from evaluation.asr import load_asr
     judge = load_asr("pocketsphinx")              # English, offline

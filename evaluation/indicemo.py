@@ -1,4 +1,4 @@
-"""IndicEmo: aggregate blind 1-5 expressive-delivery ratings across judges (DESIGN §8).
+"""IndicEmo: aggregate blind 1-5 expressive-delivery ratings across judges (docs/ARCHITECTURE.md §8).
 
 Command line::
 

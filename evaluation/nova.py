@@ -1,4 +1,4 @@
-"""NoVA: did the system render the requested vocalisation at the requested word? (DESIGN §8)
+"""NoVA: did the system render the requested vocalisation at the requested word? (docs/ARCHITECTURE.md §8)
 
 Command lines (kept stable; outside checks call them exactly)::
 

@@ -1,4 +1,4 @@
-"""Benchmark runner: synthesise a prompt set N times, transcribe, score, report (DESIGN §8).
+"""Benchmark runner: synthesise a prompt set N times, transcribe, score, report (docs/ARCHITECTURE.md §8).
 
     python -m evaluation.run --system espeak --prompts evaluation/prompts/intelligibility_en.jsonl \\
         --runs 1 --asr pocketsphinx --out results/espeak_en

@@ -1,4 +1,4 @@
-"""Find, load and save rumik-oss-1 checkpoints in the published format (DESIGN §2).
+"""Find, load and save rumik-oss-1 checkpoints in the published format (docs/ARCHITECTURE.md §2).
 
 A model argument is one of:
   - a local folder (`/models/rumik-oss-1`, or a training output),

@@ -1,4 +1,4 @@
-"""The checkpoint's `config.json` (DESIGN §2), read without remote code.
+"""The checkpoint's `config.json` (docs/ARCHITECTURE.md §2), read without remote code.
 
 config.json is loaded as plain JSON. The Cohere2 part goes through transformers' own
 `Cohere2Config` constructor, so its backward-compatibility handling applies to files written

@@ -1,4 +1,4 @@
-"""`TTSEngine`: load a checkpoint once, then synthesise, stream and batch (DESIGN §5).
+"""`TTSEngine`: load a checkpoint once, then synthesise, stream and batch (docs/ARCHITECTURE.md §5).
 
     from rumik_app import TTSEngine, SynthesisRequest
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")        # or a folder, or "tiny"
@@ -76,7 +76,7 @@ class TTSEngine:
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
-        restrict_phase: sample each position only from its codebook's rows (DESIGN §5).
+        restrict_phase: sample each position only from its codebook's rows (docs/ARCHITECTURE.md §5).
         compile: compile the decode step (CUDA graphs on CUDA); None = on for CUDA, off for
             CPU. Compilation and warm-up happen here, at load, with one log line.
         decoder: "fast" (static cache, fixed-shape step) or "reference" (the eager loop the
@@ -161,7 +161,7 @@ class TTSEngine:
         return "[BOS]" + req.prompt(voices=self.voices)
 
     def prompt_ids(self, req: SynthesisRequest) -> list[int]:
-        """[BOS] + tokens of the prompt string (DESIGN §3)."""
+        """[BOS] + tokens of the prompt string (docs/ARCHITECTURE.md §3)."""
         text = req.prompt(voices=self.voices)
         return [self.bos_id] + self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -197,7 +197,7 @@ class TTSEngine:
 
     def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
-        of expected speech (DESIGN §5). `max_new_tokens` caps each chunk.
+        of expected speech (docs/ARCHITECTURE.md §5). `max_new_tokens` caps each chunk.
 
         Chunks keep voice, description and sampling settings; chunk i uses seed + i.
         """

@@ -1,4 +1,4 @@
-"""Prompt strings for rumik-oss-1 (DESIGN §3) and validation of user text.
+"""Prompt strings for rumik-oss-1 (docs/ARCHITECTURE.md §3) and validation of user text.
 
     [BOS]<text>{Speaker}: <description="{tone}, {accent} accent, {pace} pace"> {text}<audio>
 

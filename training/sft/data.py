@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rumik_app.errors import RumikError
 from rumik_app.request import SynthesisRequest
 from rumik_app.tokens import TokenLayout
 from training.prepare import INDEX_FILE, PREPARE_FILE, SHARDS_DIR
@@ -38,7 +39,7 @@ HASH_BUCKETS = 10_000
 OPTIONAL_PROMPT_FIELDS = ("tone", "accent", "pace", "description")
 
 
-class DataError(RuntimeError):
+class DataError(RumikError, RuntimeError):
     """Prepared data cannot be used with this model or config; the message names the fix."""
 
 
