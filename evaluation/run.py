@@ -63,7 +63,7 @@ from evaluation.text import (
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
-from rumik_app.request import SEED_RANGE, SynthesisRequest
+from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
 CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
@@ -71,7 +71,6 @@ CHARTS_DIR, DEFAULT_CACHE = "charts", "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
-REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
 MAX_REPORT_CLIPS = 300
 REPORT_TEXT_CHARS = 80
 RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))  # gcer: the chosen segmentation
@@ -140,7 +139,7 @@ def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
 def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None) -> SynthesisRequest:
     """The request for a prompt: NoVA prompts are spoken from `text_with_mark`."""
     text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
-    fields = {k: prompt[k] for k in REQUEST_FIELDS if prompt.get(k)}
+    fields = {k: prompt[k] for k in CONDITION_FIELDS if prompt.get(k)}
     if max_new_tokens is not None:
         fields["max_new_tokens"] = max_new_tokens
     return SynthesisRequest(text=text, seed=seed, language=prompt["language"], **fields)

@@ -21,6 +21,11 @@ from rumik_app.prompt import build_prompt
 DEFAULT_MODEL = "rumik-ai/rumik-oss-1"  # hub id of the released checkpoint
 TINY_MODEL = "tiny"  # random weights in the published format (rumik_app.tiny)
 DEFAULT_VOICE = "Ira"
+# The optional prompt condition (docs/ARCHITECTURE.md §3), as fields of manifests, prompt sets
+# and requests. This order is the key order of prepared index rows (training.prepare), whose
+# sha256 seeds the SFT data order: keep it.
+DESCRIPTION_FIELDS = ("description", "tone", "accent", "pace")
+CONDITION_FIELDS = ("voice", *DESCRIPTION_FIELDS)
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 30
 DEFAULT_TOP_P = 1.0

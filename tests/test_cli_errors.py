@@ -53,6 +53,7 @@ def test_user_error_is_one_line_and_status_2(entry, tmp_path, capsys):
     assert len([line for line in err if line.startswith("error: ")]) == 1 and err[-1].startswith("error: "), err
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: ~10 s
 def test_grpo_unknown_key_from_the_shell(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "g"),
                            "--set", "nosuch=1"], cwd=ROOT, capture_output=True, text=True, timeout=300,

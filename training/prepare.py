@@ -45,7 +45,7 @@ from rumik_app.errors import RumikError, user_errors
 from rumik_app.files import atomic_write
 from rumik_app.languages import get_language
 from rumik_app.prompt import PromptError, normalize_voice, validate_text
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 
 MAX_SECONDS = 30.0
 MIN_SECONDS = 0.2
@@ -53,7 +53,6 @@ SHARD_SIZE = 1000
 BATCH_SIZE = 16
 ENCODE_BUFFER_BATCHES = 4  # clips loaded ahead of encoding, in batches (bounds memory)
 REQUIRED_FIELDS = ("audio", "text", "speaker", "language")
-OPTIONAL_FIELDS = ("description", "tone", "accent", "pace")
 SHARDS_DIR = "shards"
 INDEX_FILE = "index.jsonl"
 REPORT_FILE = "report.json"
@@ -107,7 +106,7 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
     for key in REQUIRED_FIELDS:
         if not isinstance(row.get(key), str) or not row[key].strip():
             raise ValueError(f"missing or empty field {key!r}")
-    extras = {k: row[k] for k in OPTIONAL_FIELDS if row.get(k) not in (None, "")}
+    extras = {k: row[k] for k in DESCRIPTION_FIELDS if row.get(k) not in (None, "")}
     try:
         req = SynthesisRequest(row["text"], voice=row["speaker"], **extras)
         req.prompt(voices=speakers)  # the engine's prompt function: tags, voice, description
@@ -132,7 +131,7 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
         language = row["language"].strip()  # a language outside the table: kept as given
     meta = {"audio": row["audio"], "text": validate_text(row["text"]),
             "speaker": normalize_voice(row["speaker"], speakers), "language": language,
-            "seconds": round(seconds, 4), **{k: extras.get(k) for k in OPTIONAL_FIELDS}}
+            "seconds": round(seconds, 4), **{k: extras.get(k) for k in DESCRIPTION_FIELDS}}
     return Clip(line=line, meta=meta, samples=samples)
 
 

@@ -25,10 +25,9 @@ import numpy as np
 
 from rumik_app.errors import ConfigError, PromptError
 from rumik_app.languages import get_language
-from rumik_app.request import SEED_RANGE, SynthesisRequest
+from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 from training.grpo.config import PromptSet, RolloutConfig
 
-REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
 ANY_LANGUAGE = "*"
 GROUP_SEED_MARGIN = 2**16  # room above a group's base seed for its samples' seeds (base + j)
 SEED_SPACE = SEED_RANGE - GROUP_SEED_MARGIN
@@ -53,7 +52,7 @@ def _read_items(prompt_set: PromptSet, base_dir: Path | None) -> list[dict[str, 
             raise ConfigError(f"prompt set {prompt_set.domain!r}: every item needs a non-empty 'text' ({item})")
         if item.get("language"):
             item["language"] = get_language(item["language"]).code
-        SynthesisRequest(item["text"], **{k: item[k] for k in REQUEST_FIELDS if item.get(k)}).prompt()
+        SynthesisRequest(item["text"], **{k: item[k] for k in CONDITION_FIELDS if item.get(k)}).prompt()
     if not items:
         raise ConfigError(f"prompt set {prompt_set.domain!r} has no items")
     return items
@@ -101,5 +100,5 @@ def build_request(item: dict[str, Any], seed: int, rollout: RolloutConfig) -> Sy
         item["text"], seed=seed, language=item.get("language"),
         temperature=rollout.temperature, top_k=rollout.top_k, top_p=rollout.top_p,
         min_new_tokens=rollout.min_new_tokens, max_new_tokens=rollout.max_new_tokens,
-        **{k: item[k] for k in REQUEST_FIELDS if item.get(k)},
+        **{k: item[k] for k in CONDITION_FIELDS if item.get(k)},
     )
