@@ -1,4 +1,4 @@
-"""rumik-oss-1 demo: synthesise, compare and rate, evaluate (Gradio; DESIGN §1, §3, §8).
+"""rumik-oss-1 demo: synthesise, compare and rate, evaluate (Gradio; docs/ARCHITECTURE.md §1, §3, §8).
 
     python app.py                                   # rumik-ai/rumik-oss-1 from the HF cache / hub
     python app.py --model /models/rumik-oss-1       # a local checkpoint folder
@@ -29,7 +29,8 @@ import os
 
 import gradio as gr
 
-from rumik_app.checkpoint import DEFAULT_MODEL
+from rumik_app.errors import report_user_error
+from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
 from webapp.evaluate_tab import build_evaluate_tab
 from webapp.rate_tab import RateHandlers, build_rate_tab
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         admin = AdminGate.from_sources(args.admin_password)
         demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile)
     except (LoginError, UnsafeLayoutError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+        raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""), flush=True)
     print(f"data dir {demo.data_layout.root} (not served); results and exports: "

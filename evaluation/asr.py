@@ -1,4 +1,4 @@
-"""ASR judges: one interface that turns a clip into a transcript (DESIGN §8).
+"""ASR judges: one interface that turns a clip into a transcript (docs/ARCHITECTURE.md §8).
 
     from evaluation.asr import load_asr
     judge = load_asr("pocketsphinx")              # English, offline
@@ -25,13 +25,14 @@ import csv
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from evaluation.audio_io import SILENCE_PEAK, audio_sha256, load_audio, resample
 from rumik_app.audio import SAMPLE_RATE
+from rumik_app.errors import RumikError, report_user_error
+from rumik_app.files import atomic_write
 from rumik_app.languages import get_language
 
 # Window length for long audio (seconds) and how far back from a window's end to look for
@@ -59,7 +60,7 @@ VALID_SPECS = (
 )
 
 
-class ASRError(RuntimeError):
+class ASRError(RumikError, RuntimeError):
     """An ASR judge that cannot be loaded or cannot transcribe a clip; the message says why."""
 
 
@@ -338,15 +339,7 @@ class TranscriptCache:
 
     def put(self, key: str, transcript: str) -> None:
         self.entries[key] = transcript
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": self.VERSION, "entries": self.entries}, fh, ensure_ascii=False)
-            os.replace(tmp, self.path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write(self.path, json.dumps({"version": self.VERSION, "entries": self.entries}, ensure_ascii=False))
 
 
 class CachedJudge(ASRJudge):
@@ -407,9 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"id": Path(f).stem, "hyp": judge.transcribe(samples, SAMPLE_RATE, args.language,
                                                                           clip_id=Path(f).stem)},
                              ensure_ascii=False))
-    except (ASRError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (RumikError, OSError, ValueError) as exc:
+        return report_user_error(exc)
     return 0
 
 

@@ -28,6 +28,7 @@ import soundfile as sf
 from scipy.signal import resample_poly
 
 from rumik_app.audio import SAMPLE_RATE
+from rumik_app.errors import RumikError
 
 # Extensions FolderSystem and the app look for, in order of preference.
 AUDIO_EXTENSIONS: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3")
@@ -39,7 +40,7 @@ MIN_DURATION_S = 0.05
 FFMPEG_TIMEOUT_S = 120
 
 
-class AudioLoadError(ValueError):
+class AudioLoadError(RumikError, ValueError):
     """A clip that cannot be used; the message names the file and how to fix it."""
 
 

@@ -1,4 +1,4 @@
-"""IndicEmo: aggregate blind 1-5 expressive-delivery ratings across judges (DESIGN §8).
+"""IndicEmo: aggregate blind 1-5 expressive-delivery ratings across judges (docs/ARCHITECTURE.md §8).
 
 Command line::
 
@@ -44,6 +44,7 @@ from pathlib import Path
 from statistics import mean, median
 
 from evaluation.report import markdown_table, read_jsonl, write_csv
+from rumik_app.errors import RumikError, report_user_error
 
 DELIVERIES = ("Happy", "Sad", "Angry", "Excited", "Professional")
 EMOTIONS = ("Happy", "Sad", "Angry", "Excited")
@@ -248,9 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = aggregate(read_judgments(args.judgments))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (RumikError, OSError, ValueError, KeyError) as exc:
+        return report_user_error(exc)
     print(result.markdown())
     if args.csv:
         write_csv(args.csv, result.csv_headers(), result.csv_rows())

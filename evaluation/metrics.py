@@ -1,4 +1,4 @@
-"""Intelligibility metrics: WER, CER and GCER, per utterance and corpus-pooled (DESIGN §8).
+"""Intelligibility metrics: WER, CER and GCER, per utterance and corpus-pooled (docs/ARCHITECTURE.md §8).
 
 Library module (no command line); the benchmark runner, the app and the GRPO content
 reward all call it::
@@ -227,8 +227,8 @@ def uses_graphemes(ref: str, language: str | None = None) -> bool:
 
 def content_error(ref: str, hyp: str, language: str | None = None, wer_weight: float = DEFAULT_WER_WEIGHT,
                   segmentation: str = DEFAULT_SEGMENTATION) -> float:
-    """The GRPO content stream's error (DESIGN §7): GCER (under `segmentation`) for Indic scripts, otherwise
-    `wer_weight * WER + (1 - wer_weight) * CER`. Unclipped (can exceed 1 with insertions);
+    """The GRPO content stream's error (docs/ARCHITECTURE.md §7): GCER (under `segmentation`) for
+    Indic scripts, otherwise `wer_weight * WER + (1 - wer_weight) * CER`. Unclipped (can exceed 1 with insertions);
     the reward is `1 - min(1, err)`. Script decision: `uses_graphemes(ref, language)`;
     tags like `<laugh>` do not vote because the reference is normalised first."""
     if not 0.0 <= wer_weight <= 1.0:

@@ -1,4 +1,4 @@
-"""NoVA: did the system render the requested vocalisation at the requested word? (DESIGN §8)
+"""NoVA: did the system render the requested vocalisation at the requested word? (docs/ARCHITECTURE.md §8)
 
 Command lines (kept stable; outside checks call them exactly)::
 
@@ -65,6 +65,7 @@ from statistics import mean
 import regex
 
 from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
+from rumik_app.errors import RumikError, report_user_error
 
 CLASSES = ("laugh", "chuckle", "sigh")
 LAUGHTER = "laughter"
@@ -508,9 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.csv:
             write_csv(args.csv, result.csv_headers(), result.csv_rows())
         return 0
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except (RumikError, OSError, ValueError, KeyError) as exc:
+        return report_user_error(exc)
 
 
 if __name__ == "__main__":

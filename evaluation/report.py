@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from rumik_app.files import atomic_write
+
 FLOAT_DIGITS = 3
 MISSING_MARKDOWN = "n/a"
 
@@ -59,10 +61,5 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def write_jsonl(path: str | Path, records: Iterable[Mapping]) -> Path:
-    """Write one JSON object per line (UTF-8, non-ASCII kept); parent folders are created."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return path
+    """Write one JSON object per line (UTF-8, non-ASCII kept), atomically; parent folders are created."""
+    return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

@@ -1,4 +1,4 @@
-"""Benchmark runner: synthesise a prompt set N times, transcribe, score, report (DESIGN §8).
+"""Benchmark runner: synthesise a prompt set N times, transcribe, score, report (docs/ARCHITECTURE.md §8).
 
     python -m evaluation.run --system espeak --prompts evaluation/prompts/intelligibility_en.jsonl \\
         --runs 1 --asr pocketsphinx --out results/espeak_en
@@ -45,7 +45,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -69,24 +68,23 @@ from evaluation.text import (
     spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.errors import RumikError, report_user_error
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
 CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
 CHARTS_DIR, DEFAULT_CACHE = "charts", "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
-SEED_RANGE = 2**31
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
-REQUEST_FIELDS = ("voice", "tone", "accent", "pace", "description")
 MAX_REPORT_CLIPS = 300
 REPORT_TEXT_CHARS = 80
 RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))  # gcer: the chosen segmentation
 CLUSTER_RATE_KEYS = tuple((f"gcer_{seg}", f"clusters_{seg}") for seg in SEGMENTATIONS)  # GCER under each
 
 
-class PromptFileError(ValueError):
+class PromptFileError(RumikError, ValueError):
     """A prompt file that cannot be run; the message names the line and the fix."""
 
 
@@ -150,7 +148,7 @@ def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None,
     """The request for a prompt: NoVA prompts are spoken from `text_with_mark`; `normalize`
     reads numbers, money, dates and times as words (the request's switch)."""
     text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
-    fields = {k: prompt[k] for k in REQUEST_FIELDS if prompt.get(k)}
+    fields = {k: prompt[k] for k in CONDITION_FIELDS if prompt.get(k)}
     if max_new_tokens is not None:
         fields["max_new_tokens"] = max_new_tokens
     return SynthesisRequest(text=text, seed=seed, language=prompt["language"], normalize=normalize, **fields)
@@ -160,17 +158,6 @@ def _error_text(exc: BaseException) -> str:
     mine = (SynthesisError, AudioLoadError, ASRError, ValueError)
     msg = str(exc).strip() or type(exc).__name__
     return msg if isinstance(exc, mine) else f"{type(exc).__name__}: {msg}"
-
-
-def _atomic_jsonl(path: Path, records: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write_jsonl(tmp, records)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesizer, out: Path,
@@ -245,7 +232,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                 log.flush()
             bar.update(len(chunk))
     ordered = [records[(run, p["id"])] for run in range(1, runs + 1) for p in prompts]
-    _atomic_jsonl(manifest_path, ordered)
+    write_jsonl(manifest_path, ordered)  # atomic
     return ordered, counts
 
 
@@ -471,9 +458,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         judge = load_asr(args.asr, cache=cache, device=args.device)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens, normalize)
-    except (PromptFileError, SynthesisError, ASRError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except RumikError as exc:
+        return report_user_error(exc)
     transcripts = transcribe_all(judge, prompts, manifest, out)
     rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation, normalize)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)

@@ -1,4 +1,4 @@
-"""The one text normaliser shared by the metrics (WER/CER/GCER) and the GRPO rewards (DESIGN §8).
+"""The one text normaliser shared by the metrics (WER/CER/GCER) and the GRPO rewards (docs/ARCHITECTURE.md §8).
 
 Use it as a library; there is no command line::
 

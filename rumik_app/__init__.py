@@ -1,4 +1,4 @@
-"""rumik_app: the one inference core for rumik-oss-1 (DESIGN §1-§5).
+"""rumik_app: the one inference core for rumik-oss-1 (docs/ARCHITECTURE.md §1-§5).
 
     from rumik_app import TTSEngine, SynthesisRequest
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")   # or a local path, or "tiny"
@@ -6,7 +6,8 @@
     audio.samples  # float32 [N] at audio.sample_rate (24000)
 
 Heavy modules (torch, transformers) load on first use of the engine names, so the light
-modules (`rumik_app.prompt`, `rumik_app.languages`) can be imported cheaply.
+names (`SynthesisRequest`, the errors) and modules (`rumik_app.request`, `rumik_app.prompt`,
+`rumik_app.languages`, `rumik_app.errors`, `rumik_app.files`) can be imported cheaply.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import TYPE_CHECKING
 
 _LAZY = {
     "TTSEngine": "rumik_app.engine",
-    "SynthesisRequest": "rumik_app.engine",
+    "SynthesisRequest": "rumik_app.request",
     "Audio": "rumik_app.audio",
     "Rollouts": "rumik_app.generation",
-    "CheckpointError": "rumik_app.checkpoint",
-    "PromptError": "rumik_app.prompt",
+    "RumikError": "rumik_app.errors",
+    "CheckpointError": "rumik_app.errors",
+    "PromptError": "rumik_app.errors",
     "normalize_text": "rumik_app.normalize",
 }
 
@@ -28,11 +30,11 @@ __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rumik_app.audio import Audio
-    from rumik_app.checkpoint import CheckpointError
-    from rumik_app.engine import SynthesisRequest, TTSEngine
+    from rumik_app.engine import TTSEngine
+    from rumik_app.errors import CheckpointError, PromptError, RumikError
     from rumik_app.generation import Rollouts
     from rumik_app.normalize import normalize_text
-    from rumik_app.prompt import PromptError
+    from rumik_app.request import SynthesisRequest
 
 
 def __getattr__(name: str):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+
+from rumik_app.files import atomic_write
 
 SAMPLE_RATE = 24_000
 
@@ -48,19 +49,9 @@ class Audio:
 
 
 def write_wav(path: str | os.PathLike, samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> Path:
-    """Write mono float samples as 16-bit PCM WAV, atomically, creating parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        sf.write(tmp, np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0), sample_rate,
-                 format="WAV", subtype="PCM_16")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    """Write mono float samples as 16-bit PCM WAV, atomically (`rumik_app.files`), creating parent folders."""
+    pcm = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+    return atomic_write(path, lambda fh: sf.write(fh, pcm, sample_rate, format="WAV", subtype="PCM_16"))
 
 
 def _seam(tail: np.ndarray, head: np.ndarray) -> np.ndarray:

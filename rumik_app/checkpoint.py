@@ -1,4 +1,4 @@
-"""Find, load and save rumik-oss-1 checkpoints in the published format (DESIGN §2).
+"""Find, load and save rumik-oss-1 checkpoints in the published format (docs/ARCHITECTURE.md §2).
 
 A model argument is one of:
   - a local folder (`/models/rumik-oss-1`, or a training output),
@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from rumik_app.config import RumikOSSConfig
+from rumik_app.errors import CheckpointError
+from rumik_app.files import fsync_tree, replace_dir
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL
 
-DEFAULT_MODEL = "rumik-ai/rumik-oss-1"
-TINY_MODEL = "tiny"
 REQUIRED_FILES = ("config.json", "tokenizer.json", "codec/config.json", "codec/model.safetensors")
 WEIGHT_FILE = "model.safetensors"
 WEIGHT_INDEX = "model.safetensors.index.json"
@@ -36,10 +37,6 @@ FIXES = (
     "downloads into the Hugging Face cache (`hf download {repo}`); or try the pipeline "
     "with random weights (--model tiny)."
 )
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be found or loaded; the message says how to fix it."""
 
 
 def cache_root() -> Path:
@@ -56,6 +53,7 @@ def tiny_checkpoint_path() -> Path:
         cache_root().mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache_root()))
         tiny.build_tiny_checkpoint(tmp)
+        fsync_tree(tmp)
         try:
             os.replace(tmp, path)
         except OSError:  # another process won the race; theirs is as good as ours
@@ -195,19 +193,7 @@ def save_checkpoint(model, config: RumikOSSConfig, source_dir: Path, out_dir: st
             if (Path(source_dir) / name).exists():
                 shutil.copy2(Path(source_dir) / name, tmp / name)
         shutil.copytree(Path(source_dir) / "codec", tmp / "codec")
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Move `src` to `dst`, replacing an existing `dst` with at most a rename's window of risk."""
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dst, old)
-        os.replace(src, dst)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, dst)

@@ -1,4 +1,4 @@
-"""Split long text into sentence chunks of at most ~25 s of expected speech (DESIGN §5).
+"""Split long text into sentence chunks of at most ~25 s of expected speech (docs/ARCHITECTURE.md §5).
 
     split_text("पहला वाक्य। दूसरा वाक्य! Third one.", max_seconds=25.0)
 

@@ -1,4 +1,4 @@
-"""The checkpoint's `config.json` (DESIGN §2), read without remote code.
+"""The checkpoint's `config.json` (docs/ARCHITECTURE.md §2), read without remote code.
 
 config.json is loaded as plain JSON. The Cohere2 part goes through transformers' own
 `Cohere2Config` constructor, so its backward-compatibility handling applies to files written
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from transformers import Cohere2Config
 
+from rumik_app.errors import CheckpointConfigError
 from rumik_app.tokens import TokenLayout
 
 MODEL_TYPE = "rumik_oss"
@@ -39,10 +40,6 @@ EXTRA_FIELDS = (
 # Keys that describe the file, not the network: never passed to Cohere2Config.
 FILE_ONLY_KEYS = ("model_type", "architectures", "auto_map", "transformers_version", "_name_or_path")
 DEFAULT_SPEAKERS = ("Ira", "Aisha", "Siya", "Zoya")
-
-
-class ConfigError(ValueError):
-    """config.json is missing a field or is inconsistent."""
 
 
 @dataclass
@@ -69,17 +66,17 @@ class RumikOSSConfig:
     def from_dict(cls, data: dict) -> "RumikOSSConfig":
         missing = [k for k in EXTRA_FIELDS if k not in data and k not in ("frame_rate_hz", "speakers")]
         if missing:
-            raise ConfigError(f"config.json lacks the rumik-oss fields {missing}; is this a rumik-oss-1 checkpoint?")
+            raise CheckpointConfigError(f"config.json lacks the rumik-oss fields {missing}; is this a rumik-oss-1 checkpoint?")
         lm_kwargs = {k: v for k, v in data.items() if k not in EXTRA_FIELDS and k not in FILE_ONLY_KEYS}
         lm = Cohere2Config(**lm_kwargs)
         layout = TokenLayout.from_config(data)
         if int(data["last_unit_id"]) != layout.last_unit_id:
-            raise ConfigError(
+            raise CheckpointConfigError(
                 f"config.json: last_unit_id {data['last_unit_id']} != first_unit_id + codebook_size * "
                 f"num_quantizers - 1 = {layout.last_unit_id}"
             )
         if layout.audio_end_token_id >= lm.vocab_size:
-            raise ConfigError("config.json: audio_end_token_id is outside the vocabulary")
+            raise CheckpointConfigError("config.json: audio_end_token_id is outside the vocabulary")
         speakers = tuple(data.get("speakers") or DEFAULT_SPEAKERS)
         return cls(lm=lm, layout=layout, speakers=speakers, raw=copy.deepcopy(data))
 
@@ -91,7 +88,7 @@ class RumikOSSConfig:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} is not valid JSON ({exc})") from exc
+            raise CheckpointConfigError(f"{path} is not valid JSON ({exc})") from exc
         return cls.from_dict(data)
 
     def to_dict(self, dtype_name: str | None = None) -> dict:

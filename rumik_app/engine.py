@@ -1,4 +1,4 @@
-"""`TTSEngine`: load a checkpoint once, then synthesise, stream and batch (DESIGN §5).
+"""`TTSEngine`: load a checkpoint once, then synthesise, stream and batch (docs/ARCHITECTURE.md §5).
 
     from rumik_app import TTSEngine, SynthesisRequest
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")        # or a folder, or "tiny"
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -34,7 +33,7 @@ from rumik_app.fast_decode import SlotDecoder, batch_bucket, cache_length
 from rumik_app.generation import BatchDecoder, ReferenceDecoder, Rollouts, RowParams
 from rumik_app.languages import expected_seconds
 from rumik_app.model import AudioHead
-from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest, resolve_seed
 from rumik_app.tokens import FrameParser
 
 __all__ = ["TTSEngine", "SynthesisRequest"]
@@ -46,17 +45,11 @@ CHUNK_BUDGET_SHARE = 0.8
 FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
 STREAM_FRAMES = 5  # then 400 ms pieces
 MAX_BATCH = 8
-SEED_RANGE = 2**31
 DECODERS = ("fast", "reference")
 # Slot decoders (static KV cache + compiled step) kept per shape; more shapes are built on demand.
 MAX_CACHED_DECODERS = 4
 
 log = logging.getLogger(__name__)
-
-
-def resolve_seed(seed: int | None) -> int:
-    """The seed to use: the given one, or a fresh random one (reported back to the caller)."""
-    return int(seed) if seed is not None and int(seed) >= 0 else secrets.randbelow(SEED_RANGE)
 
 
 class TTSEngine:
@@ -82,7 +75,7 @@ class TTSEngine:
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
-        restrict_phase: sample each position only from its codebook's rows (DESIGN §5).
+        restrict_phase: sample each position only from its codebook's rows (docs/ARCHITECTURE.md §5).
         compile: compile the decode step (CUDA graphs on CUDA); None = on for CUDA, off for
             CPU. Compilation and warm-up happen here, at load, with one log line.
         decoder: "fast" (static cache, fixed-shape step) or "reference" (the eager loop the
@@ -167,7 +160,7 @@ class TTSEngine:
         return "[BOS]" + req.prompt(voices=self.voices)
 
     def prompt_ids(self, req: SynthesisRequest) -> list[int]:
-        """[BOS] + tokens of the prompt string (DESIGN §3)."""
+        """[BOS] + tokens of the prompt string (docs/ARCHITECTURE.md §3)."""
         text = req.prompt(voices=self.voices)
         return [self.bos_id] + self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -203,7 +196,7 @@ class TTSEngine:
 
     def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
-        of expected speech (DESIGN §5). `max_new_tokens` caps each chunk.
+        of expected speech (docs/ARCHITECTURE.md §5). `max_new_tokens` caps each chunk.
 
         Chunks keep voice, description and sampling settings; chunk i uses seed + i. The text
         is normalised first (`req.spoken_text()`), so chunking and the expected durations see

@@ -1,4 +1,4 @@
-"""The one sampler (DESIGN §5): batched decoding over the audio-only head.
+"""The one sampler (docs/ARCHITECTURE.md §5): batched decoding over the audio-only head.
 
     decoder = BatchDecoder(model, head, prompt_ids, [RowParams(seed=1), RowParams(seed=2)])
     for step in decoder.steps():        # step.tokens: [B] ids, -1 where a row has finished

@@ -1,4 +1,4 @@
-"""Languages, scripts and speaking rates (DESIGN §3, §5, §7).
+"""Languages, scripts and speaking rates (docs/ARCHITECTURE.md §3, §5, §7).
 
 The language is not a prompt field: the model reads it from the script. This table is used
 for examples and script checks in the app, for long-text chunking (expected seconds of
@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from rumik_app.errors import PromptError
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def get_language(code_or_name: str) -> Language:
     lang = LANGUAGE_BY_CODE.get(key.lower()) or LANGUAGE_BY_NAME.get(key.lower())
     if lang is None:
         names = ", ".join(f"{lang.name} ({lang.code})" for lang in LANGUAGES)
-        raise ValueError(f"Unknown language {code_or_name!r}. Supported: {names}.")
+        raise PromptError(f"Unknown language {code_or_name!r}. Supported: {names}.")  # a ValueError too
     return lang
 
 

@@ -1,4 +1,4 @@
-"""Prompt strings for rumik-oss-1 (DESIGN §3) and validation of user text.
+"""Prompt strings for rumik-oss-1 (docs/ARCHITECTURE.md §3) and validation of user text.
 
     [BOS]<text>{Speaker}: <description="{tone}, {accent} accent, {pace} pace"> {text}<audio>
 
@@ -17,6 +17,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from rumik_app.errors import PromptError
+
 VOICES: tuple[str, ...] = ("Ira", "Aisha", "Siya", "Zoya")
 TONES: tuple[str, ...] = ("happy", "sad", "angry", "excited", "professional")
 ACCENTS: tuple[str, ...] = ("Hindi", "Telugu", "Tamil", "Kannada", "Bengali", "Punjabi", "Indian English")
@@ -34,10 +36,6 @@ STRAY_BRACKET = re.compile(r"[<>]")
 # almost certainly a mistake (a pasted file) and would tie up the engine for hours.
 MAX_TEXT_CHARS = 50_000
 MAX_DESCRIPTION_CHARS = 300
-
-
-class PromptError(ValueError):
-    """User input that cannot become a prompt; the message says how to fix it."""
 
 
 def _match_choice(value: str, choices: tuple[str, ...], what: str) -> str:

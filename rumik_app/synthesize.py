@@ -22,9 +22,10 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
-from rumik_app.prompt import PromptError
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
+from rumik_app.errors import RumikError, report_user_error
+from rumik_app.request import (
+    DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest, resolve_seed,
+)
 
 DEFAULT_MAX_SECONDS = 20.0
 
@@ -58,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> Audio:
-    from rumik_app.engine import TTSEngine, resolve_seed
+    from rumik_app.engine import TTSEngine
     from rumik_app.prompt import validate_text
 
     validate_text(args.text)  # fail fast, before loading a 7 GB model
@@ -100,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("rumik_app").setLevel(logging.INFO)  # e.g. "decode step compiled ... in 41.2 s"
     try:
         run(args)
-    except (CheckpointError, PromptError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (RumikError, OSError) as exc:  # a bad model, text or --out path: one line, exit 2
+        return report_user_error(exc)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Build a random-weight checkpoint in the exact published rumik-oss-1 format (DESIGN §2).
+"""Build a random-weight checkpoint in the exact published rumik-oss-1 format (docs/ARCHITECTURE.md §2).
 
     python -m rumik_app.tiny OUT_DIR                          # tiny: hidden 64, 2 layers (~1 MB)
     python -m rumik_app.tiny OUT_DIR --preset real-width --layers 4   # real width and vocabulary
@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from rumik_app.config import ARCHITECTURE, AUTO_MAP, DEFAULT_SPEAKERS, MODEL_TYPE
+from rumik_app.errors import ConfigError, user_errors
 from rumik_app.tokens import unit_token_name
 
 NUM_QUANTIZERS = 8
@@ -30,6 +31,7 @@ CODEBOOK_SIZE = 2048
 FRAME_RATE_HZ = 12.5
 NUM_UNUSED_IDS = 9  # the published vocabulary ends with 9 unused ids after </audio>
 SPECIAL_TOKENS = ("<PAD>", "<UNK>", "<CLS>", "<SEP>", "<MASK_TOKEN>", "<BOS_TOKEN>", "<EOS_TOKEN>", "<EOP_TOKEN>")
+BYTE_ALPHABET = 256  # byte-level BPE: one token per byte before any merges
 PAD_ID, BOS_ID, EOS_ID = 0, 5, 6
 # Mimi as published (kyutai/mimi): 32 quantizers in the file, the model uses the first 8.
 MIMI_QUANTIZERS = 32
@@ -54,6 +56,19 @@ class TinySpec:
     @classmethod
     def real_width(cls, layers: int = 4) -> "TinySpec":
         return cls(hidden=2048, layers=layers, heads=16, kv_heads=4, ffn=11008, vocab_size=277_404, logit_scale=0.125)
+
+    def validate(self) -> None:
+        """ConfigError naming the field when this shape cannot make a Cohere2 model in the published format."""
+        sizes = {"hidden": self.hidden, "layers": self.layers, "heads": self.heads, "kv_heads": self.kv_heads,
+                 "ffn": self.ffn}
+        if min(sizes.values()) < 1:
+            raise ConfigError(f"every size must be >= 1, got {sizes}")
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise ConfigError(f"--hidden ({self.hidden}) must be a multiple of --heads ({self.heads}), and --heads "
+                              f"of --kv-heads ({self.kv_heads})")
+        if self.first_unit_id < len(SPECIAL_TOKENS) + BYTE_ALPHABET:
+            raise ConfigError(f"--vocab-size {self.vocab_size} leaves no room for the text tokens; use at least "
+                              f"{self.vocab_size - self.first_unit_id + len(SPECIAL_TOKENS) + BYTE_ALPHABET}")
 
     @property
     def first_unit_id(self) -> int:
@@ -271,6 +286,7 @@ def build_weights(spec: TinySpec, cfg: dict, out_dir: Path) -> None:
 def build_tiny_checkpoint(out_dir: str | Path, spec: TinySpec | None = None) -> Path:
     """Write a random-weight checkpoint in the published format to `out_dir`; returns it."""
     spec = spec or TinySpec()
+    spec.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = config_dict(spec)
@@ -301,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab_size", "seed"):
         if getattr(args, name) is not None:
             setattr(spec, name, getattr(args, name))
-    out = build_tiny_checkpoint(args.out_dir, spec)
+    with user_errors(OSError):  # a bad shape or an unwritable OUT_DIR: one `error: ...` line, exit status 2
+        out = build_tiny_checkpoint(args.out_dir, spec)
     print(f"wrote {out} ({spec.layers} layers, hidden {spec.hidden}, vocab {spec.vocab_size}, "
           f"first_unit_id {spec.first_unit_id})")
 

@@ -1,4 +1,4 @@
-"""Audio token layout (DESIGN §2, §4): unit ids <-> Mimi codes, and parsing generated ids.
+"""Audio token layout (docs/ARCHITECTURE.md §2, §4): unit ids <-> Mimi codes, and parsing generated ids.
 
 Unit tokens are named `<c_q>` (code c in 0..codebook_size-1, codebook q in 0..Q-1) and
 ordered code-major:
@@ -75,7 +75,7 @@ class TokenLayout:
         return np.asarray(self.unit_id(codes, q)).T.reshape(-1)
 
     def parse(self, token_ids: Iterable[int]) -> np.ndarray:
-        """Generated ids -> codes [1, Q, T] with the resync rules of DESIGN §4 (see FrameParser)."""
+        """Generated ids -> codes [1, Q, T] with the resync rules of docs/ARCHITECTURE.md §4 (see FrameParser)."""
         parser = FrameParser(self)
         frames = [frame for token_id in token_ids if (frame := parser.push(int(token_id))) is not None]
         codes = np.asarray(frames, dtype=np.int64).reshape(len(frames), self.num_quantizers)
@@ -97,7 +97,7 @@ class TokenLayout:
 class FrameParser:
     """Incremental parser: push generated ids one by one, get each completed frame.
 
-    Rules (DESIGN §4): stop at `</audio>`; a non-unit token drops the partial frame; an
+    Rules (docs/ARCHITECTURE.md §4): stop at `</audio>`; a non-unit token drops the partial frame; an
     out-of-order codebook drops the partial frame, except a q0, which starts a new frame;
     an incomplete last frame is never returned.
     """

@@ -1,26 +1,23 @@
-"""Shared training utilities for SFT (`training.sft`) and GRPO (`training.grpo`).
+"""Shared training machinery of SFT (`training.sft`) and GRPO (`training.grpo`).
 
-    cfg = load_config(SFTConfig, "training/configs/pretrain_curriculum.toml", ["optim.lr=3e-4"])
-    save_config(cfg, out / "train_config.json")
     set_seed(cfg.seed, cfg.deterministic)   # first: seeds, and torch's deterministic kernels if asked
+    optimizer, scheduler = build_optimizer(model, cfg.optim, total_steps)      # AdamW + WSD
     logger = MetricsLogger(out, is_main=accelerator.is_main_process)
-    sched = LambdaLR(optimizer, wsd_lambda(warmup, stable, decay, min_ratio=0.1))
     save_training_checkpoint(out, step, unwrapped_model, engine.config, engine.checkpoint_dir,
-                             optimizer, sched, cfg, extra_state={"data": sampler.state_dict()})
+                             optimizer, scheduler, cfg, extra_state={"data": sampler.state_dict()})
     ckpt = latest_checkpoint(out)        # OUT/checkpoints/step_00000500 or None
-    extra = load_training_state(ckpt, optimizer, sched, model=model)   # extra["step"] == 500
+    extra = load_training_state(ckpt, optimizer, scheduler, model=model)   # extra["step"] == 500
     publish_checkpoint(ckpt, out)        # OUT itself becomes a loadable published checkpoint
 
-Configs are (nested) dataclasses read from JSON or TOML; `--set KEY=VALUE` overrides use
-dotted paths (`optim.lr=3e-4`, `stages.0.steps=200`) and values parse as JSON, else as a
-plain string. Unknown keys and wrongly typed values are errors that name the key.
+Configs live in `training.config`, the run loop and the resume policy in `training.trainer`.
 
 A training checkpoint folder `OUT/checkpoints/step_XXXXXXXX/` is a complete published-format
-checkpoint (DESIGN §2; `TTSEngine.from_pretrained(folder)` loads it) plus
+checkpoint (docs/ARCHITECTURE.md §2; `TTSEngine.from_pretrained(folder)` loads it) plus
 `training_state.pt` (optimizer, scheduler, RNG states, full-precision weights, extra state
 such as the data position) and `train_config.json`. Folders are written under a temporary
-name and renamed; `OUT/checkpoints/latest` (a one-line pointer file) is replaced atomically
-after the folder is complete, so a kill at any moment leaves the previous checkpoint usable.
+name, fsync'ed and renamed (`rumik_app.files`); `OUT/checkpoints/latest` (a one-line pointer
+file) is replaced atomically after the folder is complete, so a kill at any moment leaves the
+previous checkpoint usable.
 
 Distributed (accelerate): call `accelerator.get_state_dict(model)` on every rank (FSDP and
 DeepSpeed gather there), then `save_training_checkpoint(..., state_dict=...)` on the main
@@ -32,24 +29,21 @@ process and DDP; under FSDP/DeepSpeed it is only that rank's shard (not enough t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
 import shutil
 import sys
-import tempfile
 import time
-import tomllib
-import types
-import typing
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
 
-T = TypeVar("T")
+from rumik_app.errors import CheckpointError
+from rumik_app.files import atomic_write, replace_dir
+from training.config import OptimConfig, save_config
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_POINTER = "latest"
@@ -59,176 +53,6 @@ TRAINING_STATE = "training_state.pt"
 TRAIN_CONFIG = "train_config.json"
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_KEEP_LAST = 3
-
-
-class ConfigError(ValueError):
-    """A training config file or override is invalid; the message names the key and the fix."""
-
-
-# ----------------------------------------------------------------------------- configs
-
-
-def _read_config_file(path: Path) -> dict:
-    if not path.exists():
-        raise ConfigError(f"Config file {path} does not exist; pass an existing .json or .toml file.")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() == ".toml":
-            return tomllib.loads(text)
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"Could not parse {path}: {exc}") from exc
-    raise ConfigError(f"Config file {path} must end in .json or .toml.")
-
-
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    """(inner type, allows None) for `X | None` / `Optional[X]`."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        allows_none = len(args) != len(typing.get_args(tp))
-        if len(args) == 1:
-            return args[0], allows_none
-    return tp, False
-
-
-def _convert(value: Any, tp: Any, key: str) -> Any:
-    """Check/convert a parsed JSON/TOML value to the annotated type `tp` (recursively)."""
-    tp, allows_none = _strip_optional(tp)
-    if value is None:
-        if allows_none or tp is Any:
-            return None
-        raise ConfigError(f"Config key {key!r} may not be null.")
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise ConfigError(f"Config key {key!r} must be a table/object, got {type(value).__name__}.")
-        return _build(tp, value, key)
-    origin = typing.get_origin(tp)
-    if origin in (list, tuple, Sequence) or tp in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"Config key {key!r} must be a list, got {type(value).__name__}.")
-        args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        items = [_convert(v, inner, f"{key}.{i}") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple or tp is tuple else items
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"Config key {key!r} must be a table/object, got {type(value).__name__}.")
-        args = typing.get_args(tp)
-        inner = args[1] if len(args) == 2 else Any
-        return {str(k): _convert(v, inner, f"{key}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"Config key {key!r} must be true or false, got {value!r}.")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"Config key {key!r} must be a number, got {value!r}.")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"Config key {key!r} must be an integer, got {value!r}.")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"Config key {key!r} must be a string, got {value!r}.")
-    return value
-
-
-def _build(cls: type[T], data: dict, prefix: str = "") -> T:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        where = f" in [{prefix}]" if prefix else ""
-        raise ConfigError(
-            f"Unknown config key(s) {', '.join(repr(k) for k in unknown)}{where}. "
-            f"Valid keys: {', '.join(sorted(fields))}."
-        )
-    kwargs = {name: _convert(value, hints[name], f"{prefix}.{name}" if prefix else name)
-              for name, value in data.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field without a default is missing
-        raise ConfigError(f"Config{' [' + prefix + ']' if prefix else ''}: {exc}") from exc
-
-
-def _parse_override(text: str) -> tuple[list[str], Any]:
-    if "=" not in text:
-        raise ConfigError(f"Override {text!r} must look like KEY=VALUE, e.g. optim.lr=3e-4.")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"Override {text!r} has an empty key.")
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw  # a bare string: out_dir=runs/a
-    return key.split("."), value
-
-
-def _apply_override(data: dict, path: list[str], value: Any, full: str) -> None:
-    node: Any = data
-    for i, part in enumerate(path[:-1]):
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"Override {full!r}: {part!r} is not an index of the list at "
-                                  f"{'.'.join(path[:i]) or '(root)'} (length {len(node)}).")
-            node = node[int(part)]
-        else:
-            node = node.setdefault(part, {})
-    last = path[-1]
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise ConfigError(f"Override {full!r}: {last!r} is not an index of the list (length {len(node)}).")
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
-def load_config(cls: type[T], path: str | os.PathLike | None, overrides: Sequence[str] = ()) -> T:
-    """Read a JSON/TOML file (or only defaults when `path` is None) into dataclass `cls`.
-
-    overrides: `KEY=VALUE` strings with dotted keys (list items by index); VALUE parses as
-    JSON (`3e-4`, `true`, `[1, 2]`, `{"a": 1}`), else stays a string.
-    Raises ConfigError on unknown keys, wrong types or malformed overrides.
-    """
-    data = _read_config_file(Path(path)) if path is not None else {}
-    if overrides:
-        # Start from the defaults so overrides can reach into lists that only exist there.
-        base = dataclasses.asdict(_build(cls, data))
-        for text in overrides:
-            keys, value = _parse_override(text)
-            _apply_override(base, keys, value, text)
-        data = base
-    return _build(cls, data)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def save_config(cfg, path: str | os.PathLike) -> None:
-    """Write a dataclass config as indented JSON, atomically (load_config reads it back)."""
-    _atomic_write_text(Path(path), json.dumps(dataclasses.asdict(cfg), indent=2, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------- seeds, rng
@@ -308,6 +132,12 @@ class MetricsLogger:
             self._fh = None
 
 
+def read_metrics(out_dir: str | os.PathLike) -> list[dict]:
+    """OUT/metrics.jsonl as rows (resume events included: rows with an "event" key)."""
+    path = Path(out_dir) / METRICS_FILE
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         value = value.item()
@@ -349,6 +179,42 @@ def wsd_lambda(warmup_steps: int, stable_steps: int, decay_steps: int,
         return min_ratio
 
     return factor
+
+
+def optimizer_groups(params: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only (not on norms, biases or the tied embedding); trainable only."""
+    decay, no_decay = [], []
+    for name, param in params:
+        if not param.requires_grad:
+            continue
+        (decay if param.ndim >= 2 and "embed_tokens" not in name else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig,
+                    total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over `model`'s trainable parameters and its warmup-stable-decay schedule over
+    `total_steps` optimiser steps (`OptimConfig.phases`). Step the scheduler once per
+    optimiser step yourself: it is not for `accelerator.prepare` (which would step it once
+    per process)."""
+    optimizer = torch.optim.AdamW(optimizer_groups(model.named_parameters(), optim.weight_decay), lr=optim.lr,
+                                  betas=tuple(optim.betas), eps=optim.eps)
+    warmup, stable, decay = optim.phases(total_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, wsd_lambda(warmup, stable, decay, optim.min_lr_ratio))
+    return optimizer, scheduler
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each layer's activations in backward (both trainers). Non-reentrant: works
+    under DDP and with frozen inputs (LoRA)."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+
+
+def clip_gradients(accelerator, params, max_grad_norm: float) -> float:
+    """Clip the gradients of `params` to `max_grad_norm` (0: no clipping) and return their
+    total norm before clipping (over all processes)."""
+    limit = max_grad_norm if max_grad_norm > 0 else float("inf")  # inf: measure only (scale 1.0)
+    return float(accelerator.clip_grad_norm_(params, limit))
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -418,12 +284,10 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
             payload["model"] = {k: v.detach().cpu() for k, v in state.items() if k != "lm_head.weight"}
         torch.save(payload, tmp / TRAINING_STATE)
         save_config(train_config, tmp / TRAIN_CONFIG)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_dir(tmp, final)  # fsyncs the files, then renames
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _atomic_write_text(root / LATEST_POINTER, final.name + "\n")
+    atomic_write(root / LATEST_POINTER, final.name + "\n")
     keep = keep_last if keep_last is not None else getattr(train_config, "keep_last", DEFAULT_KEEP_LAST)
     if keep and keep > 0:
         for _, old in _checkpoint_steps(root)[:-keep]:
@@ -453,15 +317,15 @@ def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Opti
     """
     path = Path(ckpt_dir) / TRAINING_STATE
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; {ckpt_dir} is not a training checkpoint "
-                                f"(resume from OUT/checkpoints/step_XXXXXXXX or pass a fresh --out).")
+        raise CheckpointError(f"{path} is missing; {ckpt_dir} is not a training checkpoint "
+                              f"(resume from OUT/checkpoints/step_XXXXXXXX or pass a fresh --out).")
     payload = torch.load(path, map_location="cpu", weights_only=False)
     if model is not None and "model" in payload:
         missing, unexpected = model.load_state_dict(payload["model"], strict=False)
         missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
-            raise RuntimeError(f"{path}: weights do not match the model (missing {missing[:5]}, "
-                               f"unexpected {unexpected[:5]}).")
+            raise CheckpointError(f"{path}: weights do not match the model (missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}); resume with the model the run started from.")
     optimizer.load_state_dict(payload["optimizer"])
     if scheduler is not None and payload.get("scheduler") is not None:
         scheduler.load_state_dict(payload["scheduler"])
@@ -490,7 +354,7 @@ def publish_checkpoint(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike) 
             stale.unlink()
     if not (src / "model.safetensors.index.json").exists():
         (out / "model.safetensors.index.json").unlink(missing_ok=True)
-    for name in names:
+    for name in names:  # each file: a hard link (or copy) under a temp name, renamed over the old one
         tmp = out / f".{name}.publish"
         tmp.unlink(missing_ok=True)
         try:
@@ -501,12 +365,12 @@ def publish_checkpoint(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike) 
     codec_tmp = out / ".codec.publish"
     shutil.rmtree(codec_tmp, ignore_errors=True)
     shutil.copytree(src / "codec", codec_tmp)
-    shutil.rmtree(out / "codec", ignore_errors=True)
-    os.replace(codec_tmp, out / "codec")
+    replace_dir(codec_tmp, out / "codec")  # fsyncs OUT too, so the renames above are on disk
     return out
 
 
 __all__ = [
-    "ConfigError", "load_config", "save_config", "set_seed", "rng_state", "set_rng_state", "MetricsLogger",
-    "wsd_lambda", "save_training_checkpoint", "latest_checkpoint", "load_training_state", "publish_checkpoint",
+    "set_seed", "rng_state", "set_rng_state", "MetricsLogger", "read_metrics", "wsd_lambda", "build_optimizer",
+    "clip_gradients", "enable_activation_checkpointing",
+    "save_training_checkpoint", "latest_checkpoint", "load_training_state", "publish_checkpoint",
 ]

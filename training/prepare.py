@@ -1,4 +1,4 @@
-"""Data preparation: a manifest of clips -> Mimi codes in shards, plus an index (DESIGN §6).
+"""Data preparation: a manifest of clips -> Mimi codes in shards, plus an index (docs/ARCHITECTURE.md §6).
 
     python -m training.prepare --manifest clips.jsonl --model rumik-ai/rumik-oss-1-base --out data/my_voice
     python -m training.prepare --manifest clips.jsonl --model tiny --out /tmp/data --new-speakers Meera
@@ -30,7 +30,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +38,14 @@ import torch
 from tqdm import tqdm
 
 from evaluation import audio_io
-from rumik_app.checkpoint import CheckpointError, auto_device, load_codec, resolve_checkpoint
+from rumik_app.checkpoint import auto_device, load_codec, resolve_checkpoint
 from rumik_app.codec import MimiCodec
 from rumik_app.config import RumikOSSConfig
+from rumik_app.errors import RumikError, user_errors
+from rumik_app.files import atomic_write
 from rumik_app.languages import get_language
 from rumik_app.prompt import PromptError, normalize_voice, validate_text
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 
 MAX_SECONDS = 30.0
 MIN_SECONDS = 0.2
@@ -52,7 +53,6 @@ SHARD_SIZE = 1000
 BATCH_SIZE = 16
 ENCODE_BUFFER_BATCHES = 4  # clips loaded ahead of encoding, in batches (bounds memory)
 REQUIRED_FIELDS = ("audio", "text", "speaker", "language")
-OPTIONAL_FIELDS = ("description", "tone", "accent", "pace")
 SHARDS_DIR = "shards"
 INDEX_FILE = "index.jsonl"
 REPORT_FILE = "report.json"
@@ -60,7 +60,7 @@ PREPARE_FILE = "prepare.json"
 CODE_DTYPE = np.int16  # codebook_size 2048 fits; checked against the config
 
 
-class PrepareError(RuntimeError):
+class PrepareError(RumikError, RuntimeError):
     """The whole run cannot proceed (not a bad row); the message names the fix."""
 
 
@@ -84,11 +84,7 @@ def codec_fingerprint(checkpoint_dir: Path) -> str:
 
 
 def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, ensure_ascii=False, indent=1)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
 def load_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, float]:
@@ -110,7 +106,7 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
     for key in REQUIRED_FIELDS:
         if not isinstance(row.get(key), str) or not row[key].strip():
             raise ValueError(f"missing or empty field {key!r}")
-    extras = {k: row[k] for k in OPTIONAL_FIELDS if row.get(k) not in (None, "")}
+    extras = {k: row[k] for k in DESCRIPTION_FIELDS if row.get(k) not in (None, "")}
     try:
         req = SynthesisRequest(row["text"], voice=row["speaker"], **extras)
         req.prompt(voices=speakers)  # the engine's prompt function: tags, voice, description
@@ -135,7 +131,7 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
         language = row["language"].strip()  # a language outside the table: kept as given
     meta = {"audio": row["audio"], "text": validate_text(row["text"]),
             "speaker": normalize_voice(row["speaker"], speakers), "language": language,
-            "seconds": round(seconds, 4), **{k: extras.get(k) for k in OPTIONAL_FIELDS}}
+            "seconds": round(seconds, 4), **{k: extras.get(k) for k in DESCRIPTION_FIELDS}}
     return Clip(line=line, meta=meta, samples=samples)
 
 
@@ -201,10 +197,7 @@ def prepare_shard(shard: int, lines: list[str], first_line: int, shard_dir: Path
         offset += int(c.shape[0])
     name = f"shard_{shard:05d}"
     array = np.concatenate(codes, axis=0) if codes else np.zeros((0, codec.num_quantizers), CODE_DTYPE)
-    fd, tmp = tempfile.mkstemp(dir=shard_dir, prefix=f".{name}.", suffix=".npy")
-    os.close(fd)
-    np.save(tmp, array)
-    os.replace(tmp, shard_dir / f"{name}.npy")
+    atomic_write(shard_dir / f"{name}.npy", lambda fh: np.save(fh, array))
     meta = {"shard": shard, "first_line": first_line, "num_lines": len(lines), "lines_sha1": lines_digest(lines),
             "rows": rows, "skipped": skipped}
     write_json_atomic(shard_dir / f"{name}.json", meta)
@@ -269,11 +262,7 @@ def write_index(out: Path, metas: list[dict], num_lines: int, frame_rate: float)
     """index.jsonl (every kept row with its shard) and report.json; returns the report."""
     rows = [{**row, "shard": meta["shard"]} for meta in metas for row in meta["rows"]]
     skipped = [s for meta in metas for s in meta["skipped"]]
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{INDEX_FILE}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, out / INDEX_FILE)
+    atomic_write(out / INDEX_FILE, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     frames = sum(r["frames"] for r in rows)
     report = {"manifest_lines": num_lines, "kept": len(rows), "skipped_count": len(skipped),
               "hours": round(frames / frame_rate / 3600, 4), "frames": frames,
@@ -305,11 +294,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.shard_size < 1 or args.batch_size < 1:
         parser.error("--shard-size and --batch-size must be at least 1")
-    try:
+    with user_errors():  # PrepareError, CheckpointError, ...: one `error: ...` line, exit status 2
         report = prepare(args.manifest, args.model, args.out, args.shard_size, args.batch_size, args.device,
                          tuple(args.new_speakers), args.min_seconds, args.max_seconds)
-    except (PrepareError, CheckpointError) as exc:
-        raise SystemExit(f"error: {exc}") from exc
     print(f"kept {report['kept']} of {report['manifest_lines']} lines ({report['hours']} h), "
           f"skipped {report['skipped_count']} (see {Path(args.out) / REPORT_FILE})")
     for item in report["skipped"][:20]:

@@ -1,4 +1,4 @@
-"""webapp: helpers behind `app.py`, the Gradio demo of rumik-oss-1 (DESIGN §1).
+"""webapp: helpers behind `app.py`, the Gradio demo of rumik-oss-1 (docs/ARCHITECTURE.md §1).
 
 Run the app with `python app.py`; this package is not a program of its own.
 

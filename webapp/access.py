@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from rumik_app.errors import RumikError
 from webapp.common import UserError
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class AccessDenied(UserError):
     """The visitor lacks the password an action needs; the message says where to enter it."""
 
 
-class LoginError(ValueError):
+class LoginError(RumikError, ValueError):
     """A malformed --auth / --auth-file / $RUMIK_APP_AUTH entry; the message names the fix."""
 
 

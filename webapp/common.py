@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rumik_app.checkpoint import CheckpointError
+from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError
 from webapp.systems import SystemUnavailable
 
@@ -30,7 +31,7 @@ MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
 SYNTH_CONCURRENCY = 1
 
 
-class UserError(ValueError):
+class UserError(RumikError, ValueError):
     """Bad input from a visitor; the message says how to fix it."""
 
 

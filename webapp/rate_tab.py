@@ -2,7 +2,7 @@
 
 Library module (run the app with `python app.py`). A rater picks or types a prompt, sets
 up A and B (two systems, or one system with two seeds or settings), generates the pair,
-hears it under shuffled blind labels, scores each clip 1-5 for expression (DESIGN §8
+hears it under shuffled blind labels, scores each clip 1-5 for expression (docs/ARCHITECTURE.md §8
 rubric), gives a preference and, for a prompt with one inline tag, says which sound was
 heard and before which word. `webapp.ratings` stores it; the results view aggregates with
 `evaluation.indicemo` and `evaluation.nova`. Results and exports need the admin password
@@ -41,7 +41,7 @@ PROMPT_DIR = Path(__file__).resolve().parent.parent / "evaluation" / "prompts"
 LABELS = ("Clip 1", "Clip 2")
 DEFAULT_PAIR_SECONDS = 10.0
 RUBRIC = (
-    "**Expression score, 1-5** (DESIGN §8): judge *tone and pitch* (does the melody fit the target delivery?), "
+    "**Expression score, 1-5**: judge *tone and pitch* (does the melody fit the target delivery?), "
     "*energy and dynamics* (loudness and intensity), *timing and phrasing* (pauses, emphasis, pace) and "
     "*authenticity and sustainment* (sounds like a real person, and keeps it up to the end). "
     "1 = flat or wrong emotion, 3 = recognisable but uneven, 5 = convincing throughout."

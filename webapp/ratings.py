@@ -38,6 +38,7 @@ from pathlib import Path
 
 from evaluation import indicemo, nova
 from evaluation.report import markdown_table, write_csv, write_jsonl
+from rumik_app.errors import RumikError
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
@@ -81,7 +82,7 @@ CREATE TABLE IF NOT EXISTS clip_ratings (
 """
 
 
-class RatingError(ValueError):
+class RatingError(RumikError, ValueError):
     """A submission that cannot be stored as given; the message says what to fix."""
 
 

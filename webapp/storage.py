@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.errors import RumikError
+from rumik_app.files import atomic_write
 
 DATABASE_NAME = "ratings.sqlite"
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # WAL index and log, rollback journal
@@ -48,7 +50,7 @@ MAX_SERVED_ENTRIES = 500  # files / download folders kept in the served folder b
 SERVED_MAX_AGE_S = 3600.0  # Gradio copies a returned file into its cache at once; ours is only the source
 
 
-class UnsafeLayoutError(ValueError):
+class UnsafeLayoutError(RumikError, ValueError):
     """A private file would lie in a folder Gradio serves; the message says what to change."""
 
 
@@ -196,14 +198,11 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    def copy(fh) -> None:
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, fh)
+
+    atomic_write(dst, copy)
 
 
 def _mtime(p: Path) -> float:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
+from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest, resolve_seed
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
     DEFAULT_MAX_SECONDS,
@@ -98,8 +98,6 @@ class SynthHandlers:
     def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
               max_seconds, system, language=None, normalize=True) -> tuple[LoadedSystem, SynthesisRequest]:
         """Validate everything (text first, so it is checked even if the model is missing)."""
-        from rumik_app.engine import resolve_seed
-
         text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
         temperature, top_k, top_p, max_seconds = check_generation(temperature, top_k, top_p, max_seconds)
         chosen = self.registry.get(system)

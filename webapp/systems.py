@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.checkpoint import DEFAULT_MODEL, TINY_MODEL
+from rumik_app.errors import RumikError
 from rumik_app.prompt import VOICES
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
 
 log = logging.getLogger(__name__)
 
 SYSTEM_RUMIK = "rumik-oss-1"
 SYSTEM_ESPEAK = "espeak"
-SYSTEM_TINY = "tiny"
+SYSTEM_TINY = TINY_MODEL
 SYSTEM_KEYS = (SYSTEM_RUMIK, SYSTEM_ESPEAK, SYSTEM_TINY)
 SYSTEM_LABELS = {
     SYSTEM_RUMIK: "rumik-oss-1",
@@ -50,7 +50,7 @@ TINY_NOTE = "Note: started with `--model tiny`: rumik-oss-1 here has random weig
 ESPEAK_INSTALL_FIX = "Fix: install it (sudo apt-get install espeak-ng; on a Space list espeak-ng in packages.txt)."
 
 
-class SystemUnavailable(RuntimeError):
+class SystemUnavailable(RumikError, RuntimeError):
     """A system could not be loaded; the message gives the reason and the fix."""
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 from evaluation.systems.base import SynthesisError, Synthesizer, conform
 from evaluation.systems.espeak import EspeakSystem, espeak_synthesize
 from evaluation.systems.folder import FolderSystem
-from evaluation.systems.rumik import HUB_ID, TINY, RumikSystem
+from evaluation.systems.rumik import RumikSystem
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL
 
 __all__ = ["Synthesizer", "SynthesisError", "RumikSystem", "FolderSystem", "EspeakSystem",
            "espeak_synthesize", "load_system", "conform", "VALID_SPECS"]
 
 VALID_SPECS = (
-    f"rumik                    rumik-oss-1 from the hub ({HUB_ID})",
+    f"rumik                    rumik-oss-1 from the hub ({DEFAULT_MODEL})",
     "rumik:PATH_OR_HUB_ID     a local checkpoint folder or another hub id in the same format",
     "tiny                     the tiny random checkpoint (tests, smoke runs)",
     "espeak                   espeak-ng, the classical offline baseline",
@@ -36,11 +37,11 @@ def load_system(spec: str, device: str | None = None) -> Synthesizer:
     kind, sep, arg = spec.partition(":")
     kind = kind.lower()
     if kind == "rumik" and not sep:
-        return RumikSystem(HUB_ID, device=device)
+        return RumikSystem(DEFAULT_MODEL, device=device)
     if kind == "rumik" and arg:
         return RumikSystem(arg, device=device)
-    if kind == TINY and not sep:
-        return RumikSystem(TINY, device=device)
+    if kind == TINY_MODEL and not sep:
+        return RumikSystem(TINY_MODEL, device=device)
     if kind in ("espeak", "espeak-ng") and not sep:
         return EspeakSystem()
     if kind == "folder" and arg:

@@ -21,10 +21,11 @@ import numpy as np
 
 from evaluation.audio_io import resample, to_mono
 from rumik_app.audio import SAMPLE_RATE, Audio
+from rumik_app.errors import RumikError
 from rumik_app.request import SynthesisRequest
 
 
-class SynthesisError(RuntimeError):
+class SynthesisError(RumikError, RuntimeError):
     """A system that cannot be set up or cannot produce a clip; the message says how to fix it."""
 
 

@@ -1,7 +1,7 @@
 """`RumikSystem`: rumik-oss-1 through the one inference core (`rumik_app.TTSEngine`).
 
     system = RumikSystem()                       # the hub checkpoint rumik-ai/rumik-oss-1
-    system = RumikSystem("/ckpt/sft-step-2000")  # a local checkpoint folder (DESIGN §2 format)
+    system = RumikSystem("/ckpt/sft-step-2000")  # a local checkpoint folder (docs/ARCHITECTURE.md §2 format)
     system = RumikSystem("tiny")                 # the random tiny checkpoint used by tests
     audio = system.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", seed=7))
 
@@ -17,26 +17,23 @@ from collections.abc import Sequence
 
 from evaluation.systems.base import SynthesisError, Synthesizer, conform
 from rumik_app.audio import Audio
-from rumik_app.request import SynthesisRequest
-
-HUB_ID = "rumik-ai/rumik-oss-1"
-TINY = "tiny"
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
 
 
 class RumikSystem(Synthesizer):
     """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
 
-    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None,
+    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
                  compile: bool | None = None) -> None:
         self.model = str(model)
         self.device = device
         self.dtype = dtype
         self.compile = compile  # None: on for CUDA, off for CPU (TTSEngine.from_pretrained)
         self._engine = None
-        self.name = "rumik" if self.model == HUB_ID else f"rumik:{self.model}"
-        if self.model == HUB_ID:
+        self.name = "rumik" if self.model == DEFAULT_MODEL else f"rumik:{self.model}"
+        if self.model == DEFAULT_MODEL:
             self.label = "rumik-oss-1"
-        elif self.model == TINY:
+        elif self.model == TINY_MODEL:
             self.label = "rumik-oss-1 architecture, tiny random checkpoint (tests only)"
         else:
             self.label = f"rumik-oss-1 ({self.model})"

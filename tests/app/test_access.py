@@ -190,12 +190,15 @@ def test_main_wires_logins_admin_password_and_data_dir(tmp_path, monkeypatch, ca
 
 
 @pytest.mark.parametrize("argv_extra", [["--auth", "nocolon"], ["--data-dir", "{gradio}/app"]])
-def test_main_stops_with_one_message(argv_extra, tmp_path, monkeypatch):
+def test_main_stops_with_one_message(argv_extra, tmp_path, monkeypatch, capsys):
     import app
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     argv = ["--model", str(tmp_path / "no-model"), "--data-dir", str(tmp_path / "data")]
     argv += [a.replace("{gradio}", str(tmp_path / "gradio")) for a in argv_extra]
     monkeypatch.setattr(app, "launch", lambda *a, **k: pytest.fail("launched despite the error"))
-    with pytest.raises(SystemExit, match="^error: "):
+    with pytest.raises(SystemExit) as stop:
         app.main(argv)
+    assert stop.value.code == 2  # a user error, as in every command line
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err

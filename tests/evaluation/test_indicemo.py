@@ -171,4 +171,4 @@ def test_cli_markdown_and_csv(tmp_path, capsys):
     table = list(csv.DictReader(out.open()))
     assert [r["system"] for r in table] == ["A", "C", "B"]
     assert float(table[2]["all_five"]) == pytest.approx(2.7) and table[2]["prompts"] == "6"
-    assert main(["aggregate", "--judgments", str(tmp_path / "missing.jsonl")]) == 1
+    assert main(["aggregate", "--judgments", str(tmp_path / "missing.jsonl")]) == 2  # a user error

@@ -1,4 +1,4 @@
-"""Tests for evaluation.nova: one hand-made case per DESIGN §8 rule, aggregation, CLI round trip.
+"""Tests for evaluation.nova: one hand-made case per docs/ARCHITECTURE.md §8 rule, aggregation, CLI round trip.
 
 Run: .venv/bin/python -m pytest tests/evaluation/test_nova.py -q
 """

@@ -38,7 +38,7 @@ def read(path: Path) -> list[dict]:
 
 
 def words(text: str) -> list[str]:
-    """DESIGN §8 step 1 for words: lower-case, drop non-alphanumerics, drop empty tokens."""
+    """NoVA step 1 for words (docs/ARCHITECTURE.md §8): lower-case, drop non-alphanumerics, drop empty tokens."""
     return [w for w in (NOT_WORD_CHAR.sub("", t.lower()) for t in text.split()) if w]
 
 

@@ -1,4 +1,4 @@
-"""The engine (DESIGN §5) on the tiny checkpoint: head, cache, stopping, seeds, batch, stream."""
+"""The engine (docs/ARCHITECTURE.md §5) on the tiny checkpoint: head, cache, stopping, seeds, batch, stream."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Prompt strings (DESIGN §3), tag validation and empty/huge text errors."""
+"""Prompt strings (docs/ARCHITECTURE.md §3), tag validation and empty/huge text errors."""
 
 import pytest
 

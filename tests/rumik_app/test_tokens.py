@@ -1,11 +1,11 @@
-"""Token layout: the id formula both ways and every parse/resync rule of DESIGN §4."""
+"""Token layout: the id formula both ways and every parse/resync rule of docs/ARCHITECTURE.md §4."""
 
 import numpy as np
 import pytest
 
 from rumik_app.tokens import FrameParser, TokenLayout
 
-# The published layout (DESIGN §2), written out here only to check the formula against it.
+# The published layout (docs/ARCHITECTURE.md §2), written out here only to check the formula against it.
 PUBLISHED = TokenLayout(first_unit_id=261008, num_quantizers=8, codebook_size=2048,
                         text_start_token_id=277392, audio_start_token_id=277393, audio_end_token_id=277394)
 SMALL = TokenLayout(first_unit_id=100, num_quantizers=3, codebook_size=4,

@@ -1,4 +1,4 @@
-"""training.common: configs, schedule, metrics log, training checkpoints."""
+"""training.config and training.common: configs, schedule, optimiser, metrics log, training checkpoints."""
 
 import json
 import os
@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.errors import CheckpointError, ConfigError
 from training.common import (
-    CUBLAS_WORKSPACE, ConfigError, MetricsLogger, latest_checkpoint, load_config, load_training_state, save_config,
-    save_training_checkpoint, set_seed, wsd_lambda,
+    CUBLAS_WORKSPACE, MetricsLogger, latest_checkpoint, load_training_state, save_training_checkpoint, set_seed,
+    wsd_lambda,
 )
+from training.config import load_config, save_config
 
 
 @dataclass
@@ -144,7 +146,7 @@ def test_latest_checkpoint_none_and_stale_pointer(tmp_path):
     (root / "step_00000004" / "training_state.pt").write_bytes(b"x")
     (root / "latest").write_text("step_00000009\n")  # points at a folder that never completed
     assert latest_checkpoint(tmp_path) == root / "step_00000004"
-    with pytest.raises(FileNotFoundError, match="not a training checkpoint"):
+    with pytest.raises(CheckpointError, match="not a training checkpoint"):
         load_training_state(tmp_path, None, None)
 
 
@@ -176,11 +178,24 @@ def test_set_seed_seeds_every_rng_and_sets_the_deterministic_mode(monkeypatch, r
 
 
 def test_deterministic_is_a_config_key_of_both_trainers():
-    from training.grpo_config import SMOKE_CONFIG, GRPOConfig
-    from training.sft import SFTConfig
+    from training.grpo.config import SMOKE_CONFIG, GRPOConfig
+    from training.sft.config import SFTConfig
 
     assert load_config(SFTConfig, None).deterministic is False
     assert load_config(SFTConfig, None, ["deterministic=true"]).deterministic is True
     assert load_config(GRPOConfig, SMOKE_CONFIG, ["deterministic=true"]).deterministic is True
     with pytest.raises(ConfigError, match="deterministic"):
         load_config(SFTConfig, None, ["deterministic=yes"])
+
+
+def test_config_changes_name_each_changed_key():
+    from training.config import config_changes
+
+    saved = {"out_dir": "runs/a", "seed": 0, "optim": {"lr": 0.01, "betas": [0.9, 0.95]},
+             "stages": [{"name": "en", "steps": 3}, {"name": "hi", "steps": 3}], "resume": True}
+    current = {"out_dir": "runs/b", "seed": 0, "optim": {"lr": 0.005, "betas": [0.9, 0.95]},
+               "stages": [{"name": "en", "steps": 3}, {"name": "hi", "steps": 4}]}
+    assert config_changes(saved, current) == [  # out_dir is where the run lives, not a setting
+        "optim.lr: 0.01 -> 0.005", 'resume: true -> "(absent)"', "stages.1.steps: 3 -> 4"]
+    assert config_changes(current, current) == []
+    assert config_changes({"stages": [1]}, {"stages": [1, 2]}) == ["stages: [1] -> [1, 2]"]

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from training.data import DataError, DataSource, MixtureSampler, StagePlan, rank_micro_batches
+from training.sft.data import DataError, DataSource, MixtureSampler, StagePlan, rank_micro_batches
 
 ITEMS = {"en": list(range(10)), "hi": list(range(100, 106)), "ta": [200, 201, 202]}
 STAGES = [StagePlan("english", 3, (("en", 1.0),)),

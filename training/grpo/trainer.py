@@ -1,7 +1,7 @@
-"""GRPO post-training with per-codebook reward routing (DESIGN §7).
+"""GRPO post-training with per-codebook reward routing (docs/ARCHITECTURE.md §7).
 
     python -m training.grpo --config training/configs/grpo_example.toml --out runs/grpo1
-    python -m training.grpo --config ... --out runs/grpo1 --resume     # continue from the latest checkpoint
+    python -m training.grpo --config ... --out runs/grpo1 --resume     # continue runs/grpo1 with changed settings
     python -m training.grpo --config ... --set loss.routing=flat --set optim.lr=5e-7
     python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
     accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
@@ -15,20 +15,21 @@ One step (a "rollout batch"):
    then draws Bernoulli decisions, so they are policy actions with a log-prob gradient; the
    inference rule ("threshold") is deterministic and gives the duration stream nothing to
    push on.
-3. Rewards: every stream's function (training.rewards) on the rows; None = abstain.
-4. Advantages per stream and group, routed to actions by W (training.grpo_loss): by
+3. Rewards: every stream's function (training.grpo.rewards) on the rows; None = abstain.
+4. Advantages per stream and group, routed to actions by W (training.grpo.loss): by
    default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`.
-5. Update: teacher-forced log-probs over the audio-only head (training.grpo_policy), the
+5. Update: teacher-forced log-probs over the audio-only head (training.grpo.policy), the
    clipped objective normalised by the batch's total actions (tokens + stop decisions, over
    all processes), `num_iterations` optimiser steps (1 by default).
 6. Log one line (stdout + OUT/metrics.jsonl, TRL names where they exist) and checkpoint
-   every `save_every` steps to OUT/checkpoints/step_XXXXXXXX (published format + state).
+   every `save_every` steps to OUT/checkpoints/step_XXXXXXXX (published format + state);
+   the loop, checkpoints, resume policy and command line are training.trainer's, as in SFT.
 
 Scale. Under `accelerate launch` (DDP) each process samples and scores its own shard;
 groups never straddle processes, so advantages are local; the action count is summed over
 processes and every local loss is scaled by the world size, so DDP's gradient average gives
 exactly the global objective (the two-process CPU run above reproduces the one-process
-numbers; tests/training/test_grpo.py checks it). Rewards and lengths are gathered for
+numbers; tests/training/grpo/test_trainer.py checks it). Rewards and lengths are gathered for
 logging, so metrics.jsonl describes the whole batch. The engine samples with the live
 weights of its process. FSDP / ZeRO-3 shard the weights, so the in-process sampler cannot
 run on them; use DDP, or a rollout server (next paragraph).
@@ -50,12 +51,11 @@ server over NCCL or its weight-update endpoint before the next batch is sampled.
 
 Reproducibility: prompts and sampling seeds are functions of (seed, step), so two runs with
 one config match bit for bit on CPU; on CUDA set `deterministic = true` for torch's
-deterministic kernels (see training.sft's docstring for what that does and does not cover).
+deterministic kernels (see training.sft.trainer's docstring for what that does and does not cover).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import time
@@ -66,22 +66,23 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
-from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.engine import TTSEngine
 from rumik_app.generation import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, Rollouts
-from training.common import (
-    MetricsLogger, latest_checkpoint, load_config, load_training_state, save_config, save_training_checkpoint,
-    set_seed, wsd_lambda,
-)
-from training.grpo_config import SMOKE_CONFIG, GRPOConfig, PromptSampler, build_request
-from training.grpo_loss import (
+from rumik_app.request import SynthesisRequest
+from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
+from training.grpo.config import SMOKE_CONFIG, GRPOConfig
+from training.grpo.loss import (
     action_columns, clipped_objective, concat_actions, group_advantages, nan_stats, route_advantages,
     routing_matrix,
 )
-from training.grpo_policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
-from training.rewards import build_reward, compute_rewards
+from training.grpo.policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
+from training.grpo.prompts import PromptSampler, build_request
+from training.grpo.rewards import build_reward, compute_rewards
+from training.trainer import Trainer, run_cli
 
 DECODE_BATCH = 16  # rows per codec decode call when a reward needs audio
 RESERVED_COLUMNS = ("audio", "sample_rate", "frame_rate_hz")
+SUMMARY_WINDOW = 5  # smoke summary: mean reward of the first and of the last this many steps
 
 
 class RolloutSource(Protocol):
@@ -124,19 +125,17 @@ class RolloutBatch:
     stop_adv: torch.Tensor
 
 
-class GRPOTrainer:
-    """Holds the engine, policy, reference, optimiser and rewards of one run; `train()` runs it."""
+class GRPOTrainer(Trainer):
+    """Holds the engine, policy, reference, optimiser and rewards of one run; `train()` runs it
+    (training.trainer). config_dir: where relative prompt-set paths are looked up first."""
 
-    def __init__(self, cfg: GRPOConfig, config_dir: Path | None = None, accelerator=None,
+    name = "training.grpo"
+    config_class = GRPOConfig
+    smoke_help = f"tiny model on CPU with the synthetic codebook-0 reward ({SMOKE_CONFIG.name})"
+
+    def __init__(self, cfg: GRPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
-        from accelerate import Accelerator
-
-        self.acc = accelerator or Accelerator()
-        cfg.validate(self.acc.num_processes)
-        self.cfg, self.out = cfg, Path(cfg.out_dir)
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
-        set_seed(cfg.seed, deterministic=cfg.deterministic)
+        super().__init__(cfg, accelerator, config_dir)
         self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
                                                 restrict_phase=cfg.rollout.restrict_phase)
         self.layout, self.model = self.engine.layout, self.engine.model
@@ -148,22 +147,30 @@ class GRPOTrainer:
         elif cfg.loss.beta > 0 or cfg.loss.kl_monitor:
             frozen = copy.deepcopy(self.model).requires_grad_(False).eval()
             self.reference = PolicyScorer(frozen, self.layout, restrict)
-        if cfg.gradient_checkpointing:  # non-reentrant: works with DDP and with frozen (LoRA) inputs
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.activation_checkpointing:
+            enable_activation_checkpointing(self.model)
+        self.master = self.model if self.peft is None else None  # LoRA checkpoints hold the adapters instead
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        optim = cfg.optim
-        optimizer = torch.optim.AdamW(self.params, lr=optim.lr, betas=tuple(optim.betas),
-                                      weight_decay=optim.weight_decay)
-        total = cfg.steps * cfg.loss.num_iterations
-        stable = max(0, total - optim.warmup_steps - optim.decay_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, wsd_lambda(optim.warmup_steps, stable, optim.decay_steps, optim.min_lr_ratio))
+        optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
         self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
         self.source = source or EngineRollouts(self.engine)
         self.rewards = [build_reward(spec) for spec in cfg.rewards]
         overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
         self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
         self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
+
+    @property
+    def total_steps(self) -> int:
+        return self.cfg.steps
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Rollout batch `step` (1-based): sample, score, `num_iterations` updates; its log line."""
+        t0 = time.perf_counter()
+        rb = self.make_batch(step)
+        t1 = time.perf_counter()
+        stats = self.update(rb)
+        t2 = time.perf_counter()
+        return self.metrics(rb, stats, {"rollout_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3)})
 
     # ------------------------------------------------------------------ rollouts and rewards
     def make_batch(self, step: int) -> RolloutBatch:
@@ -245,7 +252,7 @@ class GRPOTrainer:
         stats = dict.fromkeys(keys, 0.0)
         stats["learning_rate"] = self.scheduler.get_last_lr()[0]
         for it in range(cfg.loss.num_iterations):
-            if cfg.gradient_checkpointing:
+            if cfg.activation_checkpointing:
                 self.model.train()
             for k, b in enumerate(batches):
                 sync = nullcontext() if k == len(batches) - 1 else acc.no_sync(self.scorer)
@@ -264,8 +271,7 @@ class GRPOTrainer:
                 stats["loss"] += float(out.loss.detach()) / cfg.loss.num_iterations
                 for key in ("count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum"):
                     stats[key] += getattr(out, key)
-            norm = acc.clip_grad_norm_(self.params, cfg.optim.max_grad_norm) if cfg.optim.max_grad_norm > 0 else None
-            stats["grad_norm"] += float(norm) / cfg.loss.num_iterations if norm is not None else math.nan
+            stats["grad_norm"] += clip_gradients(acc, self.params, cfg.optim.max_grad_norm) / cfg.loss.num_iterations
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -319,8 +325,9 @@ class GRPOTrainer:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, step: int) -> None:
+    def checkpoint_state(self) -> tuple[dict | None, dict]:
         extra: dict[str, Any] = {}
+        state = None
         if self.peft is not None:  # adapters are replicated (DDP): the main process has them all
             from peft import get_peft_model_state_dict
 
@@ -329,70 +336,29 @@ class GRPOTrainer:
                 extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
         else:  # every process takes part (FSDP/DeepSpeed gather here)
             state = {k.removeprefix("model."): v for k, v in self.acc.get_state_dict(self.scorer).items()}
-        if self.acc.is_main_process:
-            save_training_checkpoint(self.out, step, self.model, self.engine.config, self.engine.checkpoint_dir,
-                                     self.optimizer, self.scheduler, self.cfg, extra_state=extra,
-                                     keep_last=self.cfg.keep_last, state_dict=state,
-                                     save_master_weights=self.peft is None)
-        self.acc.wait_for_everyone()
+        return state, extra
 
-    def resume(self) -> int:
-        """Restore from OUT's latest checkpoint; returns the number of steps already done (0 if none)."""
-        ckpt = latest_checkpoint(self.out)
-        if ckpt is None:
-            return 0
-        extra = load_training_state(ckpt, self.optimizer, self.scheduler,
-                                    model=self.model if self.peft is None else None)
+    def restore(self, extra: dict) -> None:
         if self.peft is not None:
             from peft import set_peft_model_state_dict
 
             set_peft_model_state_dict(self.peft, extra["lora"])
         self.source.sync_weights(self.model)
-        return int(extra["step"])
 
-    # ------------------------------------------------------------------ loop
-    def train(self, resume: bool = False) -> Path:
-        """Run steps up to `cfg.steps`; returns OUT."""
-        if latest_checkpoint(self.out) is not None and not resume:
-            raise SystemExit(f"{self.out} already holds checkpoints; pass --resume to continue, or a fresh --out.")
-        done = self.resume() if resume else 0
-        if self.acc.is_main_process:
-            print(f"training.grpo: {self.acc.num_processes} process(es), {self.acc.distributed_type.value}, "
-                  f"{self.acc.device}", flush=True)
-            save_config(self.cfg, self.out / "train_config.json")
-        logger = MetricsLogger(self.out, is_main=self.acc.is_main_process)
-        for step in range(done + 1, self.cfg.steps + 1):
-            t0 = time.perf_counter()
-            rb = self.make_batch(step)
-            t1 = time.perf_counter()
-            stats = self.update(rb)
-            t2 = time.perf_counter()
-            logger.log(step, self.metrics(rb, stats, {"rollout_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3)}))
-            if step % self.cfg.save_every == 0 or step == self.cfg.steps:
-                self.save(step)
-        logger.close()
-        return self.out
+    # ------------------------------------------------------------------ smoke run
+    @classmethod
+    def smoke_config(cls, out: Path | None) -> Path:
+        return SMOKE_CONFIG
+
+    @classmethod
+    def smoke_report(cls, out: Path, seconds: dict[str, float]) -> dict:
+        """Reward at the start and at the end of the smoke run (it rises on the synthetic reward)."""
+        rewards = [r["reward"] for r in read_metrics(out) if "reward" in r]
+        return {"first5_reward": round(sum(rewards[:SUMMARY_WINDOW]) / len(rewards[:SUMMARY_WINDOW]), 4),
+                "last5_reward": round(sum(rewards[-SUMMARY_WINDOW:]) / len(rewards[-SUMMARY_WINDOW:]), 4),
+                "steps": len(rewards), **{k: round(v, 1) for k, v in seconds.items()}}
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m training.grpo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="GRPO config (.json or .toml); see training/configs/grpo_example.toml")
-    parser.add_argument("--smoke", action="store_true",
-                        help=f"tiny model on CPU with the synthetic codebook-0 reward ({SMOKE_CONFIG.name})")
-    parser.add_argument("--out", help="output folder (overrides out_dir)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set optim.lr=1e-6 (repeatable)")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT's latest checkpoint")
-    args = parser.parse_args(argv)
-    if bool(args.config) == bool(args.smoke):
-        parser.error("pass exactly one of --config CONFIG or --smoke")
-    path = SMOKE_CONFIG if args.smoke else Path(args.config)
-    cfg = load_config(GRPOConfig, path, args.overrides)
-    if args.out:
-        cfg.out_dir = args.out
-    return GRPOTrainer(cfg, config_dir=path.parent).train(resume=args.resume)
-
-
-if __name__ == "__main__":
-    main()
+def main(argv: Sequence[str] | None = None) -> Path:
+    """`python -m training.grpo`: returns OUT."""
+    return run_cli(GRPOTrainer, argv, __doc__)

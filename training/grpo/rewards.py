@@ -1,6 +1,6 @@
-"""GRPO reward functions (DESIGN §7), built from the evaluation metrics and an ASR judge.
+"""GRPO reward functions (docs/ARCHITECTURE.md §7), built from the evaluation metrics and an ASR judge.
 
-Library module, no command line; `training.grpo` builds them from the config's `rewards`
+Library module, no command line; `training.grpo.trainer` builds them from the config's `rewards`
 list. Every reward has one TRL-style signature::
 
     reward(prompts, rollouts, **columns) -> list[float | None]      # one value per row
@@ -10,7 +10,7 @@ rollouts: the `rumik_app.generation.Rollouts` the rows came from (may be None wh
 reward only needs the audio); columns: per-row lists from the prompt set (`text`,
 `language`, `domain`, any extra field) plus `audio` (float32 waveforms, when some reward
 sets `needs_audio`), `sample_rate` and `frame_rate_hz` (scalars). None = abstain: the
-row carries no signal in that stream (see `training.grpo_loss`). Extra columns a reward
+row carries no signal in that stream (see `training.grpo.loss`). Extra columns a reward
 does not use are ignored (`**_`).
 
 Built-in kinds:
@@ -50,6 +50,7 @@ import torch
 
 from evaluation.metrics import DEFAULT_WER_WEIGHT, content_error
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize, spoken_form
+from rumik_app.errors import ConfigError
 from rumik_app.languages import PACE_RATE, get_language, rate_for_text, speakable_length
 
 RewardFn = Callable[..., list]
@@ -85,14 +86,14 @@ class RewardSpec:
             self.kwargs = {"segmentation": DEFAULT_SEGMENTATION, **self.kwargs}
 
     def check(self) -> None:
-        """ValueError naming the stream and the key for settings that cannot run (before any model loads)."""
+        """ConfigError naming the stream and the key for settings that cannot run (before any model loads)."""
         if self.kind not in REWARD_KINDS:
-            raise ValueError(f"reward {self.name!r}: unknown kind {self.kind!r}; use one of {REWARD_KINDS}")
+            raise ConfigError(f"reward {self.name!r}: unknown kind {self.kind!r}; use one of {REWARD_KINDS}")
         if self.kind == "content":
             try:
                 check_segmentation(self.kwargs.get("segmentation"))
             except ValueError as exc:
-                raise ValueError(f"reward {self.name!r}: kwargs.segmentation: {exc}") from None
+                raise ConfigError(f"reward {self.name!r}: kwargs.segmentation: {exc}") from None
 
 
 def _text(prompt: Any, language: str | None = None) -> str:
@@ -125,11 +126,11 @@ class ContentReward:
                  languages: Sequence[str] | None = None, asr_cache: str | None = None,
                  segmentation: str = DEFAULT_SEGMENTATION):
         if not 0.0 <= wer_weight <= 1.0:
-            raise ValueError(f"wer_weight must be in [0, 1], got {wer_weight}")
+            raise ConfigError(f"wer_weight must be in [0, 1], got {wer_weight}")
         try:
             self.segmentation = check_segmentation(segmentation)
         except ValueError as exc:
-            raise ValueError(f"content reward: {exc}") from None
+            raise ConfigError(f"content reward: {exc}") from None
         self._judge, self.asr, self.asr_cache = judge, asr, asr_cache
         self.wer_weight = wer_weight
         self.languages = {get_language(code).code for code in languages} if languages else None
@@ -182,7 +183,7 @@ class DurationReward:
         for key, rate in (rates or {}).items():
             code, _, voice = key.partition(":")
             if float(rate) <= 0:
-                raise ValueError(f"duration rate for {key!r} must be positive, got {rate}")
+                raise ConfigError(f"duration rate for {key!r} must be positive, got {rate}")
             self.rates[f"{get_language(code).code}:{voice}" if voice else get_language(code).code] = float(rate)
 
     def expected_seconds(self, text: str, language: str | None = None, voice: str | None = None,
@@ -233,12 +234,15 @@ def load_callable(ref: str) -> Callable:
     """Import `package.module:function` (dots after the colon walk attributes)."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"reward function {ref!r} must look like 'package.module:function'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+        raise ConfigError(f"reward function {ref!r} must look like 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"reward function {ref!r} cannot be imported ({exc}); check the name and PYTHONPATH") from exc
     if not callable(obj):
-        raise ValueError(f"{ref!r} is not callable")
+        raise ConfigError(f"{ref!r} is not callable")
     return obj
 
 
@@ -246,14 +250,17 @@ def build_reward(spec: RewardSpec) -> RewardFn:
     """The callable for one config entry; it carries `name`, `kind` and `needs_audio` attributes."""
     kinds = {"content": ContentReward, "duration": DurationReward, "codebook0_low": Codebook0LowReward}
     if spec.kind in kinds:
-        fn: Any = kinds[spec.kind](**spec.kwargs)
+        try:
+            fn: Any = kinds[spec.kind](**spec.kwargs)
+        except TypeError as exc:  # an unknown or missing keyword
+            raise ConfigError(f"reward {spec.name!r}: kwargs: {exc}") from None
     elif spec.kind == "function":
         if not spec.function:
-            raise ValueError(f"reward {spec.name!r}: kind 'function' needs function = 'module:function'")
+            raise ConfigError(f"reward {spec.name!r}: kind 'function' needs function = 'module:function'")
         fn = functools.partial(load_callable(spec.function), **spec.kwargs)
         fn.kind, fn.needs_audio = "function", spec.needs_audio  # type: ignore[attr-defined]
     else:
-        raise ValueError(f"reward {spec.name!r}: unknown kind {spec.kind!r}; use one of {REWARD_KINDS}")
+        raise ConfigError(f"reward {spec.name!r}: unknown kind {spec.kind!r}; use one of {REWARD_KINDS}")
     fn.name = spec.name  # type: ignore[attr-defined]
     return fn
 

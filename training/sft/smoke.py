@@ -1,7 +1,8 @@
-"""Smoke run: the whole training pipeline on CPU in a couple of minutes.
+"""SFT smoke run: the whole training pipeline on CPU in about a minute.
 
     python -m training.sft --smoke --out /tmp/rumik-smoke
     python -m training.sft --smoke --out /tmp/rumik-smoke --set stages.1.steps=200
+    config = prepare_smoke_run(Path("/tmp/rumik-smoke"))    # steps 1-3; returns OUT/smoke_config.json
 
 1. speech from espeak-ng (`evaluation.systems.espeak_synthesize`) in English, Hindi, Tamil,
    Bengali and Telugu: two known voices and a new one (Meera, added to the saved config),
@@ -12,7 +13,10 @@
 3. `training.prepare` for an English folder, an Indic folder and a held-out folder;
 4. `training.sft` with a two-stage curriculum (English, then Indic with English replay);
 5. OUT (the final published checkpoint) is loaded with `TTSEngine.from_pretrained(OUT)` and
-   synthesises one sentence in the new voice.
+   synthesises one sentence in the new voice (`SFTTrainer.smoke_report`).
+
+This module prepares steps 1-3 and writes the config; the trainer (training.sft.trainer)
+runs it like any other config, so this module does not import the trainer.
 
 The codes of a random Mimi carry no speech, so the model can only memorise its small
 training set: the training loss falls well below its start, the held-out loss does not.
@@ -22,17 +26,18 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import soundfile as sf
+import torch
 from scipy.signal import resample_poly
 
 from evaluation.systems.espeak import espeak_synthesize
 from rumik_app.audio import write_wav
-from training.common import load_config, save_config
+from rumik_app.files import atomic_write
+from rumik_app.tiny import build_tiny_checkpoint
+from training.prepare import PrepareError, prepare
 
 # (language code, sentences)
 CORPUS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -54,6 +59,9 @@ NEW_VOICE = "Meera"  # a voice the base checkpoint lacks: prepare --new-speakers
 ESPEAK_VOICE = {NEW_VOICE: "Zoya"}  # who lends it her espeak variant
 # A hidden-64 model gains nothing from intra-op threads; on a busy machine they cost 5x.
 SMOKE_THREADS = 1
+DEFAULT_OUT = Path("runs/sft-smoke")
+SMOKE_CONFIG_FILE = "smoke_config.json"
+SYNTH_TEXT = "नमस्ते, आप कैसे हैं?"  # spoken by NEW_VOICE from the trained OUT
 
 
 def _clip_rows(entries, wav_dir: Path, prefix: str) -> list[dict]:
@@ -91,13 +99,12 @@ def synthesize_corpus(data_dir: Path) -> dict[str, Path]:
     sf.write(str(flac), resample_poly(stereo, up, down, axis=0).astype(np.float32), FLAC_RATE)
     first["audio"] = "wav/en_stereo.flac"
     lines = manifests["en"].read_text().splitlines()
-    manifests["en"].write_text("\n".join([json.dumps(first, ensure_ascii=False)] + lines[1:]) + "\n")
+    atomic_write(manifests["en"], "\n".join([json.dumps(first, ensure_ascii=False)] + lines[1:]) + "\n")
     return manifests
 
 
 def _write_manifest(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
+    return atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def smoke_config(out: Path, base: Path, data: dict[str, Path]) -> dict:
@@ -111,19 +118,16 @@ def smoke_config(out: Path, base: Path, data: dict[str, Path]) -> dict:
              "mixture": [{"data": indic, "weight": 1.0}, {"data": english, "weight": 0.25}]},
         ],
         "optim": {"lr": 1e-2, "warmup_steps": 10, "decay_fraction": 0.2, "min_lr_ratio": 0.1,
-                  "weight_decay": 0.0, "grad_clip": 1.0},
+                  "weight_decay": 0.0, "max_grad_norm": 1.0},
         "batch": {"global_batch": 8, "micro_batch": 8},
         "loss": {"stop_lambda": 1.0, "head": "audio"},
         "eval": {"every": 20, "data": [str(data["heldout"])], "max_items": 8},
-        "save_every": 30, "keep_last": 2, "mixed_precision": "no",
+        "save_every": 30, "keep_last": 2, "mixed_precision": "no", "torch_threads": SMOKE_THREADS,
     }
 
 
 def prepare_smoke_data(out: Path) -> tuple[Path, dict[str, Path]]:
     """Steps 1-3: tiny checkpoint at OUT/base and prepared folders under OUT/smoke_data."""
-    from rumik_app.tiny import build_tiny_checkpoint
-    from training.prepare import prepare
-
     base = out / "base"
     if not (base / "codec" / "model.safetensors").exists():
         build_tiny_checkpoint(base)
@@ -134,40 +138,15 @@ def prepare_smoke_data(out: Path) -> tuple[Path, dict[str, Path]]:
         report = prepare(manifest, str(base), data_dir / f"prepared_{group}", shard_size=4, batch_size=8,
                          device="cpu", new_speakers=(NEW_VOICE,))
         if report["skipped_count"]:
-            raise RuntimeError(f"smoke data: unexpected skipped rows {report['skipped']}")
+            raise PrepareError(f"smoke data: unexpected skipped rows {report['skipped']}")
         prepared[group] = data_dir / f"prepared_{group}"
     return base, prepared
 
 
-def run_smoke(out: Path, overrides: Sequence[str] = ()) -> Path:
-    """Prepare, train and check; prints a summary; returns OUT (a loadable checkpoint)."""
-    from rumik_app import SynthesisRequest, TTSEngine
-    from training.sft import SFTConfig, train
-
-    import torch
-
-    torch.set_num_threads(SMOKE_THREADS)
-    start = time.perf_counter()
+def prepare_smoke_run(out: Path) -> Path:
+    """Steps 1-3 and the config: returns OUT/smoke_config.json (an SFTConfig file)."""
+    torch.set_num_threads(SMOKE_THREADS)  # before the codec encodes: the data, too, is made on one thread
     out.mkdir(parents=True, exist_ok=True)
     base, prepared = prepare_smoke_data(out)
-    config_path = out / "smoke_config.json"
-    config_path.write_text(json.dumps(smoke_config(out, base, prepared), indent=2), encoding="utf-8")
-    cfg = load_config(SFTConfig, config_path, overrides)
-    save_config(cfg, config_path)
-    t_train = time.perf_counter()
-    train(cfg)
-    t_done = time.perf_counter()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    losses = [r for r in rows if "loss" in r]
-    first, last = np.mean([r["loss"] for r in losses[:10]]), np.mean([r["loss"] for r in losses[-10:]])
-    engine = TTSEngine.from_pretrained(str(out), device="cpu")
-    audio = engine.synthesize(SynthesisRequest("नमस्ते, आप कैसे हैं?", voice=NEW_VOICE, seed=0, max_new_tokens=400))
-    summary = {"first10_loss": round(float(first), 4), "last10_loss": round(float(last), 4),
-               "ratio": round(float(last / first), 4),
-               "tokens_per_s": round(float(np.median([r["tokens_per_s"] for r in losses])), 1),
-               "steps": len(losses), "train_s": round(t_done - t_train, 1),
-               "total_s": round(time.perf_counter() - start, 1), "synth_seconds": round(audio.duration, 2),
-               "synth_finish": audio.info.get("finish_reasons")}
-    (out / "smoke_summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print("smoke:", json.dumps(summary))
-    return out
+    return atomic_write(out / SMOKE_CONFIG_FILE, json.dumps(smoke_config(out, base, prepared), indent=2) + "\n")
+

@@ -30,15 +30,15 @@ from typing import Sequence
 
 import numpy as np
 
-from rumik_app.request import SynthesisRequest
+from rumik_app.errors import RumikError
+from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 from rumik_app.tokens import TokenLayout
 from training.prepare import INDEX_FILE, PREPARE_FILE, SHARDS_DIR
 
 HASH_BUCKETS = 10_000
-OPTIONAL_PROMPT_FIELDS = ("tone", "accent", "pace", "description")
 
 
-class DataError(RuntimeError):
+class DataError(RumikError, RuntimeError):
     """Prepared data cannot be used with this model or config; the message names the fix."""
 
 
@@ -101,7 +101,7 @@ class DataSource:
     def request(self, i: int) -> SynthesisRequest:
         """The SynthesisRequest whose prompt this clip was spoken for (text, voice, description)."""
         row = self.rows[i]
-        extras = {k: row[k] for k in OPTIONAL_PROMPT_FIELDS if row.get(k) not in (None, "")}
+        extras = {k: row[k] for k in DESCRIPTION_FIELDS if row.get(k) not in (None, "")}
         return SynthesisRequest(row["text"], voice=row["speaker"], language=row.get("language"), **extras)
 
 

@@ -1,4 +1,4 @@
-"""The SFT objective (DESIGN §6) as one module, so DDP/FSDP/DeepSpeed see a single forward.
+"""The SFT objective (docs/ARCHITECTURE.md §6) as one module, so DDP/FSDP/DeepSpeed see a single forward.
 
     objective = SFTObjective(engine.model, engine.layout, head="full")
     sums = objective(**collate(examples, pad_id))       # {"acoustic_sum", "stop_sum"}
@@ -27,9 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from rumik_app.model import AudioHead, RumikOSSForCausalLM
 from rumik_app.tokens import TokenLayout
-
-HEADS = ("full", "audio")
-CE_CHUNK_TOKENS = 4096
+from training.sft.config import CE_CHUNK_TOKENS, HEADS
 
 
 class SFTObjective(nn.Module):
@@ -79,7 +77,7 @@ class SFTObjective(nn.Module):
                 targets: torch.Tensor, loss_mask: torch.Tensor, stop_index: torch.Tensor,
                 stop_target: torch.Tensor, stop_mask: torch.Tensor, audio_start: torch.Tensor,
                 audio_len: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Tensors from `training.sequences.collate` ([B, L] and [B, F]); returns float32 sums."""
+        """Tensors from `training.sft.sequences.collate` ([B, L] and [B, F]); returns float32 sums."""
         hidden = self.model.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                  use_cache=False).last_hidden_state  # [B, L, h], post-norm
         if self.head == "full":

@@ -1,4 +1,4 @@
-"""Training sequences (DESIGN §6): prompt + frame tokens + `</audio>`, masks and stop targets.
+"""Training sequences (docs/ARCHITECTURE.md §6): prompt + frame tokens + `</audio>`, masks and stop targets.
 
     ex = build_sequence(engine.prompt_ids(request), codes, engine.layout)   # codes: [Q, T]
     batch = collate([ex, ...], pad_id=engine.pad_id)                         # right-padded tensors
@@ -9,7 +9,7 @@ The model reads the first L - 1 tokens (`input_ids`); position i predicts `targe
 token i + 1. `loss_mask[i]` is 1 exactly where the target is a unit token or `</audio>`
 (T*Q + 1 positions), 0 for text/condition targets and padding.
 
-Stop head (same convention as the engine, DESIGN §5): it reads the final hidden state at the
+Stop head (same convention as the engine, docs/ARCHITECTURE.md §5): it reads the final hidden state at the
 position of the last token of frame j (input index P + j*Q - 1, j = 1..T); that state also
 predicts the next frame's q0 or `</audio>`. Target 1 only after the last frame (j = T).
 """

@@ -6,8 +6,8 @@ import torch
 
 from rumik_app import SynthesisRequest
 from tests.conftest import stop_head_bias
-from training.objective import SFTObjective
-from training.sequences import IGNORE_INDEX, build_sequence, collate
+from training.sft.objective import SFTObjective
+from training.sft.sequences import IGNORE_INDEX, build_sequence, collate
 
 
 STOP_BIAS = -2.0

@@ -1,4 +1,4 @@
-"""training.sft end to end: the smoke run, checkpoint round trip, exact resume, accumulation."""
+"""training.sft end to end: the smoke run, checkpoint round trip, exact resume, accumulation, DDP."""
 
 import json
 import os
@@ -13,10 +13,16 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
-from training.common import ConfigError, load_config, save_config
-from training.sft import SFTConfig, main, train
+from rumik_app.errors import ConfigError
+from training.config import load_config, save_config
+from training.sft.config import SFTConfig
+from training.sft.trainer import SFTTrainer, main
 
-CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "training" / "configs"
+
+
+def train(cfg: SFTConfig, resume: bool = False) -> Path:
+    return SFTTrainer(cfg).train(resume=resume)
 
 
 def _losses(out: Path) -> list[dict]:
@@ -52,9 +58,9 @@ def test_smoke_loss_falls_clearly(smoke_dir):
     assert last < 0.8 * first, (first, last)
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
     assert {r["stage"] for r in rows} == {"english", "indic+replay"}
-    for key in ("acoustic_loss", "stop_loss", "lr", "tokens_per_s"):
+    for key in ("acoustic_loss", "stop_loss", "learning_rate", "grad_norm", "tokens_per_s"):
         assert all(np.isfinite(r[key]) and r[key] >= 0 for r in rows), key
-    assert "heldout_loss" in rows[-1] and rows[0]["lr"] < rows[20]["lr"]  # warmup, then held-out at the end
+    assert "heldout_loss" in rows[-1] and rows[0]["learning_rate"] < rows[20]["learning_rate"]  # warmup; held-out at the end
     summary = json.loads((smoke_dir / "smoke_summary.json").read_text())
     assert summary["ratio"] < 0.8 and summary["synth_seconds"] > 0
 
@@ -89,16 +95,27 @@ def test_resume_from_a_mid_run_checkpoint_reproduces_the_next_losses(smoke_dir, 
     killed = tmp_path / "killed"
     (killed / "checkpoints").mkdir(parents=True)  # what a kill after step 5 leaves: checkpoints up to 4
     shutil.copytree(full / "checkpoints" / "step_00000004", killed / "checkpoints" / "step_00000004")
-    train(_short_config(smoke_dir, killed))
+    train(_short_config(smoke_dir, killed))  # the same settings (another OUT): resumes by itself
     expected = {r["step"]: r for r in _losses(full)}
     resumed = _losses(killed)
     assert [r["step"] for r in resumed] == [5, 6]
     for row in resumed:
-        for key in ("loss", "acoustic_loss", "stop_loss", "lr", "grad_norm", "stage"):
+        for key in ("loss", "acoustic_loss", "stop_loss", "learning_rate", "grad_norm", "stage"):
             assert row[key] == expected[row["step"]][key], (row["step"], key)
     a = TTSEngine.from_pretrained(str(full), device="cpu").model.state_dict()
     b = TTSEngine.from_pretrained(str(killed), device="cpu").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    events = [json.loads(x) for x in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert {"step": 4, "event": "resumed from step_00000004"} in [{k: r[k] for k in ("step", "event")}
+                                                                  for r in events if "event" in r]
+
+    # Changed settings: refused with the keys named, unless --resume (train(resume=True)) says so.
+    changed = _short_config(smoke_dir, killed, optim__lr=5e-3)
+    changed.stages[1].steps = 4
+    with pytest.raises(ConfigError, match=r"optim\.lr: 0\.01 -> 0\.005; stages\.1\.steps: 3 -> 4\)\. Pass --resume"):
+        train(changed)
+    train(changed, resume=True)
+    assert [r["step"] for r in _losses(killed)] == [5, 6, 7]  # one more step, at the new learning rate
 
 
 @pytest.mark.slow
@@ -113,14 +130,14 @@ def test_gradient_accumulation_equals_one_big_batch(smoke_dir, tmp_path):
 def test_example_configs_load_and_check():
     for path in (CONFIGS / "pretrain_curriculum.toml", CONFIGS / "finetune_voice.toml"):
         cfg = load_config(SFTConfig, path)
-        cfg.check(world=1)
+        cfg.validate(num_processes=1)
         assert cfg.stages and all(s.mixture for s in cfg.stages)
     cfg = load_config(SFTConfig, CONFIGS / "pretrain_curriculum.toml")
     assert cfg.batch.global_batch == 96 and cfg.optim.lr == 1e-4 and len(cfg.stages) == 3
     with pytest.raises(ConfigError, match="multiple of"):
-        cfg.check(world=5)
+        cfg.validate(num_processes=5)
     with pytest.raises(ConfigError, match="head"):
-        load_config(SFTConfig, CONFIGS / "finetune_voice.toml", ["loss.head=\"softmax\""]).check(world=1)
+        load_config(SFTConfig, CONFIGS / "finetune_voice.toml", ["loss.head=\"softmax\""]).validate(num_processes=1)
 
 
 def test_cli_needs_a_config(capsys):
@@ -152,7 +169,7 @@ def test_accelerate_launch_two_processes_matches_one(smoke_dir, tmp_path):
     two = tmp_path / "two"
     assert done.stdout.count("step      1 |") == 1  # only the main process logs
     for x, y in zip(_losses(one), _losses(two), strict=True):
-        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5) and x["lr"] == y["lr"]
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5) and x["learning_rate"] == y["learning_rate"]
     a = TTSEngine.from_pretrained(str(one), device="cpu").model.state_dict()
     b = TTSEngine.from_pretrained(str(two), device="cpu").model.state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-2) for k in a)  # bf16 published weights

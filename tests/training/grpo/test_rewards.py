@@ -1,4 +1,4 @@
-"""GRPO reward functions (training.rewards): content, duration, synthetic, user functions, and the
+"""GRPO reward functions (training.grpo.rewards): content, duration, synthetic, user functions, and the
 real path espeak-ng -> waveform -> pocketsphinx -> content reward."""
 
 import math
@@ -13,7 +13,7 @@ import torch
 
 from evaluation.metrics import gcer
 from rumik_app import SynthesisRequest
-from training.rewards import (
+from training.grpo.rewards import (
     Codebook0LowReward, ContentReward, DurationReward, RewardSpec, build_reward, compute_rewards, load_callable,
 )
 
@@ -152,7 +152,7 @@ def user_reward(prompts, rollouts, *, scale=1.0, domain=None, **_):
 
 
 def test_user_function_reward_and_compute_rewards():
-    fn = build_reward(RewardSpec(name="mine", function="tests.training.test_rewards:user_reward",
+    fn = build_reward(RewardSpec(name="mine", function="tests.training.grpo.test_rewards:user_reward",
                                  kwargs={"scale": 0.5}))
     assert fn.name == "mine" and fn.kind == "function" and not fn.needs_audio
     dur = build_reward(RewardSpec(name="dur", kind="duration"))
@@ -160,7 +160,7 @@ def test_user_function_reward_and_compute_rewards():
     table = compute_rewards([fn, dur], prompts, _rollouts([3, 1]), {"domain": ["a", "skip"], "frame_rate_hz": 12.5})
     assert table.shape == (2, 2) and table[0, 0] == 2.0 and math.isnan(table[1, 0])
     assert not torch.isnan(table[:, 1]).any()
-    bad = build_reward(RewardSpec(name="bad", function="tests.training.test_rewards:user_reward"))
+    bad = build_reward(RewardSpec(name="bad", function="tests.training.grpo.test_rewards:user_reward"))
     with pytest.raises(ValueError, match="returned"):
         compute_rewards([bad], prompts, None, {"domain": ["a"]})
     with pytest.raises(ValueError, match="unknown kind"):

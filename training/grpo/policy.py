@@ -1,6 +1,6 @@
-"""Teacher-forced log-probs of GRPO rollout actions under a model, with gradients (DESIGN §7).
+"""Teacher-forced log-probs of GRPO rollout actions under a model, with gradients (docs/ARCHITECTURE.md §7).
 
-Library module, no command line; `training.grpo` wraps `PolicyScorer` with accelerate::
+Library module, no command line; `training.grpo.trainer` wraps `PolicyScorer` with accelerate::
 
     scorer = PolicyScorer(engine.model, engine.layout, restrict_phase=True)
     batch = ScoringBatch.from_rollouts(rollouts, engine.layout.num_quantizers, rows=[0, 1], pad_id=engine.pad_id)

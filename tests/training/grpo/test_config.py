@@ -1,12 +1,14 @@
-"""GRPO configs and the weighted prompt sampler (training.grpo_config)."""
+"""GRPO configs (training.grpo.config) and the weighted prompt sampler (training.grpo.prompts)."""
 
 import json
 from collections import Counter
 
 import pytest
 
-from training.common import load_config
-from training.grpo_config import CONFIG_DIR, SMOKE_CONFIG, GRPOConfig, PromptSampler, PromptSet, build_request
+from rumik_app.errors import ConfigError
+from training.config import OptimConfig, load_config, save_config
+from training.grpo.config import CONFIG_DIR, SMOKE_CONFIG, GRPOConfig, PromptSet, grpo_optim
+from training.grpo.prompts import PromptSampler, build_request
 
 
 def test_shipped_configs_load_and_validate():
@@ -20,8 +22,6 @@ def test_shipped_configs_load_and_validate():
 
 
 def test_content_segmentation_is_validated_and_saved(tmp_path):
-    from training.common import save_config
-
     example = CONFIG_DIR / "grpo_example.toml"
     assert load_config(GRPOConfig, example).rewards[0].kwargs["segmentation"] == "grapheme"
     cfg = load_config(GRPOConfig, example, ["rewards.0.kwargs.segmentation=unicode"])
@@ -78,3 +78,28 @@ def test_jsonl_prompt_sets_and_requests(tmp_path):
         PromptSampler([PromptSet(items=[{"text": "bad <boom> tag"}])], {}, seed=0)
     with pytest.raises(ValueError, match="positive"):
         PromptSampler([PromptSet(items=[{"text": "a"}], weight=0.0)], {}, seed=0)
+
+
+def test_one_optimiser_config_with_each_run_types_defaults(tmp_path):
+    """Both trainers use training.config.OptimConfig; a partial [optim] keeps GRPO's other defaults."""
+    from training.sft.config import SFTConfig
+
+    smoke = load_config(GRPOConfig, SMOKE_CONFIG)  # its optim table names only lr and max_grad_norm
+    assert type(smoke.optim) is OptimConfig and type(load_config(SFTConfig, None).optim) is OptimConfig
+    expected = grpo_optim()
+    expected.lr = 1e-3
+    assert smoke.optim == expected and smoke.optim.betas == [0.9, 0.99] and smoke.optim.decay_fraction == 0.0
+    assert load_config(SFTConfig, None, ["optim.lr=1e-3"]).optim.betas == [0.9, 0.95]  # SFT's own defaults
+    assert GRPOConfig().optim.phases(20) == (0, 20, 0) and OptimConfig(warmup_steps=4).phases(10) == (4, 5, 1)
+    with pytest.raises(ConfigError, match="grad_clip"):  # the old SFT name is gone: one name, max_grad_norm
+        load_config(GRPOConfig, SMOKE_CONFIG, ["optim.grad_clip=1.0"])
+
+
+def test_prompt_file_errors_name_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="missing.jsonl not found .* fix `path`"):
+        PromptSampler([PromptSet(domain="d", path="missing.jsonl")], {}, seed=0, base_dir=tmp_path)
+    (tmp_path / "bad.jsonl").write_text("{not json\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not JSONL"):
+        PromptSampler([PromptSet(domain="d", path="bad.jsonl")], {}, seed=0, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="language_weights: Unknown language .xx."):
+        PromptSampler([PromptSet(items=[{"text": "a"}])], {"xx": 1.0}, seed=0)

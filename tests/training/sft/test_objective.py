@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from rumik_app import SynthesisRequest
-from training.objective import SFTObjective
-from training.sequences import build_sequence, collate
+from training.sft.objective import SFTObjective
+from training.sft.sequences import build_sequence, collate
 
 
 def _batch(engine):

@@ -1,4 +1,4 @@
-"""GRPO math (training.grpo_loss): group advantages, routing, k3 KL, the clipped objective."""
+"""GRPO math (training.grpo.loss): group advantages, routing, k3 KL, the clipped objective."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rumik_app.tokens import TokenLayout
-from training.grpo_loss import (
+from training.grpo.loss import (
     PAD_COLUMN, action_columns, clipped_objective, concat_actions, group_advantages, k3_kl, route_advantages,
     routing_matrix,
 )

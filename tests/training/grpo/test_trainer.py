@@ -1,7 +1,6 @@
-"""The GRPO loop (training.grpo) on the tiny checkpoint: gradient = plain policy gradient,
+"""The GRPO loop (training.grpo.trainer) on the tiny checkpoint: gradient = plain policy gradient,
 the normaliser, the smoke run's rising reward, zero learning rate, resume, LoRA."""
 
-import json
 import math
 import os
 import subprocess
@@ -12,12 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.grpo as grpo
+import training.grpo.trainer as grpo
 from rumik_app import TTSEngine
-from training.common import latest_checkpoint, load_config
-from training.grpo import GRPOTrainer, main
-from training.grpo_config import SMOKE_CONFIG, GRPOConfig
-from training.grpo_policy import ScoringBatch
+from rumik_app.errors import ConfigError
+from training.common import latest_checkpoint, read_metrics
+from training.config import load_config
+from training.grpo.config import SMOKE_CONFIG, GRPOConfig
+from training.grpo.policy import ScoringBatch
+from training.grpo.trainer import GRPOTrainer, main
 
 
 def _cfg(tiny_checkpoint, out, *overrides) -> GRPOConfig:
@@ -25,7 +26,8 @@ def _cfg(tiny_checkpoint, out, *overrides) -> GRPOConfig:
 
 
 def _metrics(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    """The step rows of OUT/metrics.jsonl (resume events left out)."""
+    return [row for row in read_metrics(out) if "event" not in row]
 
 
 def _mean(xs):
@@ -39,11 +41,11 @@ GRAD_OVERRIDES = (
 )
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")  # optimizer.step is stubbed
+@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler\.step\(\)`")  # optimizer.step is stubbed
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_path, monkeypatch, checkpointing):
     trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *GRAD_OVERRIDES,
-                               f"gradient_checkpointing={str(checkpointing).lower()}"))
+                               f"activation_checkpointing={str(checkpointing).lower()}"))
     with torch.no_grad():  # stop probability ~0.5 per boundary: varied lengths, real stop decisions
         trainer.model.stop_predictor[3].bias.fill_(0.0)
     rb = trainer.make_batch(1)
@@ -96,7 +98,7 @@ def test_config_validation(tiny_checkpoint, tmp_path):
                               ("loss.routing=diagonal", "routing"),
                               ("rollout.stop_mode=maybe", "stop_mode")):
         bad = _cfg(tiny_checkpoint, tmp_path, override)
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ConfigError, match=message):
             bad.validate(2)
 
 
@@ -128,7 +130,7 @@ def test_smoke_reward_rises_and_stays_put_without_learning_rate(tiny_checkpoint,
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly(tiny_checkpoint, tmp_path, monkeypatch):
+def test_resume_continues_exactly(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "rollout.max_new_tokens=32", "save_every=2",
                                        "steps=4")), [])
     whole = tmp_path / "whole"
@@ -145,11 +147,17 @@ def test_resume_continues_exactly(tiny_checkpoint, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         main(["--smoke", "--out", str(part), *sets])
     monkeypatch.setattr(GRPOTrainer, "make_batch", real)
-    with pytest.raises(SystemExit, match="--resume"):
-        main(["--smoke", "--out", str(part), *sets])
-    main(["--smoke", "--out", str(part), "--resume", *sets])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # other settings: refused, naming the key and --resume
+        main(["--smoke", "--out", str(part), *sets, "--set", "optim.lr=5e-4"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "optim.lr: 0.001 -> 0.0005" in err[0] and "--resume" in err[0]
+    main(["--smoke", "--out", str(part), *sets])  # the same command again: resumes by itself
     a, b = _metrics(whole), _metrics(part)
     assert [row["step"] for row in b] == [1, 2, 3, 4]
+    assert {"step": 2, "event": "resumed from step_00000002"} in [
+        {k: row[k] for k in ("step", "event")} for row in read_metrics(part) if "event" in row]
     for key in ("reward", "loss", "kl", "completions/mean_length", "learning_rate"):
         assert [row[key] for row in b] == pytest.approx([row[key] for row in a], rel=1e-5, abs=1e-8), key
 
@@ -159,7 +167,7 @@ def test_lora_reference_is_the_adapter_disabled_model(tiny_checkpoint, tmp_path)
     out = tmp_path / "lora"
     overrides = [f"model={tiny_checkpoint}", "lora.enabled=true", "lora.r=4", "optim.lr=1e-2", "steps=3",
                  "save_every=3", "rollout.max_new_tokens=32", "loss.routing=flat", "loss.num_iterations=2",
-                 "loss.beta=0.04", "gradient_checkpointing=true"]
+                 "loss.beta=0.04", "activation_checkpointing=true"]
     trainer = GRPOTrainer(_cfg(tiny_checkpoint, out, *overrides[1:]))
     batch = ScoringBatch.from_rollouts(trainer.make_batch(1).rollouts, 8, pad_id=trainer.engine.pad_id)
     with torch.no_grad():
@@ -218,7 +226,7 @@ def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16",
                                        "save_every=2")), [])
     main(["--smoke", "--out", str(tmp_path / "one"), *sets])
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

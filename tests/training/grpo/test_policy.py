@@ -1,4 +1,4 @@
-"""Teacher-forced GRPO log-probs (training.grpo_policy) against what the sampler recorded, and LoRA merging."""
+"""Teacher-forced GRPO log-probs (training.grpo.policy) against what the sampler recorded, and LoRA merging."""
 
 import copy
 
@@ -8,7 +8,7 @@ from rumik_app import SynthesisRequest
 from rumik_app.generation import BatchDecoder, RowParams
 from rumik_app.model import AudioHead
 from tests.conftest import stop_head_bias
-from training.grpo_policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
+from training.grpo.policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
 
 REQUESTS = [
     SynthesisRequest("short", seed=3, max_new_tokens=48, temperature=0.9),

@@ -11,8 +11,9 @@ import torch
 
 from rumik_app import SynthesisRequest
 from rumik_app.languages import speakable_length
-from training.grpo_config import RolloutConfig, build_request
-from training.rewards import ContentReward, DurationReward
+from training.grpo.config import RolloutConfig
+from training.grpo.prompts import build_request
+from training.grpo.rewards import ContentReward, DurationReward
 
 
 class FakeJudge:

@@ -1,7 +1,7 @@
-"""GRPO math (DESIGN §7): group advantages, per-codebook reward routing, k3 KL, clipped loss.
+"""GRPO math (docs/ARCHITECTURE.md §7): group advantages, per-codebook reward routing, k3 KL, clipped loss.
 
-Pure tensor functions with no model or I/O; `training.grpo` (the loop) and
-`training.grpo_policy` (log-probs) call them. Library module, no command line::
+Pure tensor functions with no model or I/O; `training.grpo.trainer` (the loop) and
+`training.grpo.policy` (log-probs) call them. Library module, no command line::
 
     adv = group_advantages(rewards, groups)                 # [B, S] per stream
     W = routing_matrix(["content", "duration"], {}, Q)      # [S, Q + 1], last column = stop slot
@@ -29,12 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
+from rumik_app.errors import ConfigError
 from rumik_app.tokens import TokenLayout
 
 DEFAULT_ADV_EPS = 1e-4
 DEFAULT_CLIP_EPS = 0.2
 PAD_COLUMN = -1  # action_columns value at padded positions
-# Default routing rows by reward kind (DESIGN §7): content -> codebook 0 only; duration ->
+# Default routing rows by reward kind (docs/ARCHITECTURE.md §7): content -> codebook 0 only; duration ->
 # the stop slot (stop-head decisions and the `</audio>` token) only. Other kinds broadcast.
 CONTENT_KINDS = ("content", "codebook0_low")
 DURATION_KINDS = ("duration",)
@@ -92,7 +93,7 @@ def routing_matrix(kinds: list[str], overrides: dict[int, list[float]], num_quan
     for s, kind in enumerate(kinds):
         row = overrides.get(s) or default_routing_row(kind, num_quantizers)
         if len(row) != num_quantizers + 1:
-            raise ValueError(
+            raise ConfigError(
                 f"routing row for stream {s} has {len(row)} weights; it needs {num_quantizers + 1} "
                 f"({num_quantizers} codebooks, then the stop slot)"
             )

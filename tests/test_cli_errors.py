@@ -1,0 +1,103 @@
+"""Every command line reports a user error as one `error: ...` line and exit status 2, no traceback.
+
+One bad argument per entry point (a bad config key or override, a missing file, a bad
+shape), run in process through each `main`; `python -m training.grpo --set nosuch=1` also as
+a real subprocess, the way the issue saw it fail.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rumik_app.errors import EXIT_USER_ERROR, ConfigError, PromptError, RumikError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cases(tmp: Path) -> dict[str, list[str]]:
+    missing = str(tmp / "missing.jsonl")
+    return {
+        "rumik_app.synthesize": ["--model", str(tmp / "no-model"), "--text", "hi", "--out", str(tmp / "x.wav")],
+        "rumik_app.tiny": [str(tmp / "t"), "--hidden", "65"],
+        "evaluation.run": ["--system", "espeak", "--prompts", missing, "--asr", "pocketsphinx", "--out", str(tmp / "r")],
+        "evaluation.asr": [str(tmp / "missing.wav")],
+        "evaluation.nova": ["score", "--prompts", missing, "--transcripts", missing, "--out", str(tmp / "v.jsonl")],
+        "evaluation.indicemo": ["aggregate", "--judgments", missing],
+        "training.prepare": ["--manifest", missing, "--model", "tiny", "--out", str(tmp / "data")],
+        "training.sft": ["--config", str(tmp / "missing.toml")],
+        "training.grpo": ["--smoke", "--out", str(tmp / "g"), "--set", "nosuch=1"],
+    }
+
+
+MAIN_MODULE = {"training.sft": "training.sft.trainer", "training.grpo": "training.grpo.trainer"}  # packages
+
+
+def _module_main(name: str):
+    return importlib.import_module(MAIN_MODULE.get(name, name)).main
+
+
+@pytest.mark.parametrize("entry", list(_cases(Path("/x"))))
+def test_user_error_is_one_line_and_status_2(entry, tmp_path, capsys):
+    argv = _cases(tmp_path)[entry]
+    try:
+        code = _module_main(entry)(argv)
+    except SystemExit as stop:
+        code = stop.code
+    assert code == EXIT_USER_ERROR, entry
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "Traceback" not in "\n".join(err)
+    assert len([line for line in err if line.startswith("error: ")]) == 1 and err[-1].startswith("error: "), err
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: ~10 s
+def test_grpo_unknown_key_from_the_shell(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "g"),
+                           "--set", "nosuch=1"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == EXIT_USER_ERROR
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line
+    assert proc.stderr.startswith("error: Unknown config key(s) 'nosuch'. Valid keys: ")
+
+
+def test_one_base_class_over_every_error_type():
+    from evaluation.asr import ASRError
+    from evaluation.audio_io import AudioLoadError
+    from evaluation.run import PromptFileError
+    from evaluation.systems import SynthesisError
+    from rumik_app.errors import CheckpointConfigError, CheckpointError
+    from training.prepare import PrepareError
+    from training.sft.data import DataError
+    from webapp.access import AccessDenied, LoginError
+    from webapp.common import UserError
+    from webapp.ratings import RatingError
+    from webapp.storage import UnsafeLayoutError
+    from webapp.systems import SystemUnavailable
+
+    everything = (CheckpointError, CheckpointConfigError, PromptError, ConfigError, ASRError, AudioLoadError,
+                  PromptFileError, SynthesisError, PrepareError, DataError, UserError, AccessDenied, LoginError,
+                  RatingError, UnsafeLayoutError, SystemUnavailable)
+    assert all(issubclass(cls, RumikError) for cls in everything)
+    # what used to be a ValueError / RuntimeError still is, for `except ValueError` callers
+    assert all(issubclass(cls, ValueError) for cls in (PromptError, ConfigError, CheckpointConfigError,
+                                                       AudioLoadError, PromptFileError, UserError, LoginError))
+    assert all(issubclass(cls, RuntimeError) for cls in (CheckpointError, ASRError, SynthesisError, DataError,
+                                                         PrepareError, SystemUnavailable))
+    import rumik_app.config
+    import training.common
+    import training.config
+
+    assert training.config.ConfigError is ConfigError  # one ConfigError
+    assert not hasattr(rumik_app.config, "ConfigError") and not hasattr(training.common, "ConfigError")
+
+
+def test_light_imports_do_not_load_torch():
+    code = ("import sys\nfrom rumik_app import SynthesisRequest, RumikError, CheckpointError, PromptError\n"
+            "import rumik_app.errors, rumik_app.files, rumik_app.request, training.config\n"
+            "SynthesisRequest('नमस्ते <laugh>').prompt()\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,15 @@
+"""GRPO post-training with per-codebook reward routing, in TRL's shape: `config` + `trainer`.
+
+    python -m training.grpo --config training/configs/grpo_example.toml --out runs/grpo1 [--resume]
+    python -m training.grpo --smoke --out runs/grpo-smoke
+
+    config.py      GRPOConfig (rollout, rewards, loss, lora; the shared keys from training.config)
+    trainer.py     GRPOTrainer (training.trainer.Trainer), the rollout source and the command line
+    loss.py        group advantages, reward routing W, k3 KL, the clipped objective (pure tensors)
+    policy.py      teacher-forced log-probs of rollout actions; LoRA
+    rewards.py     reward streams (content, duration, codebook0_low, user functions)
+    prompts.py     the weighted prompt sampler and the request of a drawn prompt
+
+Import the modules themselves (`from training.grpo.trainer import GRPOTrainer`); this
+package file imports nothing.
+"""
