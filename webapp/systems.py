@@ -153,13 +153,15 @@ def _load_engine(spec: str, device: str | None, dtype: str | None, compile: bool
     compile: None = on for CUDA; the compiled step is built and warmed up here, before serving.
     """
     from evaluation.systems import RumikSystem, SynthesisError
+    from rumik_app.checkpoint import ModelUnavailable
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
     system = RumikSystem(spec, device=device, dtype=dtype, compile=compile)
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
-        message = str(exc)
+        # A missing model: its fixes in app.py's own flags (--model), not the benchmark runner's.
+        message = str(exc.__cause__) if isinstance(exc.__cause__, ModelUnavailable) else str(exc)
         if "out of memory" in message.lower():
             message += " " + MEMORY_FIX
         raise SystemUnavailable(message) from exc
