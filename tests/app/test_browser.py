@@ -110,7 +110,7 @@ def test_devanagari_tag_button_and_streamed_audio(driver, app_server):
                  and el, "synthesis to finish")
     seconds = float(info.text.split(" s of audio")[0])
     assert 0 < seconds < 2, info.text  # the 1 s limit typed into the Generation accordion took effect
-    seed = drv.find_element(By.CSS_SELECTOR, "#seed-used input").get_attribute("value")
+    seed = drv.find_element(By.CSS_SELECTOR, "#seed-used input, #seed-used textarea").get_attribute("value")
     assert seed.isdigit() and f"seed {seed}" in info.text
     assert audio.get_attribute("src")
     assert not _errors_shown(drv)
