@@ -21,7 +21,8 @@ Definitions (first hearings only; repeated items feed the consistency columns al
   pair (pairs with a tie among the others are skipped); mean absolute difference between
   their score and the others' mean on the same clip; score alpha without them (a careless
   rater is one whose removal raises alpha); median seconds per item (from showing to
-  submitting); on repeated items, the share with the same preferred condition and the mean
+  submitting); the share of A among their A/B choices (A and B are balanced, so far from 0.5
+  is a position bias); on repeated items, the share with the same preferred condition and the mean
   absolute score change.
 - IndicEmo and NoVA: each pair is rated by k raters, and the design gives every copy of a
   prompt's pairs to one rater, so the k raters of a prompt are its "panels" 1..k (judge_id
@@ -70,6 +71,7 @@ class RaterStats:
     done: int
     total: int
     median_seconds: float | None
+    chose_a: float | None  # share of A among their A/B choices: far from 0.5 = position bias
     preference_agreement: float | None
     score_deviation: float | None
     score_alpha_without: float | None
@@ -121,10 +123,11 @@ class CampaignResults:
                  f"- scores, ordinal: {_fmt(self.alpha_scores)}",
                  f"- preferences, nominal: {_fmt(self.alpha_preferences)}",
                  "", "## Raters", "",
-                 markdown_table(["rater", "slot", "done", "median s/item", "agrees with others' preference",
+                 markdown_table(["rater", "slot", "done", "median s/item", "chose A", "agrees with others' preference",
                                  "mean |score - others|", "score alpha without them", "repeats",
                                  "same preference on repeat", "mean |score change| on repeat"],
-                                [[r.rater, r.slot, f"{r.done} / {r.total}", r.median_seconds, r.preference_agreement,
+                                [[r.rater, r.slot, f"{r.done} / {r.total}", r.median_seconds, r.chose_a,
+                                  r.preference_agreement,
                                   r.score_deviation, r.score_alpha_without, r.repeats, r.repeat_same_preference,
                                   r.repeat_score_change] for r in self.raters])]
         if self.emo_markdown:
@@ -220,6 +223,7 @@ def rater_stats(rows: list[dict], scores: dict, prefs: dict, progress: list[dict
     for rater in raters:
         mine = [r for r in rows if r["rater"] == rater]
         seconds = [r["seconds"] for r in mine if r["seconds"] is not None]
+        sided = [float(r["preference"] == "A") for r in mine if r["preference"] in ("A", "B")]
         agree, deviations = [], []
         for item, value in prefs.get(rater, {}).items():
             others = Counter(v[item] for o, v in prefs.items() if o != rater and item in v)
@@ -241,7 +245,8 @@ def rater_stats(rows: list[dict], scores: dict, prefs: dict, progress: list[dict
             change += [abs(s - before[c]) for c, s in clip_scores(r) if c in before]
         slot = slots.get(rater, {})
         out.append(RaterStats(rater, slot.get("slot"), slot.get("done", len(mine)), slot.get("total", len(mine)),
-                              statistics.median(seconds) if seconds else None, _mean(agree), _mean(deviations),
+                              statistics.median(seconds) if seconds else None, _mean(sided), _mean(agree),
+                              _mean(deviations),
                               krippendorff_alpha(without, "ordinal", SCORE_DOMAIN) if len(without) > 1 else None,
                               len(same), _mean(same), _mean(change)))
     return out
