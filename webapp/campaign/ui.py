@@ -44,6 +44,7 @@ CONCURRENCY = 8  # rating events are light (a file copy, one SQLite transaction)
 QUEUE_MAX_SIZE = 128
 MAX_UPLOAD = "1mb"  # the campaign app takes no uploads
 SIDES = ("A", "B")
+ITEM_OUTPUTS = 15  # outputs of an item; the API returns 14 (the form column's visibility is layout)
 PROGRESS_HEADERS = ["slot", "rater", "done", "total", "last rating (UTC)"]
 EXPORT_DOWNLOADS = ("campaign_export.zip", "results.md", "ratings.csv", "indicemo_judgments.jsonl")
 TAG_QUESTION = ("This text asks for a non-verbal sound (a laugh, a chuckle or a sigh) somewhere. For each clip: did you "
@@ -83,14 +84,15 @@ class CampaignHandlers:
         """The rater's current item (nothing for the admin)."""
         user = getattr(request, "username", None)
         if is_admin(user):
-            return (gr.skip(),) * 13
+            return (gr.skip(),) * ITEM_OUTPUTS
         with user_errors("Loading your next item"):
             shown = self.queues.next_item(user or "")
             if shown is None:
                 done, total = self.queues.progress_of(user or "")
         if shown is None:
             return (progress_html(done, total), "", "", None, None, *[gr.update(value=None)] * 2,
-                    *[gr.update(value=None, visible=False)] * 4, gr.update(value=None), gr.update(visible=False))
+                    *[gr.update(value=None, visible=False)] * 4, None, None, gr.update(value=None),
+                    gr.update(visible=False))
         tagged = shown.view.request is not None
         where = []
         if tagged:
@@ -100,8 +102,8 @@ class CampaignHandlers:
         questions = [gr.update(value=None, visible=tagged) if k % 2 == 0 else
                      gr.update(value=None, visible=False, choices=where) for k in range(4)]  # heard, where per side
         return (progress_html(shown.done, shown.total), prompt_markdown(shown), shown.entry_id, str(shown.clip_a),
-                str(shown.clip_b), gr.update(value=None), gr.update(value=None), *questions, gr.update(value=None),
-                gr.update(visible=True))
+                str(shown.clip_b), gr.update(value=None), gr.update(value=None), *questions, None, None,
+                gr.update(value=None), gr.update(visible=True))
 
     def submit(self, entry_id, score_a, score_b, preference, heard_a=None, where_a=None, heard_b=None, where_b=None,
                request: gr.Request = None):
@@ -185,7 +187,11 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
                                              elem_id=f"campaign-heard-{side.lower()}")
                             where = gr.Radio([], visible=False, label="Just before which word?",
                                              elem_id=f"campaign-where-{side.lower()}")
-                            sides.append((clip, score, heard, where))
+                            # What is submitted: the clicked word's index. A plain number, so a retried
+                            # submission is not checked against the word choices of the next item.
+                            where_value = gr.Number(visible=False, precision=0,
+                                                    elem_id=f"campaign-where-{side.lower()}-value")
+                            sides.append((clip, score, heard, where, where_value))
                 preference = gr.Radio([("A", "A"), ("B", "B"), ("No preference", NO_PREFERENCE)],
                                       label="Which clip do you prefer?", elem_id="campaign-preference")
                 submit = gr.Button("Submit and next", variant="primary", elem_id="campaign-submit")
@@ -201,15 +207,17 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
             export = gr.Button("Export (results, ratings, IndicEmo judgments, NoVA transcripts)")
             files = gr.File(label="Export files", file_count="multiple", interactive=False)
 
-        (clip_a, score_a, heard_a, where_a), (clip_b, score_b, heard_b, where_b) = sides
+        (clip_a, score_a, heard_a, where_a, value_a), (clip_b, score_b, heard_b, where_b, value_b) = sides
         item_outputs = [progress, prompt, entry, clip_a, clip_b, score_a, score_b, heard_a, where_a, heard_b, where_b,
-                        preference, form]
+                        value_a, value_b, preference, form]
+        assert len(item_outputs) == ITEM_OUTPUTS
         demo.load(h.page, outputs=[who, rater_view, admin_view], api_name="campaign_page", show_progress="hidden")
         demo.load(h.item, outputs=item_outputs, api_name="campaign_item")
-        for _, _, heard, where in sides:
+        for _, _, heard, where, value in sides:
             heard.input(lambda heard: gr.update(visible=heard not in (None, "", NOT_HEARD)), inputs=heard,
                         outputs=where, queue=False, show_progress="hidden", api_visibility="private")
-        submit.click(h.submit, inputs=[entry, score_a, score_b, preference, heard_a, where_a, heard_b, where_b],
+            where.change(None, inputs=where, outputs=value, js="(word) => word")  # in the browser, at once
+        submit.click(h.submit, inputs=[entry, score_a, score_b, preference, heard_a, value_a, heard_b, value_b],
                      outputs=[status, *item_outputs], api_name="campaign_submit", trigger_mode="once")
         refresh.click(h.results, outputs=[table, results_md, *charts], api_name="campaign_results")
         export.click(h.export, outputs=files, api_name="campaign_export")
