@@ -36,7 +36,6 @@ from webapp.campaign.queues import RaterQueues, ShownItem
 from webapp.campaign.raters import ADMIN_USER, CampaignLogin, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
 from webapp.common import UserError, user_errors
-from webapp.rate_tab import RUBRIC
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX
 from webapp.storage import DataLayout, ServedFolder, check_not_served, served_roots
 
@@ -50,6 +49,11 @@ EXPORT_DOWNLOADS = ("campaign_export.zip", "results.md", "ratings.csv", "indicem
 TAG_QUESTION = ("This text asks for a non-verbal sound (a laugh, a chuckle or a sigh) somewhere. For each clip: did you "
                 "hear one? Which, and just before which word?")
 CSS = "#campaign-progress progress { width: 100%; height: 1.1em; }"
+RUBRIC = ("**Expression score, 1-5**, for each clip against the intended delivery: *tone and pitch* (does the "
+          "melody fit?), *energy and dynamics* (loudness and intensity), *timing and phrasing* (pauses, emphasis, "
+          "pace) and *authenticity and sustainment* (sounds like a real person, and keeps it up to the end). "
+          "1 = flat or wrong emotion, 3 = recognisable but uneven, 5 = convincing throughout. Play both clips in "
+          "full before answering; the clips come in a random order.")
 
 
 def progress_html(done: int, total: int) -> str:
