@@ -23,7 +23,9 @@ API (all need the session cookie of a login; `gradio_client.Client(url, auth=(us
 from __future__ import annotations
 
 import html
+import secrets
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import gradio as gr
@@ -116,13 +118,12 @@ class CampaignHandlers:
         with user_errors("Submitting the rating"):
             if not (entry_id or "").strip():
                 raise UserError("No item on this page: reload it.")
-            scores = []
-            for side, score in zip(SIDES, (score_a, score_b)):
-                if score in (None, ""):
-                    raise UserError(f"Give clip {side} an expression score from 1 to 5.")
-                scores.append(int(score))
-            answer = Answer(preference or "", *scores, heard_a or None, _int_or_none(where_a), heard_b or None,
-                            _int_or_none(where_b))
+            scores = [_int_or_none(score, f"Give clip {side} an expression score from 1 to 5.")
+                      for side, score in zip(SIDES, (score_a, score_b))]
+            if None in scores:
+                raise UserError(f"Give clip {SIDES[scores.index(None)]} an expression score from 1 to 5.")
+            where = [_int_or_none(w, "Click the word the sound came just before.") for w in (where_a, where_b)]
+            answer = Answer(preference or "", *scores, heard_a or None, where[0], heard_b or None, where[1])
             stored = self.queues.submit(user or "", entry_id, answer)
         status = "✓ Stored." if stored else "Already stored (submitted before); here is your next item."
         return (status, *self.item(request))
@@ -147,16 +148,24 @@ class CampaignHandlers:
         """Admin: write an export into the campaign folder (kept) and return download copies."""
         with user_errors("Exporting"):
             self._require_admin(request)
-            from datetime import datetime, timezone
-
-            out = self.campaign.exports_dir / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            out = self.campaign.exports_dir / f"{stamp}-{secrets.token_hex(3)}"
             files = export_campaign(self.campaign, self.store, out)
             main = [p for p in files if p.name in EXPORT_DOWNLOADS and p.parent == out]
             return [str(p) for p in self.served.publish(main)]
 
 
-def _int_or_none(value) -> int | None:
-    return None if value in (None, "") else int(value)
+def _int_or_none(value, problem: str) -> int | None:
+    """A form number as an int (None if empty); UserError(`problem`) if it is not a whole number."""
+    if value in (None, ""):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(problem) from None
+    if not number.is_integer():
+        raise UserError(problem)
+    return int(number)
 
 
 def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | None = None):
