@@ -35,7 +35,7 @@ from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, L
 from webapp.evaluate_tab import build_evaluate_tab
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
-from webapp.storage import DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
+from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
 from webapp.synth_tab import SynthHandlers, build_synth_tab
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry
 
@@ -43,7 +43,6 @@ log = logging.getLogger("app")
 
 TITLE = "rumik-oss-1: expressive Indic text-to-speech"
 DEFAULT_PORT = 7860
-DEFAULT_DATA_DIR = "outputs/app"
 DEFAULT_CONCURRENCY = 4  # light events (preview, submit, results)
 QUEUE_MAX_SIZE = 64
 MAX_UPLOAD = "200mb"  # hard cap on one upload; the Evaluate tab reports smaller limits per file
