@@ -35,7 +35,7 @@ from rumik_app.prompt import validate_text
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest
 from rumik_app.tokens import FrameParser
 
-__all__ = ["TTSEngine", "SynthesisRequest"]
+__all__ = ["TTSEngine", "SynthesisRequest", "BACKENDS"]
 
 CROSSFADE_SECONDS = 0.05
 # A chunk's expected speech may use at most this share of its token budget, so normal
@@ -45,6 +45,7 @@ FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
 STREAM_FRAMES = 5  # then 400 ms pieces
 MAX_BATCH = 8
 SEED_RANGE = 2**31
+BACKENDS = ("engine", "vllm")
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -66,13 +67,26 @@ class TTSEngine:
 
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
-                        dtype: str | torch.dtype | None = None, restrict_phase: bool = True) -> "TTSEngine":
+                        dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
+                        backend: str = "engine", **vllm_args) -> "TTSEngine":
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
         restrict_phase: sample each position only from its codebook's rows (DESIGN §5).
+        backend: "engine" (this class, in-process) or "vllm" (`rumik_app.vllm_backend.VLLMEngine`,
+        the same API on vLLM's engine; needs the vLLM environment). vllm_args, for "vllm"
+        only: tensor_parallel_size, data_parallel_size, gpu_memory_utilization, ...
         Raises CheckpointError with the fix in the message.
         """
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "vllm":
+            from rumik_app.vllm_backend import VLLMEngine
+
+            return VLLMEngine.from_pretrained(model, device=device, dtype=dtype, restrict_phase=restrict_phase,
+                                              **vllm_args)
+        if vllm_args:
+            raise TypeError(f"{sorted(vllm_args)} apply to backend='vllm' only")
         path = resolve_checkpoint(model)
         config = RumikOSSConfig.from_file(path)
         dev = auto_device(device)
