@@ -4,6 +4,7 @@
     python app.py --model /models/rumik-oss-1       # a local checkpoint folder
     python app.py --model tiny --port 7861          # random weights: checks the pipeline, sounds like noise
     python app.py --host 0.0.0.0 --share            # reachable from other machines / a public link
+    .venv-vllm/bin/python app.py --backend vllm     # rumik-oss-1 on vLLM's engine (./setup.sh --vllm)
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
 rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Evaluate
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
 from rumik_app.checkpoint import DEFAULT_MODEL
 from webapp.common import ClipFolder
 from webapp.evaluate_tab import build_evaluate_tab
@@ -53,9 +55,11 @@ INTRO = (
 
 
 def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-               data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True) -> gr.Blocks:
-    """The whole app. `preload` loads `model` now so the banner can say whether it worked."""
-    registry = SystemRegistry(model=model, device=device, dtype=dtype)
+               data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
+               backend_args: dict | None = None) -> gr.Blocks:
+    """The whole app. `preload` loads `model` now so the banner can say whether it worked.
+    backend_args: `TTSEngine.from_pretrained`'s backend ("engine" | "vllm") and vLLM options."""
+    registry = SystemRegistry(model=model, device=device, dtype=dtype, backend_args=backend_args)
     if preload:
         registry.preload(SYSTEM_RUMIK)
     data = Path(data_dir)
@@ -106,13 +110,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--share", action="store_true", help="also create a public gradio.live link")
     p.add_argument("--data-dir", default=os.environ.get("RUMIK_APP_DATA", DEFAULT_DATA_DIR),
                    help="ratings database, rated clips and exports (default: %(default)s)")
-    return p.parse_args(argv)
+    add_backend_arguments(p)  # --backend vllm: rumik-oss-1 on vLLM (run from .venv-vllm)
+    args = p.parse_args(argv)
+    try:
+        args.backend_kwargs = backend_kwargs(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    demo = build_demo(args.model, args.device, args.dtype, args.data_dir)
+    demo = build_demo(args.model, args.device, args.dtype, args.data_dir, backend_args=args.backend_kwargs)
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""), flush=True)
     launch(demo, args.host, args.port, args.share, args.data_dir)

@@ -4,6 +4,7 @@
         --runs 1 --asr pocketsphinx --out results/espeak_en
     python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
+    .venv-vllm/bin/python -m evaluation.run --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 Prompt lines (JSONL): `id, text, language, domain` (+ optional `voice, tone, accent, pace,
 description`). NoVA lines (`text_with_mark, nvv, requested_index`) are synthesised from
@@ -45,6 +46,7 @@ from evaluation.metrics import ErrorCounts, content_error, corpus_rate, grapheme
 from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import SynthesisRequest
 
@@ -384,15 +386,20 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="cap on generated tokens per clip for rumik systems (100 tokens = 1 s; default 2048)")
     parser.add_argument("--device", default=None, help="cuda / cpu for the rumik system and HF ASR (default: auto)")
+    add_backend_arguments(parser)  # --backend vllm: rumik systems on vLLM (raise --batch-size to use it)
     args = parser.parse_args(argv)
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
+    try:
+        backend_args = backend_kwargs(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = Path(args.out)
     cache = out / DEFAULT_CACHE if args.asr_cache is None else args.asr_cache
     cache = None if str(cache).lower() == "none" else cache
     try:
         prompts = load_prompts(args.prompts, args.limit)
-        system = system or load_system(args.system, device=args.device)
+        system = system or load_system(args.system, device=args.device, backend_args=backend_args)
         judge = load_asr(args.asr, cache=cache, device=args.device)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
+from rumik_app.backend_args import BACKENDS
 from rumik_app.checkpoint import (
     DEFAULT_MODEL, auto_device, auto_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
 )
@@ -45,7 +46,6 @@ FIRST_STREAM_FRAMES = 2  # 160 ms: low time-to-first-audio
 STREAM_FRAMES = 5  # then 400 ms pieces
 MAX_BATCH = 8
 SEED_RANGE = 2**31
-BACKENDS = ("engine", "vllm")
 
 
 def resolve_seed(seed: int | None) -> int:

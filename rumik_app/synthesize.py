@@ -3,6 +3,7 @@
     python -m rumik_app.synthesize --model rumik-ai/rumik-oss-1 --text "नमस्ते <laugh> दोस्तों!" \
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
+    .venv-vllm/bin/python -m rumik_app.synthesize --backend vllm --model PATH --text "..." --out x.wav
 
 Prints the duration, tokens/s and the real-time factor (seconds of audio per second of
 compute; above 1 is faster than real time). `--stream` synthesises through the streaming
@@ -18,6 +19,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
 from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
 from rumik_app.prompt import PromptError
 from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
@@ -45,7 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
     p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--out", required=True, help="output .wav path")
-    return p.parse_args(argv)
+    add_backend_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        args.backend_kwargs = backend_kwargs(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def run(args: argparse.Namespace) -> Audio:
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace) -> Audio:
     from rumik_app.prompt import validate_text
 
     validate_text(args.text)  # fail fast, before loading a 7 GB model
-    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype)
+    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype, **args.backend_kwargs)
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,

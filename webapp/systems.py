@@ -17,6 +17,7 @@ for the whole of one generation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -116,13 +117,15 @@ def _entry_lock(key: tuple) -> threading.Lock:
         return _ENTRY_LOCKS.setdefault(key, threading.Lock())
 
 
-def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem:
-    """Load (once per process) and return a system; raise SystemUnavailable (also cached)."""
-    key = (kind, spec, device, dtype)
+def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
+                options: tuple = ()) -> LoadedSystem:
+    """Load (once per process) and return a system; raise SystemUnavailable (also cached).
+    options: sorted (name, value) pairs of vLLM settings for kind "vllm"."""
+    key = (kind, spec, device, dtype, options)
     with _entry_lock(key):
         if key not in _CACHE:
             try:
-                _CACHE[key] = _load(kind, spec, device, dtype)
+                _CACHE[key] = _load(kind, spec, device, dtype, options)
             except SystemUnavailable as exc:
                 _CACHE[key] = exc
         found = _CACHE[key]
@@ -131,26 +134,29 @@ def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | No
     return found
 
 
-def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None) -> LoadedSystem | SystemUnavailable | None:
+def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
+           options: tuple = ()) -> LoadedSystem | SystemUnavailable | None:
     """What the cache holds for this entry, without loading: a system, its failure, or None."""
     with _CACHE_LOCK:
-        return _CACHE.get((kind, spec, device, dtype))
+        return _CACHE.get((kind, spec, device, dtype, options))
 
 
-def _load(kind: str, spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
+def _load(kind: str, spec: str, device: str | None, dtype: str | None, options: tuple = ()) -> LoadedSystem:
     if kind == "engine":
         return _load_engine(spec, device, dtype)
+    if kind == "vllm":  # the same checkpoint on vLLM's engine (app.py --backend vllm)
+        return _load_engine(spec, device, dtype, {"backend": "vllm", **dict(options)})
     if kind == "espeak":
         return _load_espeak()
     raise ValueError(f"unknown system kind {kind!r}")
 
 
-def _load_engine(spec: str, device: str | None, dtype: str | None) -> LoadedSystem:
+def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args: dict | None = None) -> LoadedSystem:
     """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming."""
     from evaluation.systems import RumikSystem, SynthesisError
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
-    system = RumikSystem(spec, device=device, dtype=dtype)
+    system = RumikSystem(spec, device=device, dtype=dtype, backend_args=backend_args)
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
@@ -167,7 +173,10 @@ def _load_engine(spec: str, device: str | None, dtype: str | None) -> LoadedSyst
             "or try the app with --model tiny."
         ) from exc
     log.info("loaded %s: %r", spec, engine)
-    return LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
+    loaded = LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
+    if getattr(engine, "backend", "engine") == "vllm":
+        loaded.lock = contextlib.nullcontext()  # vLLM batches concurrent visitors itself
+    return loaded
 
 
 def _load_espeak() -> LoadedSystem:
@@ -200,10 +209,16 @@ class SystemStatus:
 class SystemRegistry:
     """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None):
+    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
+                 backend_args: dict | None = None):
+        """backend_args: `rumik_app.backend_args.backend_kwargs` for rumik-oss-1 (tiny always
+        runs on the in-process engine: vLLM cannot serve its head size)."""
         self.model, self.device, self.dtype = model, device, dtype
+        backend_args = dict(backend_args or {})
+        kind = backend_args.pop("backend", "engine")
+        self._options = tuple(sorted(backend_args.items()))
         self._specs = {
-            SYSTEM_RUMIK: ("engine", str(model)),
+            SYSTEM_RUMIK: (kind, str(model)),
             SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK),
             SYSTEM_TINY: ("engine", TINY_MODEL),
         }
@@ -218,6 +233,8 @@ class SystemRegistry:
 
     def _args(self, key: str) -> tuple:
         kind, spec = self._specs[key]
+        if kind == "vllm":
+            return (kind, spec, self.device, self.dtype, self._options)
         return (kind, spec, self.device, self.dtype) if kind == "engine" else (kind, spec, None, None)
 
     def get(self, name: str | None) -> LoadedSystem:

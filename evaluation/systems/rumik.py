@@ -26,10 +26,13 @@ TINY = "tiny"
 class RumikSystem(Synthesizer):
     """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
 
-    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None) -> None:
+    def __init__(self, model: str = HUB_ID, device: str | None = None, dtype: str | None = None,
+                 backend_args: dict | None = None) -> None:
         self.model = str(model)
         self.device = device
         self.dtype = dtype
+        # TTSEngine.from_pretrained's backend="engine" | "vllm" and vLLM's options
+        self.backend_args = dict(backend_args or {})
         self._engine = None
         self.name = "rumik" if self.model == HUB_ID else f"rumik:{self.model}"
         if self.model == HUB_ID:
@@ -45,7 +48,8 @@ class RumikSystem(Synthesizer):
             from rumik_app import TTSEngine
 
             try:
-                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype)
+                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,
+                                                         **self.backend_args)
             except (OSError, ValueError, RuntimeError) as exc:
                 raise SynthesisError(f"Could not load the rumik-oss-1 checkpoint {self.model!r}: {exc}") from exc
         return self._engine
@@ -72,4 +76,5 @@ class RumikSystem(Synthesizer):
         return {**super().request_settings(request), **{k: getattr(request, k) for k in sampling}}
 
     def settings(self) -> dict:
-        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype}
+        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype,
+                "backend": self.backend_args.get("backend", "engine")}
