@@ -46,7 +46,7 @@ from evaluation.metrics import ErrorCounts, content_error, corpus_rate, grapheme
 from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import SynthesisRequest
 
@@ -394,6 +394,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         backend_args = backend_kwargs(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.backend == "vllm":
+        quiet_vllm_logs()
     out = Path(args.out)
     cache = out / DEFAULT_CACHE if args.asr_cache is None else args.asr_cache
     cache = None if str(cache).lower() == "none" else cache

@@ -13,6 +13,7 @@ so CLIs can parse arguments before loading anything heavy.
 from __future__ import annotations
 
 import argparse
+import os
 
 BACKENDS = ("engine", "vllm")
 VLLM_ONLY = ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization")
@@ -39,3 +40,10 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
         flags = ", ".join("--" + name.replace("_", "-") for name in options)
         raise ValueError(f"{flags} apply to --backend vllm only")
     return {"backend": args.backend, **options}
+
+
+def quiet_vllm_logs() -> None:
+    """For command-line tools: vLLM logs warnings and errors only, to stderr, so stdout keeps
+    the tool's own lines. VLLM_LOGGING_LEVEL / VLLM_LOGGING_STREAM set by the user win."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")

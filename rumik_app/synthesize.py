@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
 from rumik_app.prompt import PromptError
 from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> Audio:
     from rumik_app.prompt import validate_text
 
     validate_text(args.text)  # fail fast, before loading a 7 GB model
+    if args.backend == "vllm":
+        quiet_vllm_logs()
     engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype, **args.backend_kwargs)
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,

@@ -30,14 +30,11 @@ log-prob is returned exactly). GRPO rescores every action with the trainer's own
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import queue
-import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -45,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rumik_app.async_bridge import LoopThread
 from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
 from rumik_app.checkpoint import (
     DEFAULT_MODEL, CheckpointError, auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint,
@@ -63,10 +61,11 @@ from rumik_app.tokens import FrameParser, TokenLayout
 PLUGIN_GROUP, PLUGIN_NAME = "vllm.general_plugins", "rumik_oss"
 INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it installs requirements-vllm.txt and this "
                "project into .venv-vllm) and run with .venv-vllm/bin/python.")
-# Rows submitted to vLLM at once by synthesize_many; vLLM's scheduler decides how many run.
-VLLM_MAX_BATCH = 256
+# Requests synthesize_many hands to vLLM at once (vLLM's scheduler decides how many run);
+# also bounds the rows Mimi decodes in one call.
+VLLM_MAX_BATCH = 64
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
-_END = object()
+WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
 
 
 def _require_vllm():
@@ -111,108 +110,13 @@ class _Row:
             raise RuntimeError(f"vLLM ended a row with finish_reason={completion.finish_reason!r}")
 
 
-class _EngineLoop:
-    """An asyncio loop in a daemon thread that owns vLLM's AsyncLLM, with bridges to it
-    from plain threads (`call`, `iterate`) and from other event loops (`acall`, `aiterate`)."""
-
-    def __init__(self, make_llm: Callable[[], object]):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-engine-loop", daemon=True)
-        self.thread.start()
-
-        async def create():  # inside the loop, so AsyncLLM's output handler runs on it
-            return make_llm()
-
-        try:
-            self.llm = self.call(create())
-        except BaseException:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            raise
-
-    def call(self, coro):
-        """Run a coroutine on the engine loop from a thread; block for its result."""
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise RuntimeError("a blocking VLLMEngine call on its own event loop would deadlock; await the "
-                               "async methods (agenerate_batch, asynthesize, astream) instead")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    async def acall(self, coro):
-        """Await a coroutine on the engine loop from any event loop (cancellation propagates)."""
-        if asyncio.get_running_loop() is self.loop:
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def _pump(self, agen_fn, put):
-        async def pump():
-            try:
-                async for item in agen_fn():
-                    put(item)
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who raises it
-                put(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-            finally:
-                put(_END)
-
-        return asyncio.run_coroutine_threadsafe(pump(), self.loop)
-
-    def iterate(self, agen_fn: Callable[[], AsyncIterator]) -> Iterator:
-        """Iterate an async generator (run on the engine loop) from a plain thread."""
-        items: queue.Queue = queue.Queue()
-        future = self._pump(agen_fn, items.put)
-        try:
-            while (item := items.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            future.cancel()  # the consumer stopped early: cancel, which aborts the vLLM request
-
-    async def aiterate(self, agen_fn: Callable[[], AsyncIterator]) -> AsyncIterator:
-        """Iterate an async generator (run on the engine loop) from any event loop."""
-        caller = asyncio.get_running_loop()
-        if caller is self.loop:
-            async for item in agen_fn():
-                yield item
-            return
-        items: asyncio.Queue = asyncio.Queue()
-        future = self._pump(agen_fn, lambda item: caller.call_soon_threadsafe(items.put_nowait, item))
-        try:
-            while (item := await items.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            future.cancel()
-
-    def close(self) -> None:
-        """Shut vLLM down, let the loop's tasks finish, stop the loop (idempotent)."""
-        llm, self.llm = getattr(self, "llm", None), None
-
-        async def shutdown():
-            if llm is not None:
-                with contextlib.suppress(Exception):
-                    llm.shutdown()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        if self.loop.is_running():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=60)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=30)
-
-
 class VLLMEngine(TTSEngine):
     """`TTSEngine`'s API on vLLM. Request planning, chunking, streaming pieces, crossfades
     and `Rollouts` are shared with the engine backend; token generation is vLLM's."""
 
     backend = "vllm"
 
-    def __init__(self, engine_loop: _EngineLoop, tokenizer, codec: MimiCodec, config: RumikOSSConfig,
+    def __init__(self, engine_loop: LoopThread, tokenizer, codec: MimiCodec, config: RumikOSSConfig,
                  checkpoint_dir: Path, dtype: torch.dtype):
         # Not TTSEngine.__init__: there is no in-process model or audio head here.
         self.model, self.head = None, None
@@ -233,14 +137,17 @@ class VLLMEngine(TTSEngine):
                         dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
                         tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-                        enforce_eager: bool | None = None, seed: int = 0, **engine_args) -> "VLLMEngine":
+                        enforce_eager: bool | None = None, seed: int = 0, warmup: bool = True,
+                        **engine_args) -> "VLLMEngine":
         """Start vLLM on a checkpoint (folder, hub id or "tiny"); never runs remote code.
 
         device: where Mimi decodes (None: CUDA if available, else CPU); vLLM uses its own
         platform. dtype: None = bf16 on CUDA, float32 on CPU. tensor_parallel_size,
         data_parallel_size, gpu_memory_utilization: vLLM's. enforce_eager: None = eager on
-        CPU (compiling costs minutes there), CUDA graphs on GPUs. Other keyword arguments go
-        to vLLM's `AsyncEngineArgs` (e.g. max_model_len, distributed_executor_backend="ray").
+        CPU (compiling costs minutes there), CUDA graphs on GPUs. warmup: run one short
+        request now, so the first caller does not wait for vLLM's first-step set-up. Other
+        keyword arguments go to vLLM's `AsyncEngineArgs` (e.g. max_model_len,
+        pipeline_parallel_size, distributed_executor_backend="ray").
         """
         if not restrict_phase:
             raise ValueError("backend='vllm' samples with the phase restriction only (restrict_phase=True)")
@@ -258,10 +165,13 @@ class VLLMEngine(TTSEngine):
             gpu_memory_utilization=gpu_memory_utilization, enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
             logprobs_mode="processed_logits", generation_config="vllm", disable_log_stats=True, **engine_args,
         )
-        engine_loop = _EngineLoop(lambda: _start_async_llm(args))
+        engine_loop = LoopThread(lambda: _start_async_llm(args))
         try:
             codec = MimiCodec(load_codec(path, mimi_device), config.layout.num_quantizers)
-            return cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype)
+            engine = cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype)
+            if warmup:
+                engine.generate_batch([WARMUP_REQUEST.with_(voice=engine.voices[0])])
+            return engine
         except BaseException:
             engine_loop.close()
             raise
@@ -329,13 +239,23 @@ class VLLMEngine(TTSEngine):
             raise RuntimeError("vLLM returned no output for a request")
 
     async def _generate_rows(self, prompts: list[list[int]], rows: list[RowParams], stop_mode: str) -> list[_Row]:
+        """All rows as concurrent vLLM requests; if one fails (or we are cancelled), the
+        others are cancelled too, which aborts them in vLLM."""
+
         async def one(ids, row):
             last = None
             async for last, _ in self._deltas(ids, self.sampling_params(row, stop_mode)):
                 pass
             return last
 
-        return list(await asyncio.gather(*(one(ids, row) for ids, row in zip(prompts, rows))))
+        tasks = [asyncio.ensure_future(one(ids, row)) for ids, row in zip(prompts, rows)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     def _batch_rows(self, requests: Sequence[SynthesisRequest], num_samples: int):
         prompts, rows, owners = [], [], []

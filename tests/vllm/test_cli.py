@@ -28,3 +28,5 @@ def test_cli_streams_a_wav_through_vllm(calibrated, tmp_path):
     info = sf.info(out)
     assert info.samplerate == 24_000 and info.channels == 1 and info.frames > 0
     assert "seed 3" in proc.stdout and "first audio after" in proc.stdout
+    lines = proc.stdout.splitlines()  # only the tool's two lines: vLLM logs go to stderr
+    assert len(lines) == 2 and lines[0].startswith("wrote ") and " tokens in " in lines[1]
