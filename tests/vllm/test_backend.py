@@ -23,6 +23,7 @@ pytest.importorskip("vllm", reason=SKIP_REASON)
 
 from rumik_app import SynthesisRequest  # noqa: E402
 from rumik_app.generation import draw_uniforms  # noqa: E402
+from rumik_vllm.rules import STOP_SEED_OFFSET  # noqa: E402
 from tests.vllm.calibrated import END_BOUNDARY, MAX_NEW_TOKENS, greedy_requests  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -112,7 +113,7 @@ def test_sampled_stop_decisions_follow_the_bernoulli_rule(engine64, vllm_engine)
     for i in range(len(r)):
         hidden = _teacher_forced_hidden(engine64, r, i)[0]
         n = int(r.lengths[i])
-        uniforms = draw_uniforms(r.seeds[i] + 1_000_003, n // q + 1)
+        uniforms = draw_uniforms(r.seeds[i] + STOP_SEED_OFFSET, n // q + 1)
         for k in torch.nonzero(r.stop_mask[i]).flatten().tolist():
             t = k * q
             # The state that predicts position t; a row that stopped at t has no token there.
@@ -149,7 +150,7 @@ def test_stream_pieces_concatenate_to_synthesize(vllm_engine):
     np.testing.assert_allclose(np.concatenate(pieces), whole.samples, atol=1e-5)
 
 
-def test_astream_from_another_event_loop_streams_concurrent_requests(vllm_engine):
+def test_astream_and_asynthesize_from_another_event_loop_run_concurrently(vllm_engine):
     reqs = [SynthesisRequest("First listener.", seed=31, min_new_tokens=40, max_new_tokens=MAX_NEW_TOKENS),
             SynthesisRequest("Second listener, a different voice.", voice="Siya", seed=32, min_new_tokens=40,
                              max_new_tokens=MAX_NEW_TOKENS),
@@ -163,11 +164,12 @@ def test_astream_from_another_event_loop_streams_concurrent_requests(vllm_engine
         return np.concatenate(pieces), first_at, stats
 
     async def main():
-        return await asyncio.gather(*(listen(r) for r in reqs))
+        return await asyncio.gather(vllm_engine.asynthesize(reqs[2]), *(listen(r) for r in reqs))
 
-    results = asyncio.run(main())  # a loop of its own, as a web server would have
+    whole, *results = asyncio.run(main())  # a loop of its own, as a web server would have
     for req, (audio, _, _) in zip(reqs, results):
         np.testing.assert_allclose(audio, vllm_engine.synthesize(req).samples, atol=1e-5)
+    np.testing.assert_allclose(whole.samples, results[2][0], atol=1e-5)
     for _, first_at, stats in results[:2]:  # rows of >= 40 tokens: audio left after the first 2 frames
         assert first_at < stats["tokens"]
     assert results[2][2]["chunks"] > 1
