@@ -135,22 +135,26 @@ class VLLMEngine(TTSEngine):
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
+                        compile: bool | None = None, decoder: str = "fast",
                         tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-                        enforce_eager: bool | None = None, seed: int = 0, warmup: bool = True,
-                        **engine_args) -> "VLLMEngine":
+                        seed: int = 0, warmup: bool = True, **engine_args) -> "VLLMEngine":
         """Start vLLM on a checkpoint (folder, hub id or "tiny"); never runs remote code.
 
         device: where Mimi decodes (None: CUDA if available, else CPU); vLLM uses its own
-        platform. dtype: None = bf16 on CUDA, float32 on CPU. tensor_parallel_size,
-        data_parallel_size, gpu_memory_utilization: vLLM's. enforce_eager: None = eager on
-        CPU (compiling costs minutes there), CUDA graphs on GPUs. warmup: run one short
+        platform. dtype: None = bf16 on CUDA, float32 on CPU. compile: vLLM's torch.compile +
+        CUDA graphs (False = vLLM's enforce_eager); None = on for GPUs, off on CPU, where
+        compiling costs minutes. decoder: the engine backend's option; only "fast" (the
+        default) is accepted here. tensor_parallel_size, data_parallel_size,
+        gpu_memory_utilization: vLLM's. warmup: run one short
         request now, so the first caller does not wait for vLLM's first-step set-up. Other
         keyword arguments go to vLLM's `AsyncEngineArgs` (e.g. max_model_len,
         pipeline_parallel_size, distributed_executor_backend="ray").
         """
         if not restrict_phase:
             raise ValueError("backend='vllm' samples with the phase restriction only (restrict_phase=True)")
+        if decoder != "fast":
+            raise ValueError(f"decoder={decoder!r} is an option of the engine backend; vLLM has its own")
         _require_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs
 
@@ -158,11 +162,11 @@ class VLLMEngine(TTSEngine):
         config = RumikOSSConfig.from_file(path)
         mimi_device = auto_device(device)
         torch_dtype = auto_dtype(mimi_device, dtype)
-        on_cpu = not torch.cuda.is_available()
+        compile = torch.cuda.is_available() if compile is None else compile
         args = AsyncEngineArgs(
             model=str(path), skip_tokenizer_init=True, dtype=str(torch_dtype).removeprefix("torch."), seed=seed,
             tensor_parallel_size=tensor_parallel_size, data_parallel_size=data_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization, enforce_eager=not compile,
             logprobs_mode="processed_logits", generation_config="vllm", disable_log_stats=True, **engine_args,
         )
         engine_loop = LoopThread(lambda: _start_async_llm(args))
@@ -170,7 +174,7 @@ class VLLMEngine(TTSEngine):
             codec = MimiCodec(load_codec(path, mimi_device), config.layout.num_quantizers)
             engine = cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype)
             if warmup:
-                engine.generate_batch([WARMUP_REQUEST.with_(voice=engine.voices[0])])
+                engine.warmup()
             return engine
         except BaseException:
             engine_loop.close()
@@ -180,6 +184,13 @@ class VLLMEngine(TTSEngine):
     def device(self) -> torch.device:
         """Where Mimi decodes (vLLM places the language model itself)."""
         return self.codec.device
+
+    def warmup(self, *_, **__) -> float:
+        """One short request, so the first caller does not pay vLLM's first-step set-up;
+        returns the seconds it took (the engine backend's arguments are not needed here)."""
+        start = time.perf_counter()
+        self.generate_batch([WARMUP_REQUEST.with_(voice=self.voices[0])])
+        return time.perf_counter() - start
 
     def close(self) -> None:
         """Shut vLLM down (also at interpreter exit)."""
