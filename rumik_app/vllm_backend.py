@@ -117,9 +117,10 @@ class VLLMEngine(TTSEngine):
     backend = "vllm"
 
     def __init__(self, engine_loop: LoopThread, tokenizer, codec: MimiCodec, config: RumikOSSConfig,
-                 checkpoint_dir: Path, dtype: torch.dtype):
+                 checkpoint_dir: Path, dtype: torch.dtype, compile: bool = False):
         # Not TTSEngine.__init__: there is no in-process model or audio head here.
         self.model, self.head = None, None
+        self.compile, self.decoder = compile, "vllm"  # what the engine backend reports in these
         self.tokenizer, self.codec, self.config = tokenizer, codec, config
         self.layout = config.layout
         self.checkpoint_dir = Path(checkpoint_dir)
@@ -172,7 +173,7 @@ class VLLMEngine(TTSEngine):
         engine_loop = LoopThread(lambda: _start_async_llm(args))
         try:
             codec = MimiCodec(load_codec(path, mimi_device), config.layout.num_quantizers)
-            engine = cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype)
+            engine = cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype, compile=compile)
             if warmup:
                 engine.warmup()
             return engine
@@ -378,7 +379,7 @@ class VLLMEngine(TTSEngine):
     def __repr__(self) -> str:
         lm = self.config.lm
         return (f"VLLMEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
-                f"dtype={self.dtype}, mimi on {self.device})")
+                f"dtype={self.dtype}, compile={self.compile}, mimi on {self.device})")
 
 
 def _start_async_llm(args):
