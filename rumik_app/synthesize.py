@@ -4,6 +4,7 @@
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
+    .venv-vllm/bin/python -m rumik_app.synthesize --backend vllm --model PATH --text "..." --out x.wav
 
 Numbers, money, dates and times are read as words (`rumik_app.normalize`; the spoken text is
 printed when it differs); `--no-normalize` sends the text as typed. Prints the duration,
@@ -22,6 +23,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest, resolve_seed,
@@ -55,7 +57,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="compile the decode step at load (CUDA graphs on CUDA; default: on for CUDA, off for CPU)")
     p.add_argument("--out", required=True, help="output .wav path")
-    return p.parse_args(argv)
+    add_backend_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        args.backend_kwargs = backend_kwargs(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def run(args: argparse.Namespace) -> Audio:
@@ -63,7 +71,10 @@ def run(args: argparse.Namespace) -> Audio:
     from rumik_app.prompt import validate_text
 
     validate_text(args.text)  # fail fast, before loading a 7 GB model
-    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype, compile=args.compile)
+    if args.backend == "vllm":
+        quiet_vllm_logs()
+    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
+                                       **args.backend_kwargs)
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
