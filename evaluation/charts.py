@@ -1,10 +1,12 @@
 """PNG bar charts for benchmark reports (matplotlib, Agg backend: no display needed).
 
-    from evaluation.charts import grouped_bar_chart
+    from evaluation.charts import ci_bar_chart, grouped_bar_chart
     grouped_bar_chart("out/charts/by_language.png", "Intelligibility by language",
                       ["en", "hi"], {"WER": [0.21, 0.35], "GCER": [0.08, 0.12]}, ylabel="error rate")
+    ci_bar_chart("out/scores.png", "Mean score, 95 % CI", ["espeak", "tiny"], [3.1, 2.4], [2.8, 2.0], [3.4, 2.8])
 
-Not a CLI; used by `python -m evaluation.run` and tested through tests/evaluation/test_run.py.
+Not a CLI; used by `python -m evaluation.run` and the campaign results (`webapp.campaign`), tested through
+tests/evaluation/test_run.py and tests/app/test_campaign_results.py.
 """
 
 from __future__ import annotations
@@ -76,6 +78,40 @@ def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str]
             ax.set_ylim(ylim[0], ylim[1] + LABEL_HEADROOM * (ylim[1] - ylim[0]))
         if len(series) > 1:
             ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path, dpi=DPI)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def ci_bar_chart(path: str | os.PathLike, title: str, labels: Sequence[str], means: Sequence[float | None],
+                 lows: Sequence[float | None], highs: Sequence[float | None], ylabel: str = "",
+                 ylim: tuple[float, float] | None = None, reference: float | None = None) -> Path:
+    """One bar per label with its confidence interval as an error bar (bars without a value are
+    left out; a bar without an interval has no error bar); `reference` draws a dashed line
+    (e.g. 0.5 for a win rate). Returns the PNG path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = [i for i, m in enumerate(means) if m is not None]
+    labels = [textwrap.shorten(labels[i], 40) for i in keep]
+    width = min(MAX_FIGURE_WIDTH_IN, max(MIN_FIGURE_WIDTH_IN, 1.2 * len(keep) + 2))
+    fig, ax = plt.subplots(figsize=(width, FIGURE_HEIGHT_IN))
+    try:
+        xs = list(range(len(keep)))
+        ys = [means[i] for i in keep]
+        below = [means[i] - lows[i] if lows[i] is not None else 0.0 for i in keep]
+        above = [highs[i] - means[i] if highs[i] is not None else 0.0 for i in keep]
+        ax.bar(xs, ys, width=GROUP_WIDTH / 1.5, yerr=[below, above], capsize=6, color="#4c72b0")
+        if reference is not None:
+            ax.axhline(reference, linestyle="--", color="grey", linewidth=1)
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=20 if len(keep) > 3 else 0, ha="right" if len(keep) > 3 else "center")
+        ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
+        ax.set_ylabel(ylabel)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         fig.savefig(path, dpi=DPI)

@@ -5,6 +5,7 @@
     python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
     python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
+    .venv-vllm/bin/python -m evaluation.run --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 `--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
 ("grapheme", the default: the `grapheme` package, Unicode 13.0 rules; "unicode": regex
@@ -68,6 +69,7 @@ from evaluation.text import (
     spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
@@ -451,16 +453,23 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--no-normalize", action="store_true",
                         help="systems read the text as typed and references are scored as typed "
                              "(default: numbers, money, dates, times become words for both)")
+    add_backend_arguments(parser)  # --backend vllm: rumik systems on vLLM (raise --batch-size to use it)
     args = parser.parse_args(argv)
     normalize = not args.no_normalize
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
+    try:
+        backend_args = backend_kwargs(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.backend == "vllm":
+        quiet_vllm_logs()
     out = Path(args.out)
     cache = out / DEFAULT_CACHE if args.asr_cache is None else args.asr_cache
     cache = None if str(cache).lower() == "none" else cache
     try:
         prompts = load_prompts(args.prompts, args.limit)
-        system = system or load_system(args.system, device=args.device)
+        system = system or load_system(args.system, device=args.device, backend_args=backend_args)
         if missing_clips(out, prompts, args.runs):
             system.load()  # the model before the judge: both are checked before any synthesis
         judge = load_asr(args.asr, cache=cache, device=args.device)

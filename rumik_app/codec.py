@@ -20,6 +20,8 @@ from torch import nn
 from transformers.cache_utils import DynamicCache
 from transformers.models.mimi.modeling_mimi import MimiConv1d, MimiConvTranspose1d, MimiResnetBlock
 
+from rumik_app.compat import cache_keyword, mimi_decoder_parts
+
 
 class _StreamingConv1d:
     """A causal MimiConv1d (stride 1) that keeps its left context between calls."""
@@ -63,13 +65,14 @@ class StreamingDecoder:
     """Decode codes chunk by chunk; concatenated outputs equal one offline decode."""
 
     def __init__(self, mimi, batch: int = 1):
-        decoder = mimi.decoder
+        upsample, transformer, seanet = mimi_decoder_parts(mimi)
         param = next(mimi.parameters())
         self.quantizer = mimi.quantizer
-        self.upsample = _StreamingConvTranspose1d(decoder.upsample) if decoder.upsample is not None else None
-        self.transformer = decoder.decoder_transformer
+        self.upsample = _StreamingConvTranspose1d(upsample) if upsample is not None else None
+        self.transformer = transformer
         self.cache = DynamicCache(config=self.transformer.config)
-        self.seanet = [self._wrap(layer, batch, param.device, param.dtype) for layer in decoder.decoder_seanet.layers]
+        self._cache_keyword = cache_keyword(transformer)
+        self.seanet = [self._wrap(layer, batch, param.device, param.dtype) for layer in seanet.layers]
 
     def _wrap(self, layer, batch, device, dtype):
         if isinstance(layer, MimiConv1d):
@@ -98,7 +101,8 @@ class StreamingDecoder:
         latents = self.quantizer.decode(codes)
         if self.upsample is not None:
             latents = self.upsample(latents)
-        hidden = self.transformer(latents.transpose(1, 2), cache=self.cache, use_cache=True).last_hidden_state
+        cache = {self._cache_keyword: self.cache}
+        hidden = self.transformer(latents.transpose(1, 2), use_cache=True, **cache).last_hidden_state
         return self._run(self.seanet, hidden.transpose(1, 2))[:, 0].float()
 
 

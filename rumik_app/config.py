@@ -17,8 +17,13 @@ from pathlib import Path
 
 from transformers import Cohere2Config
 
+from rumik_app.compat import patch_cache_keyword
 from rumik_app.errors import CheckpointConfigError
 from rumik_app.tokens import TokenLayout
+
+# Every path that builds or loads the model reads the config first: this is where the
+# transformers-5.19 Cohere2 body learns the `cache=` keyword (see rumik_app.compat).
+patch_cache_keyword()
 
 MODEL_TYPE = "rumik_oss"
 ARCHITECTURE = "RumikOSSForCausalLM"

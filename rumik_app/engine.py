@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
+from rumik_app.backend_args import BACKENDS
 from rumik_app.checkpoint import (
     DEFAULT_MODEL, auto_device, auto_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
 )
@@ -36,7 +37,7 @@ from rumik_app.model import AudioHead
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest, resolve_seed
 from rumik_app.tokens import FrameParser
 
-__all__ = ["TTSEngine", "SynthesisRequest"]
+__all__ = ["TTSEngine", "SynthesisRequest", "BACKENDS"]
 
 CROSSFADE_SECONDS = 0.05
 # A chunk's expected speech may use at most this share of its token budget, so normal
@@ -79,7 +80,8 @@ class TTSEngine:
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
-                        compile: bool | None = None, decoder: str = "fast") -> "TTSEngine":
+                        compile: bool | None = None, decoder: str = "fast", backend: str = "engine",
+                        **vllm_args) -> "TTSEngine":
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
@@ -88,8 +90,20 @@ class TTSEngine:
             CPU. Compilation and warm-up happen here, at load, with one log line.
         decoder: "fast" (static cache, fixed-shape step) or "reference" (the eager loop the
             fast path is tested against).
+        backend: "engine" (this class, in-process) or "vllm" (`rumik_app.vllm_backend.VLLMEngine`,
+            the same API on vLLM's engine; needs the vLLM environment). vllm_args, for "vllm"
+            only: tensor_parallel_size, data_parallel_size, gpu_memory_utilization, ...
         Raises CheckpointError with the fix in the message.
         """
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend == "vllm":
+            from rumik_app.vllm_backend import VLLMEngine
+
+            return VLLMEngine.from_pretrained(model, device=device, dtype=dtype, restrict_phase=restrict_phase,
+                                              compile=compile, decoder=decoder, **vllm_args)
+        if vllm_args:
+            raise TypeError(f"{sorted(vllm_args)} apply to backend='vllm' only")
         path = resolve_checkpoint(model)
         config = RumikOSSConfig.from_file(path)
         dev = auto_device(device)

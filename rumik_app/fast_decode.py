@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from rumik_app.model import STOP_THRESHOLD, AudioHead
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.sampling import RowParams, draw_uniforms, sample_tokens
+from rumik_app.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
 from rumik_app.static_body import StaticBody
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ RUNNING, END_TOKEN, STOP_HEAD, MAX_TOKENS = 0, 1, 2, 3
 FINISH_NAMES = {END_TOKEN: "end_token", STOP_HEAD: "stop_head", MAX_TOKENS: "max_tokens"}
 # Cache lengths are rounded up to a multiple of this, so a few compiled shapes serve all.
 CACHE_LENGTH_QUANTUM = 512
-STOP_SEED_OFFSET = 1_000_003  # stop-decision uniforms come from seed + this (as in the reference)
 # Each distinct (batch, cache length, mode) is one compiled graph; allow plenty of them.
 RECOMPILE_LIMIT = 64
 # torch.compile backend when none is given: None = inductor (CUDA graphs on CUDA). Tests set

@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
-from rumik_app.fast_decode import FINISH_NAMES, STOP_SEED_OFFSET, SlotDecoder, batch_bucket, cache_length
+from rumik_app.fast_decode import FINISH_NAMES, SlotDecoder, batch_bucket, cache_length
 from rumik_app.model import STOP_THRESHOLD, AudioHead, RumikOSSForCausalLM
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.sampling import RowParams, draw_uniforms, sample_tokens
+from rumik_app.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
 
 __all__ = ["BatchDecoder", "ReferenceDecoder", "Rollouts", "RowParams", "Step", "draw_uniforms", "sample_tokens"]
 

@@ -28,6 +28,11 @@ class RowParams:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
 
 
+# The stop-head decisions of "sample" mode draw their uniforms from seed + this offset (every
+# sampler: the reference, the fast path and the vLLM processors), so a seed reproduces them.
+STOP_SEED_OFFSET = 1_000_003
+
+
 def draw_uniforms(seed: int, count: int) -> torch.Tensor:
     """`count` uniforms in [0, 1) from a CPU generator seeded with `seed` (device-independent)."""
     return torch.rand(count, generator=torch.Generator().manual_seed(int(seed)), dtype=torch.float64).float()

@@ -4,6 +4,7 @@
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
+    .venv-vllm/bin/python -m rumik_app.synthesize --backend vllm --model PATH --text "..." --out x.wav
 
 The request is checked before the weights load: the text, tone, accent, pace and description
 first, then the model (a hub id that cannot be fetched fails within seconds, naming the
@@ -29,6 +30,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS,
@@ -69,7 +71,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="compile the decode step at load (CUDA graphs on CUDA; default: on for CUDA, off for CPU)")
     p.add_argument("--out", required=True, help="output .wav path")
-    return p.parse_args(argv)
+    add_backend_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        args.backend_kwargs = backend_kwargs(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 class AudioProgress:
@@ -125,7 +133,10 @@ def run(args: argparse.Namespace) -> Audio:
     req = build_request(args)  # fail fast, before fetching or loading a 7 GB model
     path = resolve_checkpoint(args.model)
     req.prompt(voices=RumikOSSConfig.from_file(path).speakers)  # the voice, against this checkpoint's
-    engine = TTSEngine.from_pretrained(str(path), device=args.device, dtype=args.dtype, compile=args.compile)
+    if args.backend == "vllm":
+        quiet_vllm_logs()
+    engine = TTSEngine.from_pretrained(str(path), device=args.device, dtype=args.dtype, compile=args.compile,
+                                       **args.backend_kwargs)
     max_seconds = args.max_seconds or (TINY_MAX_SECONDS if args.model == TINY_MODEL else DEFAULT_MAX_SECONDS)
     req = req.with_(max_new_tokens=engine.max_new_tokens_for(max_seconds))
     spoken = req.spoken_text()

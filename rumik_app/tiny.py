@@ -257,7 +257,9 @@ def _scale_output(model, generator: torch.Generator) -> None:
     """Scale the last decoder conv so random codes decode to speech-like levels (std ~0.1)."""
     codes = torch.randint(0, CODEBOOK_SIZE, (1, NUM_QUANTIZERS, 25), generator=generator)
     std = float(model.decode(codes).audio_values.std())
-    last_conv = model.decoder.decoder_seanet.layers[-1].conv
+    from rumik_app.compat import mimi_decoder_parts
+
+    last_conv = mimi_decoder_parts(model)[2].layers[-1].conv
     last_conv.weight.mul_(TARGET_OUTPUT_STD / std)
     last_conv.bias.mul_(TARGET_OUTPUT_STD / std)
 

@@ -30,10 +30,13 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "training.prepare": ["--manifest", missing, "--model", "tiny", "--out", str(tmp / "data")],
         "training.sft": ["--config", str(tmp / "missing.toml")],
         "training.grpo": ["--smoke", "--out", str(tmp / "g"), "--set", "nosuch=1"],
+        "webapp.campaign": ["status", "--name", "nosuch", "--data-dir", str(tmp / "app")],
+        "rumik_app.serve": ["--model", str(tmp / "no-model")],
     }
 
 
-MAIN_MODULE = {"training.sft": "training.sft.trainer", "training.grpo": "training.grpo.trainer"}  # packages
+MAIN_MODULE = {"training.sft": "training.sft.trainer", "training.grpo": "training.grpo.trainer",  # packages
+               "webapp.campaign": "webapp.campaign.cli", "rumik_app.serve": "rumik_app.serve.__main__"}
 
 
 def _module_main(name: str):
@@ -72,6 +75,10 @@ def test_one_base_class_over_every_error_type():
     from training.prepare import PrepareError
     from training.sft.data import DataError
     from webapp.access import AccessDenied, LoginError
+    from webapp.campaign.definition import CampaignError
+    from webapp.campaign.design import DesignError
+    from webapp.campaign.raters import RaterError
+    from webapp.campaign.store import NotYourItem
     from webapp.common import UserError
     from webapp.ratings import RatingError
     from webapp.storage import UnsafeLayoutError
@@ -79,7 +86,8 @@ def test_one_base_class_over_every_error_type():
 
     everything = (CheckpointError, CheckpointConfigError, PromptError, ConfigError, ASRError, AudioLoadError,
                   PromptFileError, SynthesisError, PrepareError, DataError, UserError, AccessDenied, LoginError,
-                  RatingError, UnsafeLayoutError, SystemUnavailable)
+                  RatingError, UnsafeLayoutError, SystemUnavailable, CampaignError, DesignError, RaterError,
+                  NotYourItem)
     assert all(issubclass(cls, RumikError) for cls in everything)
     # what used to be a ValueError / RuntimeError still is, for `except ValueError` callers
     assert all(issubclass(cls, ValueError) for cls in (PromptError, ConfigError, CheckpointConfigError,

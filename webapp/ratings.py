@@ -47,8 +47,8 @@ NOT_HEARD = "none"
 UNSURE_INDEX = nova.UNKNOWN_INDEX
 SCORES = (1, 2, 3, 4, 5)
 
+META_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS trials (
     trial_id TEXT PRIMARY KEY,
     created_at TEXT NOT NULL,
@@ -164,16 +164,23 @@ class Submission:
         return self.submission_id or f"{self.trial_id}:{self.rater.strip().casefold()}"
 
 
-class RatingStore:
-    """The ratings database (created on first use)."""
+class SQLiteStore:
+    """One SQLite database file with this module's durability rules (WAL, synchronous=FULL,
+    a fresh connection per call, `BEGIN IMMEDIATE` transactions). Subclasses set `SCHEMA`
+    (idempotent `CREATE ... IF NOT EXISTS`) and `SCHEMA_KEY`/`SCHEMA_VERSION` for `meta`;
+    several stores may share one file (the campaign tables live beside the ratings)."""
+
+    SCHEMA = ""
+    SCHEMA_KEY = "schema_version"
+    SCHEMA_VERSION = 1
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as con:
             con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(SCHEMA)
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            con.executescript(META_SCHEMA + self.SCHEMA)
+            con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (self.SCHEMA_KEY, str(self.SCHEMA_VERSION)))
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -195,6 +202,13 @@ class RatingStore:
                 con.execute("ROLLBACK")
                 raise
             con.execute("COMMIT")
+
+
+class RatingStore(SQLiteStore):
+    """The ratings database (created on first use)."""
+
+    SCHEMA = SCHEMA
+    SCHEMA_VERSION = SCHEMA_VERSION
 
     # ------------------------------------------------------------------ writes
     def add_trial(self, trial: Trial) -> None:

@@ -13,7 +13,8 @@ Data dir (`--data-dir`, $RUMIK_APP_DATA), never served:
     ratings.sqlite, ratings.sqlite-wal, ratings.sqlite-shm   the ratings database (WAL mode)
     clips/<trial id>/clip-1.wav, clip-2.wav                  every rated clip, as rated
     exports/<UTC time>-<token>/                              every export an admin made
-    campaigns/                                               campaign manifests (reserved)
+    campaigns/                                               annotation campaigns: definitions, clips,
+                                                             manifests, raters file (webapp.campaign)
 
 Served: the ServedFolder (the only `allowed_paths` entry) holds copies of what a visitor's own
 page needs (their synthesised clips, their blind pair, their downloads) under random names of
@@ -43,6 +44,7 @@ from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
 
+DEFAULT_DATA_DIR = "outputs/app"  # app.py's --data-dir and the campaign CLI's (both also read $RUMIK_APP_DATA)
 DATABASE_NAME = "ratings.sqlite"
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # WAL index and log, rollback journal
 TOKEN_BYTES = 16  # 128 bits: not guessable, not enumerable
@@ -74,7 +76,7 @@ class DataLayout:
 
     @property
     def campaigns(self) -> Path:
-        """Campaign manifests (annotation campaigns; reserved, created by the campaign code)."""
+        """Annotation campaigns (`webapp.campaign.definition` has the layout) and the raters file."""
         return self.root / "campaigns"
 
     def rated_clip(self, trial_id: str, label: str) -> Path:

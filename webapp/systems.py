@@ -17,6 +17,7 @@ for the whole of one generation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -117,13 +118,14 @@ def _entry_lock(key: tuple) -> threading.Lock:
 
 
 def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
-                compile: bool | None = None) -> LoadedSystem:
-    """Load (once per process) and return a system; raise SystemUnavailable (also cached)."""
-    key = (kind, spec, device, dtype, compile)
+                options: tuple = ()) -> LoadedSystem:
+    """Load (once per process) and return a system; raise SystemUnavailable (also cached).
+    options: sorted (name, value) pairs of engine settings: `compile`, and vLLM's for kind "vllm"."""
+    key = (kind, spec, device, dtype, options)
     with _entry_lock(key):
         if key not in _CACHE:
             try:
-                _CACHE[key] = _load(kind, spec, device, dtype, compile)
+                _CACHE[key] = _load(kind, spec, device, dtype, options)
             except SystemUnavailable as exc:
                 _CACHE[key] = exc
         found = _CACHE[key]
@@ -133,30 +135,35 @@ def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | No
 
 
 def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
-           compile: bool | None = None) -> LoadedSystem | SystemUnavailable | None:
+           options: tuple = ()) -> LoadedSystem | SystemUnavailable | None:
     """What the cache holds for this entry, without loading: a system, its failure, or None."""
     with _CACHE_LOCK:
-        return _CACHE.get((kind, spec, device, dtype, compile))
+        return _CACHE.get((kind, spec, device, dtype, options))
 
 
-def _load(kind: str, spec: str, device: str | None, dtype: str | None, compile: bool | None = None) -> LoadedSystem:
+def _load(kind: str, spec: str, device: str | None, dtype: str | None, options: tuple = ()) -> LoadedSystem:
     if kind == "engine":
-        return _load_engine(spec, device, dtype, compile)
+        return _load_engine(spec, device, dtype, dict(options))
+    if kind == "vllm":  # the same checkpoint on vLLM's engine (app.py --backend vllm)
+        return _load_engine(spec, device, dtype, {"backend": "vllm", **dict(options)})
     if kind == "espeak":
         return _load_espeak()
     raise ValueError(f"unknown system kind {kind!r}")
 
 
-def _load_engine(spec: str, device: str | None, dtype: str | None, compile: bool | None = None) -> LoadedSystem:
+def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args: dict | None = None) -> LoadedSystem:
     """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming.
 
-    compile: None = on for CUDA; the compiled step is built and warmed up here, before serving.
+    backend_args: `compile` (None = on for CUDA; the compiled step is built and warmed up
+    here, before serving), `backend` and vLLM's options.
     """
     from evaluation.systems import RumikSystem, SynthesisError
     from rumik_app.checkpoint import ModelUnavailable
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
-    system = RumikSystem(spec, device=device, dtype=dtype, compile=compile)
+    backend_args = dict(backend_args or {})
+    compile = backend_args.pop("compile", None)
+    system = RumikSystem(spec, device=device, dtype=dtype, compile=compile, backend_args=backend_args)
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
@@ -174,7 +181,10 @@ def _load_engine(spec: str, device: str | None, dtype: str | None, compile: bool
             "or try the app with --model tiny."
         ) from exc
     log.info("loaded %s: %r", spec, engine)
-    return LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
+    loaded = LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
+    if getattr(engine, "backend", "engine") == "vllm":
+        loaded.lock = contextlib.nullcontext()  # vLLM batches concurrent visitors itself
+    return loaded
 
 
 def _load_espeak() -> LoadedSystem:
@@ -208,10 +218,17 @@ class SystemRegistry:
     """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, backend_args: dict | None = None):
+        """compile: the engine's decode step (None = on for CUDA). backend_args:
+        `rumik_app.backend_args.backend_kwargs` for rumik-oss-1 (tiny always runs on the
+        in-process engine: vLLM cannot serve its head size)."""
         self.model, self.device, self.dtype, self.compile = model, device, dtype, compile
+        backend_args = dict(backend_args or {})
+        kind = backend_args.pop("backend", "engine")
+        self._engine_options = (("compile", compile),)
+        self._vllm_options = tuple(sorted({**backend_args, "compile": compile}.items()))
         self._specs = {
-            SYSTEM_RUMIK: ("engine", str(model)),
+            SYSTEM_RUMIK: (kind, str(model)),
             SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK),
             SYSTEM_TINY: ("engine", TINY_MODEL),
         }
@@ -226,7 +243,11 @@ class SystemRegistry:
 
     def _args(self, key: str) -> tuple:
         kind, spec = self._specs[key]
-        return (kind, spec, self.device, self.dtype, self.compile) if kind == "engine" else (kind, spec, None, None, None)
+        if kind == "vllm":
+            return (kind, spec, self.device, self.dtype, self._vllm_options)
+        if kind == "engine":
+            return (kind, spec, self.device, self.dtype, self._engine_options)
+        return (kind, spec, None, None, ())
 
     def get(self, name: str | None) -> LoadedSystem:
         """The loaded system (loading it on first use); SystemUnavailable with reason and fix."""

@@ -28,11 +28,13 @@ class RumikSystem(Synthesizer):
     """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
 
     def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-                 compile: bool | None = None) -> None:
+                 compile: bool | None = None, backend_args: dict | None = None) -> None:
         self.model = str(model)
         self.device = device
         self.dtype = dtype
         self.compile = compile  # None: on for CUDA, off for CPU (TTSEngine.from_pretrained)
+        # TTSEngine.from_pretrained's backend="engine" | "vllm" and vLLM's options
+        self.backend_args = dict(backend_args or {})
         self._engine = None
         self.name = "rumik" if self.model == DEFAULT_MODEL else f"rumik:{self.model}"
         if self.model == DEFAULT_MODEL:
@@ -51,7 +53,7 @@ class RumikSystem(Synthesizer):
 
             try:
                 self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,
-                                                         compile=self.compile)
+                                                         compile=self.compile, **self.backend_args)
             except ModelUnavailable as exc:  # the fixes in the runner's terms (--system), not --model
                 raise SynthesisError(exc.with_flags(**SYSTEM_FLAGS)) from exc
             except (OSError, ValueError, RuntimeError) as exc:
@@ -80,4 +82,5 @@ class RumikSystem(Synthesizer):
         return {**super().request_settings(request), **{k: getattr(request, k) for k in sampling}}
 
     def settings(self) -> dict:
-        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype}
+        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype,
+                "backend": self.backend_args.get("backend", "engine")}

@@ -2,13 +2,15 @@
 
 Types Devanagari, inserts a tag at the cursor, synthesises on the tiny checkpoint and waits
 for the streamed audio element; rates a blind pair by clicking the word where the sound was
-heard. Screenshots go to artifacts/app/ (gitignored) and their paths are printed.
+heard; runs an annotation campaign (espeak vs tiny) end to end: two raters sign in on
+Gradio's login page and rate their queues, then the admin reads the results. Screenshots go to artifacts/app/ (gitignored) and their paths are printed.
 
 Run: .venv/bin/python -m pytest tests/app/test_browser.py -q -s
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rumik_app.prompt import VOICE_NOTE
-from tests.app.conftest import ARTIFACTS
+from tests.app.conftest import ARTIFACTS, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -166,3 +168,138 @@ def test_blind_pair_rating_by_clicking_the_word(driver, app_server):
     shot = ARTIFACTS / "compare-and-rate.png"
     drv.save_screenshot(str(shot))
     print(f"\nscreenshot: {shot}")
+
+
+# ---------------------------------------------------------------- annotation campaign, end to end
+CAMPAIGN_ADMIN = "browser-campaign-admin-0123"
+CLIP_LINKS = "#campaign-clip-a a[data-testid='download-link'], #campaign-clip-b a[data-testid='download-link']"
+CAMPAIGN_ANSWERS = {"asha": ("4", "2", "A"), "ben": ("3", "5", "B")}  # score A, score B, preference
+
+
+@pytest.fixture(scope="module")
+def campaign_server(tmp_path_factory):
+    """A campaign of espeak vs tiny made with the command line, served with two rater logins."""
+    from tests.app.campaign_fixtures import write_prompts
+    from webapp.access import AdminGate
+    from webapp.campaign import cli
+    from webapp.campaign.definition import raters_path
+    from webapp.campaign.raters import RatersFile
+    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.storage import DataLayout
+
+    tmp = tmp_path_factory.mktemp("browser-campaign")
+    data = tmp / "data"
+    prompts = write_prompts(tmp / "prompts.jsonl")
+    assert cli.main(["create", "--name", "e2e", "--prompts", str(prompts), "--systems", "espeak,tiny",
+                     "--setting", "max_seconds=0.5", "--raters-per-item", "2", "--rater-slots", "2",
+                     "--repeat-fraction", "0.34", "--data-dir", str(data)]) == 0
+    raters = RatersFile(raters_path(DataLayout(data)))
+    passwords = {name: raters.add(name) for name in CAMPAIGN_ANSWERS}
+    demo = build_campaign_app(data, "e2e")
+    _, url, _ = launch_campaign(demo, AdminGate(CAMPAIGN_ADMIN), port=free_port(), prevent_thread_lock=True)
+    yield demo, url, passwords, data
+    demo.close()
+
+
+def _sign_in(drv, url: str, user: str, password: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    drv.get(url + "logout")  # whoever was signed in before (Gradio's route; back to the login page)
+    drv.get(url)
+    pw = _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, "input[type='password']"), "the login page")
+    name = drv.find_element(By.CSS_SELECTOR, "input:not([type='password'])")
+    name.send_keys(user)
+    pw.send_keys(password)
+    drv.find_element(By.XPATH, "//button[contains(., 'Login')]").click()
+    _wait(drv, lambda d: f"Signed in as {user}." in d.find_element(By.ID, "campaign-who").text, f"{user}'s page")
+
+
+def _click_choice(drv, elem_id: str, label: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    box = _wait(drv, lambda d: d.find_element(By.XPATH, f"//*[@id='{elem_id}']//label[normalize-space(.)='{label}']"),
+                f"{label!r} in #{elem_id}", 20)
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    box.click()
+
+
+def _progress(drv) -> tuple[int, int] | None:
+    """(done, total) from the progress bar's "12 / 60 rated"; None while it re-renders."""
+    from selenium.webdriver.common.by import By
+
+    found = re.search(r"(\d+) / (\d+) rated", drv.find_element(By.ID, "campaign-progress").text)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def _rate_queue(drv, name: str) -> int:
+    """Answer every item of the signed-in rater's queue through the page; returns the queue length."""
+    from selenium.webdriver.common.by import By
+
+    done, total = _wait(drv, _progress, "the progress bar")
+    score_a, score_b, preference = CAMPAIGN_ANSWERS[name]
+    assert done == 0 and total >= 3
+    while done < total:
+        links = _wait(drv, lambda d: len(a := d.find_elements(By.CSS_SELECTOR, CLIP_LINKS)) == 2 and a, "the two clips")
+        for link in links:  # the player's download link: the clip's URL, a random name
+            assert re.search(r"/[0-9a-f]{32}\.wav$", link.get_attribute("href")), link.get_attribute("href")
+        _click_choice(drv, "campaign-score-a", score_a)
+        _click_choice(drv, "campaign-score-b", score_b)
+        if any(e.is_displayed() for e in drv.find_elements(By.ID, "campaign-heard-a")):  # tagged: NoVA's question
+            _click_choice(drv, "campaign-heard-a", "laugh")
+            _wait(drv, lambda d: d.find_element(By.ID, "campaign-where-a").is_displayed(), "the word choices", 20)
+            _click_choice(drv, "campaign-where-a", "“I”")  # just before "I": the requested word
+            _click_choice(drv, "campaign-heard-b", "not heard")
+        _click_choice(drv, "campaign-preference", preference)
+        drv.find_element(By.ID, "campaign-submit").click()
+        done = _wait(drv, lambda d, n=done + 1: (_progress(d) or (0,))[0] == n and n, f"item {done + 1} of {total}", 30)
+        assert not _errors_shown(drv)
+    assert "all done" in drv.find_element(By.ID, "campaign-progress").text
+    return total
+
+
+def test_campaign_two_raters_then_admin_results(driver, campaign_server):
+    from selenium.webdriver.common.by import By
+
+    from evaluation import indicemo
+    from evaluation.report import read_jsonl
+    from webapp.campaign import cli
+    from webapp.campaign.export import results_for
+
+    drv = driver
+    demo, url, passwords, data = campaign_server
+    totals = {}
+    for name in CAMPAIGN_ANSWERS:
+        _sign_in(drv, url, name, passwords[name])
+        assert not any(e.is_displayed() for e in drv.find_elements(By.ID, "admin-view"))  # hidden views: not rendered
+        totals[name] = _rate_queue(drv, name)
+        _sign_in(drv, url, name, passwords[name])  # signing in again resumes at the end: nothing left
+        _wait(drv, lambda d: "all done" in d.find_element(By.ID, "campaign-progress").text, "the finished queue")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    _sign_in(drv, url, "admin", CAMPAIGN_ADMIN)
+    assert not any(e.is_displayed() for e in drv.find_elements(By.ID, "rater-view"))
+    drv.find_element(By.ID, "campaign-refresh").click()
+    results = _wait(drv, lambda d: (el := d.find_element(By.ID, "campaign-results")).text and
+                    "Krippendorff" in el.text and el, "the results")
+    table = drv.find_element(By.ID, "campaign-progress-table").text
+    assert "asha" in table and "ben" in table
+    assert "espeak" in results.text and "tiny" in results.text and "95 % CI" in results.text
+    shot = ARTIFACTS / "campaign-admin.png"
+    drv.save_screenshot(str(shot))
+    print(f"\nscreenshot: {shot}")
+
+    rows = demo.campaign_store.rows("e2e")
+    assert len(rows) == sum(totals.values()) and {r["rater"] for r in rows} == set(CAMPAIGN_ANSWERS)
+    tagged = [r for r in rows if r["prompt_id"] == "p_tag" and r["repeat_of"] is None]
+    assert tagged and all((r["heard_a"], r["where_a"], r["heard_b"]) == ("laugh", 4, "none") for r in tagged)
+    res = results_for(demo.campaign, demo.campaign_store)
+    by_rater = {r.rater: r for r in res.raters}
+    assert by_rater["asha"].chose_a == 1.0 and by_rater["ben"].chose_a == 0.0  # the position bias shows
+    assert res.alpha_preferences is not None and res.alpha_scores is not None
+    assert {c.condition for c in res.conditions} == {"espeak", "tiny"} and all(c.score.n == 3 for c in res.conditions)
+    # The export, aggregated by evaluation.indicemo, gives the results' IndicEmo numbers.
+    out = data.parent / "export"
+    assert cli.main(["export", "--name", "e2e", "--data-dir", str(data), "--out", str(out)]) == 0
+    emo = indicemo.aggregate(read_jsonl(out / "indicemo_judgments.jsonl"))
+    assert {s.system: s.all_five for s in emo.systems} == {
+        s: v["all_five"] for s, v in res.numbers()["indicemo"].items()}

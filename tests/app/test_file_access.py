@@ -1,8 +1,9 @@
 """What a visitor can fetch over HTTP, with the app running on a temporary data dir after two
 visitors have rated and an admin has exported (issue 16).
 
-- The ratings database, its WAL/SHM files, every export and every rated clip in the data dir
-  are refused (400/403/404) by every file route Gradio exposes, under absolute, relative,
+- The ratings database, its WAL/SHM files, every export and every rated clip in the data dir,
+  and an annotation campaign's files there (definition, clip manifest, assignment, clips,
+  the raters file), are refused (400/403/404) by every file route Gradio exposes, under absolute, relative,
   traversing and encoded paths; the route list is checked against the running app, so a
   Gradio upgrade that adds a route fails here until someone reads it and classifies it.
 - A visitor's own clips are served; another visitor's cannot be found by guessing.
@@ -30,8 +31,11 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from tests.app.campaign_fixtures import make_campaign
 from tests.app.conftest import free_port, wait_until_up
 from webapp.access import AdminGate
+from webapp.campaign.definition import raters_path
+from webapp.campaign.raters import RatersFile
 
 SHORT = 0.5  # seconds of audio per clip
 TOKEN_NAME = re.compile(r"[0-9a-f]{32}\.wav")
@@ -135,7 +139,10 @@ def guarded(tiny_checkpoint, tmp_path_factory):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
 
-    data_dir = tmp_path_factory.mktemp("guarded-data")
+    # The data dir holds an annotation campaign (webapp.campaign) too: its files must stay private.
+    campaign_layout, campaign = make_campaign(tmp_path_factory.mktemp("guarded"), name="guarded")
+    RatersFile(raters_path(campaign_layout)).add("asha")
+    data_dir = campaign_layout.root
     password = secrets.token_urlsafe(18)
     demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir, admin=AdminGate(password))
     port = free_port()
@@ -152,7 +159,8 @@ def guarded(tiny_checkpoint, tmp_path_factory):
         admin = Client(url, verbose=False, download_files=False)
         exported = admin.predict(admin_password=password, api_name="/export_ratings")
         yield SimpleNamespace(demo=demo, url=url, port=port, password=password, visitors=visitors, pairs=pairs,
-                              trials=trials, synth=synth, admin=admin, exported=exported, layout=demo.data_layout)
+                              trials=trials, synth=synth, admin=admin, exported=exported, layout=demo.data_layout,
+                              campaign=campaign)
     finally:
         reader.close()
         demo.close()
@@ -183,7 +191,11 @@ def test_private_files_are_refused_by_every_file_route(guarded):
     rated = sorted(layout.rated_clips.rglob("*.wav"))
     assert len(exports) >= 6 and len(rated) == 4  # zip, jsonl x2+, csv, manifest; two pairs
     served_root, upload_root = guarded.demo.served_folder.root, Path(gr_utils.get_upload_folder()).resolve()
-    targets = [db, wal, shm, *exports, *rated, layout.root, layout.exports]
+    folder = guarded.campaign.folder
+    campaign_files = [folder / "campaign.json", folder / "manifest.jsonl", folder / "assignment.json",
+                      *sorted(folder.glob("clips/*.wav"))[:2], layout.campaigns / "raters.json", folder]
+    assert all(f.exists() for f in campaign_files) and folder.parent == layout.campaigns
+    targets = [db, wal, shm, *exports, *rated, layout.root, layout.exports, *campaign_files]
 
     # The probe can see a served file: the visitor's own clip, by the same route and spelling.
     own = Path(guarded.synth["asha"]["path"])

@@ -1,6 +1,7 @@
 """Validates every prompt set shipped in evaluation/prompts/: fields, ids, languages, scripts,
-domains, coverage of the 22 scheduled languages + English, and NoVA field consistency
-(requested_index = words before the tag, n_words, agreement with the NoVA scorer).
+domains, coverage of the 22 scheduled languages + English, NoVA field consistency
+(requested_index = words before the tag, n_words, agreement with the NoVA scorer), and the
+IndicEmo-style set (100 code-switched prompts, 20 per delivery, 2-5 languages each).
 
 Run: .venv/bin/python -m pytest tests/evaluation/test_prompts.py -q
 """
@@ -17,8 +18,8 @@ import pytest
 import regex
 
 from evaluation import nova
-from evaluation.run import SAFE_ID, load_prompts
-from rumik_app.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script
+from evaluation.run import SAFE_ID, build_request, load_prompts
+from rumik_app.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
 from rumik_app.prompt import ALLOWED_TAGS, validate_text
 
 PROMPT_DIR = Path(__file__).resolve().parents[2] / "evaluation" / "prompts"
@@ -46,9 +47,13 @@ def is_nova_file(rows: list[dict]) -> bool:
     return all("text_with_mark" in r for r in rows)
 
 
+def is_indicemo_file(rows: list[dict]) -> bool:
+    return all("target_delivery" in r for r in rows)
+
+
 def test_the_expected_sets_exist():
     names = {p.name for p in FILES}
-    assert {"intelligibility.jsonl", "intelligibility_en.jsonl", "nova_tags_en.jsonl"} <= names
+    assert {"intelligibility.jsonl", "intelligibility_en.jsonl", "nova_tags_en.jsonl", "indicemo_style.jsonl"} <= names
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -66,7 +71,8 @@ def test_every_file_is_well_formed_and_loads_in_the_runner(path):
     assert len(load_prompts(path)) == len(rows)
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if not is_nova_file(read(p))], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in FILES if not is_nova_file(read(p)) and not is_indicemo_file(read(p))],
+                         ids=lambda p: p.name)
 def test_intelligibility_fields_languages_and_scripts(path):
     for r in read(path):
         assert INTELLIGIBILITY_KEYS <= set(r) <= INTELLIGIBILITY_KEYS | OPTIONAL_KEYS, r["id"]
@@ -142,3 +148,58 @@ def test_nova_set_is_balanced_and_varied():
     positions = {("start" if r["requested_index"] == 0 else "end" if r["requested_index"] == r["n_words"] else "mid")
                  for r in rows}
     assert positions == {"start", "mid", "end"}
+
+
+# ---------------------------------------------------------------- IndicEmo-style set
+INDICEMO_KEYS = {"id", "text", "language", "domain", "tone", "target_delivery", "intent"}
+INDICEMO_SCRIPTS = {"Latin": "en", "Devanagari": "hi", "Telugu": "te", "Tamil": "ta", "Kannada": "kn",
+                    "Bengali": "bn", "Gurmukhi": "pa"}
+DELIVERIES = ("happy", "sad", "angry", "excited", "professional")
+PER_DELIVERY = 20
+MIN_LETTERS_PER_SCRIPT = 2  # a language counts as mixed in when at least a word's worth of its script is there
+MIN_PROMPTS_PER_LANGUAGE = 15
+
+
+def indicemo_languages(text: str) -> list[str]:
+    """The languages a prompt mixes, read from its scripts (each of the seven has its own)."""
+    return [INDICEMO_SCRIPTS.get(s, s) for s, n in script_counts(text).items() if n >= MIN_LETTERS_PER_SCRIPT]
+
+
+def test_indicemo_set_fields_and_deliveries():
+    rows = read(PROMPT_DIR / "indicemo_style.jsonl")
+    assert len(rows) == len(DELIVERIES) * PER_DELIVERY
+    assert Counter(r["tone"] for r in rows) == dict.fromkeys(DELIVERIES, PER_DELIVERY)
+    for r in rows:
+        assert set(r) == INDICEMO_KEYS, r["id"]
+        assert r["target_delivery"] == r["tone"].capitalize() and r["id"].startswith(f"{r['tone']}_"), r["id"]
+        assert r["domain"] == "code_switched" and len(r["intent"].split()) >= 5, r["id"]
+        assert not TAG.search(r["text"]) and len(r["text"]) <= 200, r["id"]
+    # The model gets the tone; a description would replace it (rumik_app.prompt accepts one or the other).
+    assert all(build_request(p, seed=0).prompt() for p in load_prompts(PROMPT_DIR / "indicemo_style.jsonl"))
+
+
+def test_indicemo_set_mixes_two_to_five_of_seven_languages_in_their_scripts():
+    rows = read(PROMPT_DIR / "indicemo_style.jsonl")
+    per_language = Counter()
+    for r in rows:
+        assert set(script_counts(r["text"])) <= set(INDICEMO_SCRIPTS), (r["id"], script_counts(r["text"]))
+        langs = indicemo_languages(r["text"])
+        assert 2 <= len(langs) <= 5, (r["id"], langs)
+        assert r["language"] == INDICEMO_SCRIPTS[dominant_script(r["text"])], r["id"]  # the dominant one
+        per_language.update(langs)
+    assert set(per_language) == set(INDICEMO_SCRIPTS.values())
+    assert min(per_language.values()) >= MIN_PROMPTS_PER_LANGUAGE, per_language
+    sizes = Counter(len(indicemo_languages(r["text"])) for r in rows)
+    assert set(sizes) == {2, 3, 4, 5}, sizes  # every mix size occurs
+    for tone in DELIVERIES:  # and each delivery has Indic-only mixes (no English) and 4+ language mixes
+        mine = [indicemo_languages(r["text"]) for r in rows if r["tone"] == tone]
+        assert any("en" not in langs for langs in mine) and any(len(langs) >= 4 for langs in mine), tone
+
+
+def test_indicemo_set_is_usable_by_the_rate_tab_and_campaigns():
+    from webapp.campaign.definition import prompt_delivery
+    from webapp.rate_tab import load_prompt_set
+
+    items = load_prompt_set("indicemo_style")
+    assert len(items) == 100 and Counter(i.target_delivery for i in items)["Professional"] == PER_DELIVERY
+    assert all(prompt_delivery(r) == r["target_delivery"] for r in read(PROMPT_DIR / "indicemo_style.jsonl"))

@@ -153,7 +153,6 @@ def test_top_k_one_is_greedy(tiny_engine):
 
 
 def test_unrestricted_phase_generates_parseable_audio(tiny_engine):
-    from rumik_app.generation import BatchDecoder
 
     head = AudioHead(tiny_engine.model, tiny_engine.layout, restrict_phase=False)
     dec = BatchDecoder(tiny_engine.model, head, [tiny_engine.prompt_ids(SynthesisRequest("free"))],

@@ -16,7 +16,7 @@ import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.fast_decode import SlotDecoder
-from rumik_app.generation import BatchDecoder, ReferenceDecoder, RowParams
+from rumik_app.generation import BatchDecoder, ReferenceDecoder
 from rumik_app.static_body import StaticBody
 from rumik_app.tiny import TinySpec, build_tiny_checkpoint
 

@@ -1,0 +1,179 @@
+"""Rater logins, slots and queues without a server: the raters file holds scrypt hashes only
+and survives concurrent writers; each rater reaches only their own queue; a submission is
+stored once, in one transaction, and only by the entry's own rater.
+
+Run: .venv/bin/python -m pytest tests/app/test_campaign_raters.py -q
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import stat
+import threading
+
+import pytest
+
+from tests.app.campaign_fixtures import make_campaign
+from webapp.access import AccessDenied, AdminGate
+from webapp.campaign.queues import RaterQueues
+from webapp.campaign.raters import CampaignLogin, RaterError, RatersFile, check_password, hash_password
+from webapp.campaign.store import Answer, CampaignStore, NotYourItem
+from webapp.common import UserError
+from webapp.storage import ServedFolder
+
+ADMIN_SECRET = "a-long-admin-secret-0123"
+
+
+# ---------------------------------------------------------------- the raters file
+def test_passwords_are_stored_as_salted_scrypt_hashes_only(tmp_path):
+    raters = RatersFile(tmp_path / "raters.json")
+    pw = raters.add("asha")
+    assert re.fullmatch(r"[A-Za-z0-9_-]{16}", pw)
+    text = raters.path.read_text()
+    assert pw not in text and "scrypt$16384$8$1$" in text
+    assert stat.S_IMODE(raters.path.stat().st_mode) == 0o600
+    assert raters.verify("asha", pw) and not raters.verify("asha", pw[:-1]) and not raters.verify("ben", pw)
+    # The same password hashes differently for every rater (per-user salt).
+    assert hash_password("same") != hash_password("same") and check_password("same", hash_password("same"))
+    assert not check_password("x", "md5$abc") and not check_password("x", "garbage")
+
+
+def test_add_reset_and_bad_names(tmp_path):
+    raters = RatersFile(tmp_path / "raters.json")
+    old = raters.add("asha")
+    with pytest.raises(RaterError, match="exists already"):
+        raters.add("asha")
+    new = raters.add("asha", reset=True)
+    assert raters.verify("asha", new) and not raters.verify("asha", old)
+    for bad in ("admin", "Admin", "", "a b", "../x", "x" * 41):
+        with pytest.raises(RaterError):
+            raters.add(bad)
+    raters.path.write_text("{not json")
+    with pytest.raises(RaterError, match="unreadable"):
+        raters.names()
+    assert not raters.verify("asha", new)  # a broken file lets nobody in
+
+
+def _add_many(path: str, names: list[str], out) -> None:
+    raters = RatersFile(path)
+    out.put({n: raters.add(n) for n in names})
+
+
+def test_concurrent_add_rater_processes_lose_nothing(tmp_path):
+    path = str(tmp_path / "raters.json")
+    ctx = multiprocessing.get_context("fork")  # children share the imports: quick
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_add_many, args=(path, [f"r{p}_{k}" for k in range(3)], out)) for p in range(4)]
+    for p in procs:
+        p.start()
+    passwords = {}
+    for _ in procs:
+        passwords.update(out.get(timeout=120))
+    for p in procs:
+        p.join(timeout=60)
+    raters = RatersFile(path)
+    assert raters.names() == sorted(passwords) and len(passwords) == 12
+    assert all(raters.verify(n, pw) for n, pw in passwords.items())
+    assert not list(tmp_path.glob(".raters.json.*"))  # no temp files left
+
+
+def test_campaign_login_roles(tmp_path):
+    raters = RatersFile(tmp_path / "raters.json")
+    pw = raters.add("asha")
+    login = CampaignLogin(raters, AdminGate(ADMIN_SECRET))
+    assert login("asha", pw) and login("admin", ADMIN_SECRET)
+    assert not login("asha", ADMIN_SECRET) and not login("admin", pw) and not login("nobody", pw)
+    open_login = CampaignLogin(raters, AdminGate())  # no admin password: no admin login at all
+    assert not open_login("admin", "") and not open_login("admin", "anything") and open_login("asha", pw)
+    assert ADMIN_SECRET not in repr(login) and pw not in repr(login)
+
+
+# ---------------------------------------------------------------- slots and queues
+def test_slots_are_claimed_once_each_even_at_the_same_time(tmp_path):
+    layout, campaign = make_campaign(tmp_path, rater_slots=4)
+    store = CampaignStore(layout.database)
+    got, barrier = {}, threading.Barrier(6)
+
+    def claim(name):
+        barrier.wait()
+        got[name] = store.claim_slot(campaign.name, name, 4)
+
+    threads = [threading.Thread(target=claim, args=(f"r{k}",)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    slots = [s for s in got.values() if s is not None]
+    assert sorted(slots) == [0, 1, 2, 3] and list(got.values()).count(None) == 2
+    assert store.claim_slot(campaign.name, "r0", 4) == got["r0"]  # the same slot on every sign-in
+    assert store.slots(campaign.name) == {s: r for r, s in got.items() if s is not None}
+
+
+def answer_for(queues: RaterQueues, entry_id: str, pref: str = "A", a: int = 4, b: int = 2) -> Answer:
+    tagged = queues.campaign.prompt_view(queues.entries[entry_id].prompt_id).request is not None
+    return Answer(pref, a, b, *(("laugh", 4, "none", None) if tagged else ()))
+
+
+def test_a_rater_reaches_only_their_own_queue(tmp_path):
+    layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=2)
+    store, served = CampaignStore(layout.database), ServedFolder(tmp_path / "served")
+    queues = RaterQueues(campaign, store, served)
+    asha, ben = queues.next_item("asha"), queues.next_item("ben")
+    assert queues.plan.slots[queues.slot_for("asha")][0].entry_id == asha.entry_id != ben.entry_id
+    # Clips are copies under random names in the served folder, with the private clips' bytes.
+    for path in (asha.clip_a, asha.clip_b):
+        assert path.parent == served.root and re.fullmatch(r"[0-9a-f]{32}\.wav", path.name)
+    entry = queues.entries[asha.entry_id]
+    private = campaign.clip_file(queues.clips[(entry.prompt_id, entry.left)])
+    assert asha.clip_a.read_bytes() == private.read_bytes()
+    # Another rater's entry, an unknown id, the admin: refused, the same way.
+    for who, entry_id in (("asha", ben.entry_id), ("asha", "0" * 24), ("ben", asha.entry_id)):
+        with pytest.raises(AccessDenied, match="not in your queue"):
+            queues.submit(who, entry_id, answer_for(queues, asha.entry_id))
+    with pytest.raises(AccessDenied, match="admin login has no rating queue"):
+        queues.next_item("admin")
+    # The store checks ownership itself too (inside the submission's transaction).
+    with pytest.raises(NotYourItem):
+        store.submit(campaign.name, queues.entries[ben.entry_id], "asha", Answer("A", 3, 3), ("x", "y"))
+    assert store.rows(campaign.name) == []
+
+
+def test_submissions_are_idempotent_checked_and_resume_where_left(tmp_path):
+    layout, campaign = make_campaign(tmp_path, raters_per_item=2, rater_slots=2, repeat_fraction=0.5)
+    store = CampaignStore(layout.database)
+    queues = RaterQueues(campaign, store, ServedFolder(tmp_path / "served"))
+    total = len(queues.queue("asha"))
+    item = queues.next_item("asha")
+    with pytest.raises(UserError, match="expression score"):
+        queues.submit("asha", item.entry_id, Answer("A", 0, 3))
+    with pytest.raises(UserError, match="preference"):
+        queues.submit("asha", item.entry_id, Answer("left", 3, 3))
+    assert queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
+    assert not queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id, "B"))  # a double click
+    rows = store.rows(campaign.name)
+    assert len(rows) == 1 and rows[0]["preference"] == "A" and rows[0]["seconds"] >= 0
+    # A fresh RaterQueues (a restarted server) continues at the next item.
+    again = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served2"))
+    nxt = again.next_item("asha")
+    assert nxt.entry_id == again.queue("asha")[1].entry_id and (nxt.done, nxt.total) == (1, total)
+    # The NoVA question: required for a tagged prompt, dropped for an untagged one.
+    tagged = next(e for e in again.queue("asha") if e.prompt_id == "p_tag")
+    with pytest.raises(UserError, match="laugh, chuckle or sigh"):
+        again.submit("asha", tagged.entry_id, Answer("B", 3, 3))
+    with pytest.raises(UserError, match="click the word"):
+        again.submit("asha", tagged.entry_id, Answer("B", 3, 3, "laugh", 99, "none", None))
+    plain = next(e for e in again.queue("asha") if e.prompt_id != "p_tag" and e.entry_id != item.entry_id)
+    assert again.submit("asha", plain.entry_id, Answer("none", 3, 3, "laugh", 2, "sigh", 1))
+    stored = next(r for r in store.rows(campaign.name) if r["entry_id"] == plain.entry_id)
+    assert (stored["heard_a"], stored["where_a"], stored["preferred_condition"]) == (None, None, None)
+
+
+def test_the_admin_sees_every_slot(tmp_path):
+    layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=3)
+    queues = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served"))
+    item = queues.next_item("asha")
+    queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
+    progress = queues.progress()
+    assert [(p["slot"], p["rater"], p["done"]) for p in progress] == [(0, "asha", 1), (1, None, 0), (2, None, 0)]
+    assert sum(p["total"] for p in progress) == sum(len(q) for q in queues.plan.slots)

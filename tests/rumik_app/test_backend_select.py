@@ -1,0 +1,85 @@
+"""Backend selection: `TTSEngine.from_pretrained(backend=...)`, the `--backend` flags of the
+CLI, evaluation.run and app.py, and the message when vLLM is not in this environment.
+
+The vLLM backend itself is tested from the vLLM environment (tests/vllm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rumik_app import TTSEngine
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
+from rumik_app.checkpoint import CheckpointError
+
+ROOT = Path(__file__).resolve().parents[2]
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+no_vllm_here = pytest.mark.skipif(HAVE_VLLM, reason="vLLM is installed here: tests/vllm loads it for real")
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_backend_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+
+
+def test_backend_flags_become_from_pretrained_arguments():
+    assert backend_kwargs(_parse()) == {"backend": "engine"}
+    assert backend_kwargs(_parse("--backend", "vllm", "--tensor-parallel-size", "2",
+                                 "--gpu-memory-utilization", "0.7")) == {
+        "backend": "vllm", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.7}
+    with pytest.raises(ValueError, match="--tensor-parallel-size apply to --backend vllm only"):
+        backend_kwargs(_parse("--tensor-parallel-size", "2"))
+
+
+def test_from_pretrained_rejects_unknown_backends_and_misplaced_options(tiny_checkpoint):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        TTSEngine.from_pretrained(str(tiny_checkpoint), backend="tensorrt")
+    with pytest.raises(TypeError, match="backend='vllm' only"):
+        TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu", tensor_parallel_size=2)
+
+
+@no_vllm_here
+def test_vllm_backend_without_vllm_names_the_fix(tiny_checkpoint):
+    with pytest.raises(CheckpointError, match=r"setup\.sh --vllm"):
+        TTSEngine.from_pretrained(str(tiny_checkpoint), backend="vllm")
+
+
+@pytest.mark.slow
+@no_vllm_here
+def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_path):
+    proc = _run(["rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", "hi", "--backend", "vllm",
+                 "--out", str(tmp_path / "x.wav")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: backend='vllm' needs vLLM") and "./setup.sh --vllm" in proc.stderr
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "text": "Hello there.", "language": "en", "domain": "conversation"}\n')
+    proc = _run(["evaluation.run", "--system", f"rumik:{tiny_checkpoint}", "--backend", "vllm", "--prompts",
+                 str(prompts), "--asr", "pocketsphinx", "--out", str(tmp_path / "run")])
+    assert proc.returncode == 2 and "./setup.sh --vllm" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--tensor-parallel-size", "2",
+                 "--out", str(tmp_path / "x.wav")])
+    assert proc.returncode == 2 and "apply to --backend vllm only" in proc.stderr
+
+
+@no_vllm_here
+def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint):
+    from webapp.systems import SYSTEM_RUMIK, SYSTEM_TINY, SystemRegistry
+
+    reg = SystemRegistry(model=str(tiny_checkpoint), device="cpu", backend_args={"backend": "vllm"})
+    status = reg.preload(SYSTEM_RUMIK)
+    assert status.state == "failed" and "./setup.sh --vllm" in status.message
+    assert "./setup.sh --vllm" in reg.banner_markdown()
+    assert reg._args(SYSTEM_TINY)[0] == "engine"  # tiny stays on the in-process engine

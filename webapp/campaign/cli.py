@@ -1,0 +1,191 @@
+"""`python -m webapp.campaign`: create a listening-test campaign, add raters, serve it, follow
+it, and export its results.
+
+    python -m webapp.campaign create --name pilot --prompts evaluation/prompts/indicemo_style.jsonl \\
+        --systems rumik,espeak --setting max_seconds=12 --raters-per-item 3 --rater-slots 6 \\
+        --repeat-fraction 0.1 --data-dir outputs/app          # rerun the same line to resume
+    python -m webapp.campaign add-rater asha --campaign pilot --data-dir outputs/app   # prints her password once
+    RUMIK_ADMIN_PASSWORD=... python -m webapp.campaign serve --name pilot --data-dir outputs/app --port 7870
+    python -m webapp.campaign status --name pilot --data-dir outputs/app
+    python -m webapp.campaign results --name pilot --data-dir outputs/app
+    python -m webapp.campaign export --name pilot --data-dir outputs/app --out results/pilot
+
+--data-dir defaults to $RUMIK_APP_DATA, else outputs/app (the app's data dir: campaign
+tables live in its ratings database, campaign files under its private campaigns/ folder).
+Errors are one line on stderr and exit code 2 (1: clips still missing after `create`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from evaluation.report import markdown_table
+from rumik_app.errors import RumikError, report_user_error
+from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
+from webapp.campaign.definition import Campaign, CampaignError, raters_path
+from webapp.campaign.design import build_conditions, parse_settings
+from webapp.campaign.export import export_campaign, results_for
+from webapp.campaign.generate import DEFAULT_BATCH, ensure_assignment, generate_clips, missing_clips
+from webapp.campaign.queues import RaterQueues
+from webapp.campaign.raters import RatersFile
+from webapp.campaign.store import CampaignStore
+from webapp.storage import DEFAULT_DATA_DIR, DataLayout
+
+DATA_DIR_ENV = "RUMIK_APP_DATA"
+DEFAULT_PORT = 7870
+MAX_MISSING_SHOWN = 10
+def cmd_create(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    conditions = build_conditions(args.systems.split(","), parse_settings(args.setting))
+    slots = args.rater_slots or args.raters_per_item
+    campaign = Campaign.define(layout, args.name, args.prompts, conditions, args.raters_per_item, slots,
+                               args.repeat_fraction, args.seed, args.limit)
+    print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(conditions)} conditions "
+          f"({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, {campaign.rater_slots} rater slots")
+    counts = generate_clips(campaign, args.batch_size, args.device)
+    print(f"clips: {counts['generated']} generated, {counts['kept']} kept from an earlier run, {counts['failed']} failed")
+    if not ensure_assignment(campaign):
+        missing = missing_clips(campaign)
+        for rec in missing[:MAX_MISSING_SHOWN]:
+            print(f"  missing: {rec['prompt_id']} ({rec['condition_id']}): {rec.get('error')}", file=sys.stderr)
+        print(f"error: {len(missing)} clip(s) missing; fix the cause and run the same create command again "
+              "(finished clips are kept).", file=sys.stderr)
+        return 1
+    plan = campaign.assignment()
+    sizes = sorted({len(q) for q in plan.slots})
+    print(f"assignment: {len(plan.slots)} queues of {' or '.join(map(str, sizes))} items (seed {plan.seed}); "
+          f"next: add raters with `python -m webapp.campaign add-rater NAME --campaign {campaign.name}`")
+    return 0
+
+
+def cmd_add_rater(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    raters = RatersFile(raters_path(layout))
+    password = None
+    if args.name not in raters.names() or args.reset_password:
+        password = raters.add(args.name, reset=args.reset_password)
+    if args.campaign:
+        campaign = Campaign.open(layout, args.campaign)
+        plan = campaign.assignment()
+        if plan is None:
+            raise CampaignError(f"Campaign {campaign.name!r} is not ready (clips missing); finish `create` first.")
+        slot = CampaignStore(layout.database).claim_slot(campaign.name, args.name, len(plan.slots))
+        if slot is None:
+            raise CampaignError(f"Every one of the {len(plan.slots)} rater slots of {campaign.name!r} is taken.")
+        print(f"{args.name}: slot {slot} of campaign {campaign.name} ({len(plan.slots[slot])} items)")
+    if password is None:
+        print(f"{args.name} exists already; password unchanged (--reset-password issues a new one).")
+    else:
+        print(f"login for {args.name} (shown once; only its hash is stored):\n  user: {args.name}\n  password: {password}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    campaign = Campaign.open(layout, args.name)
+    clips = campaign.clips()
+    expected = len(campaign.prompts) * len(campaign.conditions)
+    missing = missing_clips(campaign)
+    print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(campaign.conditions)} conditions; "
+          f"clips {expected - len(missing)} / {expected} ({len(clips)} manifest lines)")
+    if campaign.assignment() is None:
+        print("assignment: not built yet (clips missing); run create again")
+        return 1
+    progress = RaterQueues(campaign, CampaignStore(layout.database)).progress()
+    done, total = sum(p["done"] for p in progress), sum(p["total"] for p in progress)
+    print(f"ratings: {done} / {total}\n")
+    print(markdown_table(["slot", "rater", "done", "total", "last rating"],
+                         [[p["slot"], p["rater"] or "(free)", p["done"], p["total"], p["last"]] for p in progress]))
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    campaign = Campaign.open(layout, args.name)
+    print(results_for(campaign, CampaignStore(layout.database)).markdown())
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    campaign = Campaign.open(layout, args.name)
+    files = export_campaign(campaign, CampaignStore(layout.database), args.out)
+    print(f"wrote {len(files)} files to {args.out} (bundle: {files[0]})")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from webapp.campaign.ui import build_campaign_app, launch_campaign
+
+    admin = AdminGate.from_sources(args.admin_password)
+    demo = build_campaign_app(args.data_dir, args.name)
+    n_raters = len(RatersFile(raters_path(demo.data_layout)).names())
+    print(f"campaign {args.name}: {n_raters} rater login(s); admin view: "
+          + ("sign in as 'admin' with the admin password" if admin.enabled else
+             f"off (no admin password: set ${ADMIN_PASSWORD_ENV}; results: `python -m webapp.campaign results`)"),
+          flush=True)
+    launch_campaign(demo, admin, args.host, args.port, args.share)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m webapp.campaign", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        cp = sub.add_parser(name, help=help)
+        cp.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR),
+                        help="the app's private data dir (default: $RUMIK_APP_DATA or %(default)s)")
+        return cp
+
+    c = command("create", "define a campaign, pre-generate its clips (resumable), build the assignment")
+    c.add_argument("--name", required=True)
+    c.add_argument("--prompts", required=True, help="prompt file (JSONL, as evaluation.run reads)")
+    c.add_argument("--systems", required=True, help="comma-separated: rumik | rumik:PATH | tiny | espeak | folder:DIR")
+    c.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
+                   help="voice, tone, accent, pace, description, temperature, top_k, top_p, max_seconds; "
+                        "several values are crossed with the systems (repeatable)")
+    c.add_argument("--raters-per-item", type=int, default=3, help="k distinct raters per pair (default %(default)s)")
+    c.add_argument("--rater-slots", type=int, default=None, help="rater queues (default: k, everyone rates all)")
+    c.add_argument("--repeat-fraction", type=float, default=0.0,
+                   help="share of each queue shown again later, A/B swapped (consistency checks; e.g. 0.1)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the clip seeds, the order and the A/B positions")
+    c.add_argument("--limit", type=int, default=None, help="only the first K prompts")
+    c.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
+    c.add_argument("--device", default=None, help="cuda | cpu for rumik systems (default: CUDA if available)")
+    r = command("add-rater", "create a rater login (prints a one-time password); --campaign also gives a slot")
+    r.add_argument("name")
+    r.add_argument("--campaign", default=None, help="give the rater the next free slot of this campaign now")
+    r.add_argument("--reset-password", action="store_true", help="issue a new password for an existing rater")
+    for name, help in (("status", "clips, assignment and progress per rater"),
+                       ("results", "scores, win rates with 95 %% CIs, agreement, per-rater statistics")):
+        command(name, help).add_argument("--name", required=True)
+    e = command("export", "results, charts, ratings, IndicEmo judgments and NoVA transcripts to a folder")
+    e.add_argument("--name", required=True)
+    e.add_argument("--out", required=True)
+    s = command("serve", "the rating server: raters and the admin sign in (Gradio login page)")
+    s.add_argument("--name", required=True)
+    s.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    s.add_argument("--port", type=int, default=DEFAULT_PORT)
+    s.add_argument("--share", action="store_true")
+    s.add_argument("--admin-password", default=None,
+                   help=f"the admin login's password (default: ${ADMIN_PASSWORD_ENV}; prefer the variable)")
+    return p.parse_args(argv)
+
+
+COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "status": cmd_status, "results": cmd_results,
+            "export": cmd_export, "serve": cmd_serve}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except RumikError as exc:
+        return report_user_error(exc)

@@ -1,0 +1,183 @@
+"""Rater logins for annotation campaigns: a raters file of scrypt hashes, and the check Gradio's
+login page calls.
+
+Library module (the command line is `python -m webapp.campaign add-rater NAME`)::
+
+    raters = RatersFile(raters_path(layout))
+    password = raters.add("asha")              # printed once by the CLI; only its hash is stored
+    raters.verify("asha", password)            # True
+    demo.launch(auth=CampaignLogin(raters, AdminGate.from_sources()))   # raters + the admin login
+
+The file (`<data dir>/campaigns/raters.json`, never served, mode 0600) holds, per rater, a
+`scrypt$N$r$p$salt$hash` string (hashlib.scrypt, 16-byte random salt per rater), never a
+password. Every change is a read-modify-write under an exclusive lock (`raters.json.lock`,
+fcntl) and lands with an atomic rename, so two `add-rater` runs never lose each other's
+entry and a crash leaves the old file or the new one. The server reads the file at every
+sign-in, so raters added while it runs can sign in at once.
+
+Roles: the user name `admin` is reserved. It signs in with the admin password (`--admin-password`
+or $RUMIK_ADMIN_PASSWORD, `webapp.access.AdminGate`) and sees the admin view only; without an
+admin password there is no admin login (results stay available to whoever holds the data dir,
+through `python -m webapp.campaign results`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import functools
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+from rumik_app.errors import RumikError
+from webapp.access import AdminGate
+from webapp.campaign.definition import write_json_atomic
+from webapp.ratings import now_iso
+
+ADMIN_USER = "admin"
+RATER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
+PASSWORD_BYTES = 12  # 16 URL-safe characters, 96 bits
+SALT_BYTES = 16
+# scrypt cost: 16 MiB and ~50 ms per check on one core; a guess over HTTP costs the same.
+SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN = 2**14, 8, 1, 32
+FILE_MODE = 0o600
+
+
+class RaterError(RumikError, ValueError):
+    """A bad rater name or an unusable raters file; the message names the fix."""
+
+
+def check_rater_name(name: str) -> str:
+    name = (name or "").strip()
+    if not RATER_NAME.match(name):
+        raise RaterError(f"Rater name {name!r}: use 1-40 letters, digits, '.', '_' or '-', starting with a letter or "
+                         "digit.")
+    if name.casefold() == ADMIN_USER:
+        raise RaterError(f"{ADMIN_USER!r} is the admin's login (the admin password); choose another rater name.")
+    return name
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def hash_password(password: str, salt: bytes | None = None, n: int = SCRYPT_N, r: int = SCRYPT_R,
+                  p: int = SCRYPT_P) -> str:
+    """`scrypt$N$r$p$<salt b64>$<hash b64>` of a password (UTF-8)."""
+    salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=SCRYPT_DKLEN)
+    return f"scrypt${n}${r}${p}${_b64(salt)}${_b64(digest)}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    """True when `password` matches a `hash_password` string (constant-time comparison)."""
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        got = hashlib.scrypt(password.encode("utf-8"), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
+                             dklen=len(expected))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(got, expected)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked against for unknown names, so a wrong name costs the same time as a wrong password."""
+    return hash_password(secrets.token_urlsafe(PASSWORD_BYTES))
+
+
+class RatersFile:
+    """The raters file (created by the first `add`)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _read(self) -> dict:
+        if not self.path.is_file():
+            return {"version": 1, "raters": {}}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(data.get("raters"), dict):
+                raise ValueError("no 'raters' object")
+            return data
+        except (ValueError, OSError) as exc:
+            raise RaterError(f"The raters file {self.path} is unreadable ({exc}); restore it from a backup or move it "
+                             "away and add the raters again.") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._read()["raters"])
+
+    def add(self, name: str, reset: bool = False) -> str:
+        """Create a login (or, with `reset`, a new password for an existing one); returns the
+        password, which is not stored anywhere."""
+        name = check_rater_name(name)
+        password = secrets.token_urlsafe(PASSWORD_BYTES)
+        with self._locked():
+            data = self._read()
+            entry = data["raters"].get(name)
+            if entry is not None and not reset:
+                raise RaterError(f"Rater {name!r} exists already. Use --reset-password to issue a new password.")
+            data["raters"][name] = {"hash": hash_password(password), "created_at": (entry or {}).get("created_at",
+                                                                                                    now_iso()),
+                                    "password_set_at": now_iso()}
+            write_json_atomic(self.path, data)
+            os.chmod(self.path, FILE_MODE)
+        return password
+
+    def verify(self, name: str, password: str) -> bool:
+        """Constant work whether or not the name exists."""
+        try:
+            entry = self._read()["raters"].get(name or "")
+        except RaterError:
+            entry = None
+        stored = entry.get("hash") if isinstance(entry, dict) else None
+        ok = check_password(password or "", stored or _dummy_hash())
+        return ok and stored is not None
+
+    def __repr__(self) -> str:
+        return f"RatersFile({str(self.path)!r})"
+
+
+class CampaignLogin:
+    """Gradio `auth=` callable: raters from the raters file, plus `admin` with the admin password."""
+
+    def __init__(self, raters: RatersFile, admin: AdminGate):
+        self.raters, self.admin = raters, admin
+
+    def __call__(self, username: str, password: str) -> bool:
+        if (username or "").casefold() == ADMIN_USER:
+            # AdminGate.allows is True for anyone when no password is set: here that means no admin login.
+            ok = self.admin.enabled and self.admin.allows(password)
+            self.raters.verify("", password)  # same cost as a rater's check
+            return ok
+        return self.raters.verify(username, password)
+
+    def __repr__(self) -> str:
+        return f"CampaignLogin({self.raters!r}, admin={self.admin.enabled})"
+
+
+def is_admin(username: str | None) -> bool:
+    """The signed-in user is the admin (Gradio's `request.username`; only CampaignLogin lets it in)."""
+    return (username or "").casefold() == ADMIN_USER
