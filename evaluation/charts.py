@@ -37,14 +37,17 @@ CROWDED_BARS = 24  # more bars than this: labels turned upright
 MISSING_LABEL = "n/a"
 
 
-def label_bars(ax, bars, values: Sequence[float | None], n_bars: int) -> None:
+def label_bars(ax, bars, values: Sequence[float | None], n_bars: int, inside: bool = False) -> None:
     """Write each bar's value above it ("n/a" for a missing one): 2 decimals, turned upright
-    and smaller when the chart holds many bars, so neighbours do not overlap."""
+    and smaller when the chart holds many bars, so neighbours do not overlap. `inside` puts
+    it in the bar's middle instead (bars with an error bar above them)."""
     crowded = n_bars > CROWDED_BARS
     labels = [MISSING_LABEL if v is None else f"{v:.{LABEL_DIGITS}f}" for v in values]
-    ax.bar_label(bars, labels=labels, padding=LABEL_PADDING_PT, rotation=90 if crowded else 0,
-                 fontsize=LABEL_FONT_SIZE - 1 if crowded else LABEL_FONT_SIZE)
-    ax.margins(y=LABEL_HEADROOM)  # room above the tallest bar for its label
+    ax.bar_label(bars, labels=labels, padding=0 if inside else LABEL_PADDING_PT, rotation=90 if crowded else 0,
+                 fontsize=LABEL_FONT_SIZE - 1 if crowded else LABEL_FONT_SIZE,
+                 label_type="center" if inside else "edge", color="white" if inside else None)
+    if not inside:
+        ax.margins(y=LABEL_HEADROOM)  # room above the tallest bar for its label
 
 
 def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str],
@@ -103,7 +106,8 @@ def ci_bar_chart(path: str | os.PathLike, title: str, labels: Sequence[str], mea
         ys = [means[i] for i in keep]
         below = [means[i] - lows[i] if lows[i] is not None else 0.0 for i in keep]
         above = [highs[i] - means[i] if highs[i] is not None else 0.0 for i in keep]
-        ax.bar(xs, ys, width=GROUP_WIDTH / 1.5, yerr=[below, above], capsize=6, color="#4c72b0")
+        bars = ax.bar(xs, ys, width=GROUP_WIDTH / 1.5, yerr=[below, above], capsize=6, color="#4c72b0")
+        label_bars(ax, bars, ys, n_bars=len(keep), inside=True)  # inside: the interval is drawn above
         if reference is not None:
             ax.axhline(reference, linestyle="--", color="grey", linewidth=1)
         ax.set_xticks(xs)
