@@ -37,7 +37,7 @@ FIXES = (
     "downloads into the Hugging Face cache (`hf download {repo}`); or try the pipeline "
     "with random weights ({tiny})."
 )
-CLI_FLAGS = {"flag": "--model ", "tiny": "--model tiny"}  # rumik_app.synthesize, app.py, serve, training
+CLI_FLAGS = {"flag": "--model ", "tiny": "--model tiny"}  # rumik_app.synthesize, .serve, .tiny, app.py, training.prepare
 
 
 class ModelUnavailable(CheckpointError):

@@ -55,7 +55,8 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from rumik_app.errors import ConfigError, user_errors
+from rumik_app.checkpoint import ModelUnavailable
+from rumik_app.errors import CheckpointError, ConfigError, user_errors
 from rumik_app.files import atomic_write
 from training.common import (
     METRICS_FILE, TRAIN_CONFIG, MetricsLogger, latest_checkpoint, list_checkpoints, load_training_state,
@@ -275,7 +276,10 @@ def run_cli(trainer_class: type[Trainer], argv: Sequence[str] | None, descriptio
         if not args.resume:
             check_same_settings(cfg)  # before the model loads: a refusal comes at once
         prepared = time.perf_counter()
-        trainer = trainer_class(cfg, config_dir=path.parent)
+        try:
+            trainer = trainer_class(cfg, config_dir=path.parent)
+        except ModelUnavailable as exc:  # the fixes in a trainer's terms: the `model` key
+            raise CheckpointError(exc.with_flags(flag="--set model=", tiny="--set model=tiny")) from exc
         out = trainer.train(resume=args.resume)
         if args.smoke and trainer.acc.is_main_process:
             seconds = {"train_s": time.perf_counter() - prepared, "total_s": time.perf_counter() - start}
