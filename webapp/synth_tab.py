@@ -3,7 +3,9 @@
 Library module (run the app with `python app.py`). `SynthHandlers` holds the plain
 functions (testable without a browser); `build_synth_tab` lays out the components and wires
 them. The UI streams audio while it is generated (`gr.Audio(streaming=True)` fed by a
-generator of WAV pieces) and then offers the whole clip as a 24 kHz WAV download.
+generator of WAV pieces), with an info line counting the seconds generated against the
+budget, and then offers the whole clip as a 24 kHz WAV download. A run first clears the
+previous clip, seed and download, so an error is never shown under an old result.
 """
 
 from __future__ import annotations
