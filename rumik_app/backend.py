@@ -204,7 +204,7 @@ class AstreamBackend:
         self.max_queue = max_queue
         self.owns_engine = owns_engine  # stop() closes only an engine this backend loaded
         self._in_flight = 0
-        self._live: list[dict] = []  # stats dicts of running requests (their token counts grow)
+        self._live: dict[int, dict] = {}  # id -> stats dict of each running request (its token count grows)
         self._tokens_done = 0
         self._audio_samples = 0
         self._rate: deque[tuple[float, int]] = deque()  # (time, tokens_total) samples, last RATE_WINDOW_S
@@ -234,7 +234,7 @@ class AstreamBackend:
         if self._draining:
             raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
         if not self._healthy():
-            raise BackendFailed("vLLM's engine core is not running")
+            raise BackendFailed("vLLM's engine core is not running (see the server log; restart the server)")
         busy = max(self._in_flight, self._unfinished())
         if busy >= self.max_batch + self.max_queue:
             raise ServerBusy(f"The server is busy: {busy} requests are decoding or waiting (at most "
@@ -245,7 +245,7 @@ class AstreamBackend:
         self._loop = self._loop or asyncio.get_running_loop()
         self._in_flight += 1
         stats: dict = {}
-        self._live.append(stats)
+        self._live[id(stats)] = stats
         try:
             async with contextlib.aclosing(self.engine.astream(req, stats=stats)) as pieces:
                 piece = await self._first_piece(pieces)
@@ -260,7 +260,7 @@ class AstreamBackend:
             raise
         finally:
             self._in_flight -= 1
-            self._live.remove(stats)
+            del self._live[id(stats)]
             self._tokens_done += int(stats.get("tokens", 0))
             self._sample_rate_window()
             if info is not None:
@@ -283,7 +283,7 @@ class AstreamBackend:
         return piece.result()
 
     def _tokens_total(self) -> int:
-        return self._tokens_done + sum(int(s.get("tokens", 0)) for s in self._live)
+        return self._tokens_done + sum(int(s.get("tokens", 0)) for s in self._live.values())
 
     def _sample_rate_window(self) -> None:
         now = time.monotonic()

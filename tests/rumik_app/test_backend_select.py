@@ -109,10 +109,12 @@ def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
     monkeypatch.setattr(TTSEngine, "from_pretrained", staticmethod(fake_from_pretrained))
     args = parse_args(["--model", "m", "--backend", "vllm", "--max-batch", "48", "--max-queue", "5",
                        "--tensor-parallel-size", "2", "--data-parallel-size", "3", "--gpu-memory-utilization",
-                       "0.7", "--no-compile", "--dtype", "bf16"])
+                       "0.7", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
+                       "--no-compile", "--dtype", "bf16"])
     server = build_server(args)
     assert made[0].kwargs == {"model": "m", "backend": "vllm", "max_num_seqs": 48, "tensor_parallel_size": 2,
-                              "data_parallel_size": 3, "gpu_memory_utilization": 0.7, "compile": False,
+                              "data_parallel_size": 3, "pipeline_parallel_size": 2,
+                              "distributed_executor_backend": "ray", "gpu_memory_utilization": 0.7, "compile": False,
                               "dtype": "bf16"}
     backend = server.backend
     assert (backend.name, backend.max_batch, backend.max_queue, backend.owns_engine) == ("vllm", 48, 5, True)
