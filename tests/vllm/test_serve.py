@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import threading
 import time
 
 import httpx
@@ -39,6 +38,7 @@ KEY = "test-key"
 SR = 24_000
 MAX_BATCH = 16
 CONCURRENT = 16
+SPEEDUP_GOAL = 3.0  # 16 concurrent requests vs the same 16 one after another (as for the engine backend)
 # Greedy, this text and voice: a row that runs to max_seconds on the calibrated checkpoint.
 LONG = {"input": "Finishing what was started.", "voice": "Ira", "temperature": 0, "response_format": "pcm"}
 
@@ -161,35 +161,31 @@ async def _all(url: str, payloads: list[dict], concurrent: bool) -> list[dict]:
         return [await _one(client, p) for p in payloads]
 
 
-def test_concurrent_requests_all_answered_none_mixed_up(server, capsys):
+def _timed(url: str, payloads: list[dict], concurrent: bool) -> tuple[float, list[dict]]:
+    start = time.perf_counter()
+    results = asyncio.run(_all(url, payloads, concurrent))
+    return time.perf_counter() - start, results
+
+
+def test_concurrent_requests_all_answered_none_mixed_up_and_batched(server, capsys):
     payloads = [body(f"Request number {i} speaks now.", seed=700 + i, max_seconds=0.64, response_format="pcm")
                 for i in range(CONCURRENT)]
-    start = time.perf_counter()
-    together = asyncio.run(_all(server.url, payloads, concurrent=True))
-    wall = time.perf_counter() - start
-    alone = asyncio.run(_all(server.url, payloads, concurrent=False))
+    wall, together = _timed(server.url, payloads, concurrent=True)
+    sequential, alone = _timed(server.url, payloads, concurrent=False)
     assert [r["status"] for r in together] == [200] * CONCURRENT
     assert [r["seed"] for r in together] == [str(p["seed"]) for p in payloads]
     for payload, mixed, solo in zip(payloads, together, alone):  # each equals the same request alone
         assert len(mixed["pcm"]) > 0 and np.array_equal(mixed["pcm"], solo["pcm"]), payload["seed"]
     assert len({r["pcm"][:1920].tobytes() for r in together}) == CONCURRENT  # all different audio
+    if sequential < SPEEDUP_GOAL * wall:  # timings on a shared machine: one more try (load only adds time)
+        wall = min(wall, _timed(server.url, payloads, concurrent=True)[0])
     latency, first = [r["latency_s"] for r in together], [r["first_audio_s"] for r in together]
     with capsys.disabled():
-        print(f"\nvLLM backend: {CONCURRENT} concurrent requests (0.64 s of audio max) in {wall:.2f} s: latency "
-              f"p50 {np.percentile(latency, 50):.2f} s, p95 {np.percentile(latency, 95):.2f} s; time to first "
-              f"audio p50 {np.percentile(first, 50):.2f} s, p95 {np.percentile(first, 95):.2f} s")
-
-
-def _stream_in_background(url: str, request: dict, out: dict) -> threading.Thread:
-    def run() -> None:
-        with httpx.stream("POST", url + "/v1/audio/speech", json=request, timeout=120,
-                          headers={"Authorization": f"Bearer {KEY}"}) as resp:
-            out["status"] = resp.status_code
-            out["data"] = b"".join(resp.iter_raw())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+        print(f"\nvLLM backend: {CONCURRENT} requests (0.64 s of audio max) one after another {sequential:.2f} s, "
+              f"concurrently {wall:.2f} s ({sequential / wall:.1f}x): latency p50 {np.percentile(latency, 50):.2f} s, "
+              f"p95 {np.percentile(latency, 95):.2f} s; time to first audio p50 {np.percentile(first, 50):.2f} s, "
+              f"p95 {np.percentile(first, 95):.2f} s")
+    assert sequential >= SPEEDUP_GOAL * wall  # vLLM batches concurrent requests
 
 
 def _open_stream(url: str, request: dict):
