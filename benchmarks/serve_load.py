@@ -1,8 +1,11 @@
-"""Load test of a running speech server: throughput and time to first audio per concurrency.
+"""Load test of the speech server: throughput and time to first audio per concurrency.
 
     python -m rumik_app.serve --model tiny --port 8000 &          # or any server speaking OpenAI's API
     python benchmarks/serve_load.py --url http://127.0.0.1:8000 --concurrency 1,4,16,64
     python benchmarks/serve_load.py --url http://gpu-box:8000 --concurrency 1,16,64 --max-seconds 8 --json out.json
+
+    # both backends side by side: each server is started, measured and stopped in turn
+    .venv-vllm/bin/python benchmarks/serve_load.py --spawn engine,vllm --checkpoint CKPT --concurrency 1,4,16,64
 
 For each concurrency c, c clients each send `--rounds` requests back to back (closed loop),
 streaming `pcm` (24 kHz s16le) over HTTP: every request has its own seed, the same text and
@@ -11,10 +14,18 @@ the p50/p95 time to first audio (request sent -> first audio bytes received) and
 latency, and errors (any non-200 or a broken stream). The table ends with the throughput
 of each level relative to concurrency 1.
 
-Goal (CPU, tiny checkpoint, engine backend): throughput at concurrency 16 >= 8x concurrency 1.
+`--spawn engine,vllm` starts `python -m rumik_app.serve --backend B --model CHECKPOINT
+--max-batch N` (with `--server-python`, default this interpreter: run it from .venv-vllm,
+which has both backends) for each backend in turn, measures it, stops it with SIGTERM, and
+prints one table with a row per (concurrency, backend) and each backend's throughput
+relative to the first. `--server-arg` adds flags to every server (e.g.
+`--server-arg=--tensor-parallel-size=2` with vllm only).
 
-Only HTTP is used, so the same script measures the engine backend, the vLLM backend
-(issue 11) or a GPU server; `--model` defaults to the first id of GET /v1/models.
+Goals: CPU, tiny checkpoint, engine backend: throughput at concurrency 16 >= 8x concurrency 1.
+GPU, real width at 36 layers: the vLLM backend >= 3x the engine backend at concurrency 64.
+
+Only HTTP is used against the server, so the same script measures the engine backend, the
+vLLM backend or a GPU server; `--model` defaults to the first id of GET /v1/models.
 """
 
 from __future__ import annotations
@@ -22,9 +33,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -34,6 +51,9 @@ SAMPLE_RATE = 24_000
 BYTES_PER_SAMPLE = 2
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a long nap in the sun."
 TIMEOUT_S = 600.0
+SERVER_START_TIMEOUT_S = 900.0  # loading, compiling (CUDA) or starting vLLM's engine processes
+SERVER_STOP_TIMEOUT_S = 120.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -47,7 +67,16 @@ class Result:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="a running server's base URL, e.g. http://127.0.0.1:8000")
+    target.add_argument("--spawn", help="comma-separated backends (engine,vllm): start a server on --checkpoint "
+                                        "for each in turn and report them side by side")
+    p.add_argument("--checkpoint", help="--spawn: the model the servers load (folder, hub id or 'tiny')")
+    p.add_argument("--max-batch", type=int, default=16, help="--spawn: the servers' --max-batch")
+    p.add_argument("--server-python", default=sys.executable,
+                   help="--spawn: the interpreter that runs the servers (default: this one)")
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="--spawn: one more flag for every server, e.g. --server-arg=--dtype=bf16 (repeatable)")
     p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated client counts")
     p.add_argument("--rounds", type=int, default=2, help="requests per client per level")
     p.add_argument("--max-seconds", type=float, default=2.0, help="max_seconds of every request")
@@ -57,7 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
     p.add_argument("--seed", type=int, default=1000, help="request i uses seed + i")
     p.add_argument("--json", help="also write the results to this file")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.spawn and not args.checkpoint:
+        p.error("--spawn needs --checkpoint (the model the servers load)")
+    return args
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -147,15 +179,96 @@ async def run(args: argparse.Namespace) -> dict:
     return report
 
 
+def side_by_side(reports: dict[str, dict]) -> str:
+    """One row per (concurrency, backend); `vs first` is throughput relative to the first backend."""
+    names = list(reports)
+    by_level = {name: {lv["concurrency"]: lv for lv in rep["levels"]} for name, rep in reports.items()}
+    lines = [f"| concurrency | backend | requests | errors | audio s / wall s | vs {names[0]} | TTFA p50 | TTFA p95 "
+             "| latency p50 | latency p95 |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in sorted({c for levels in by_level.values() for c in levels}):
+        base = by_level[names[0]].get(c)
+        for name in names:
+            lv = by_level[name].get(c)
+            if lv is None:
+                continue
+            ratio = f"{lv['audio_s_per_s'] / base['audio_s_per_s']:.1f}x" if base and base["audio_s_per_s"] else "-"
+            lines.append(f"| {c} | {name} | {lv['requests']} | {lv['errors']} | {lv['audio_s_per_s']:.2f} | {ratio} "
+                         f"| {lv['ttfa_p50_s']:.2f} s | {lv['ttfa_p95_s']:.2f} s | {lv['latency_p50_s']:.2f} s "
+                         f"| {lv['latency_p95_s']:.2f} s |")
+    return "\n".join(lines)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(args: argparse.Namespace, backend: str) -> tuple[subprocess.Popen, str, Path]:
+    """`python -m rumik_app.serve --backend BACKEND` on a free port; (process, url, log) once healthy."""
+    port = _free_port()
+    cmd = [args.server_python, "-m", "rumik_app.serve", "--backend", backend, "--model", args.checkpoint,
+           "--port", str(port), "--max-batch", str(args.max_batch), "--max-queue", "1024", "--log-level", "warning",
+           *args.server_arg]
+    log = Path(tempfile.mkstemp(prefix=f"serve-{backend}-", suffix=".log")[1])
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the {backend} server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return proc, url, log
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    stop_server(proc)
+    raise SystemExit(f"the {backend} server was not healthy after {SERVER_START_TIMEOUT_S:.0f} s (log: {log})")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM (the server drains and shuts its backend down), then kill if it hangs."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=SERVER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def spawn_and_measure(args: argparse.Namespace) -> dict:
+    reports = {}
+    for backend in [b.strip() for b in args.spawn.split(",") if b.strip()]:
+        print(f"== {backend}: starting the server on {args.checkpoint}", flush=True)
+        proc, url, log = start_server(args, backend)
+        try:
+            reports[backend] = asyncio.run(run(argparse.Namespace(**{**vars(args), "url": url})))
+        finally:
+            stop_server(proc)
+        log.unlink(missing_ok=True)
+        print(table(reports[backend]["levels"]), flush=True)
+    return {"checkpoint": args.checkpoint, "max_batch": args.max_batch, "server_args": args.server_arg,
+            "backends": reports}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    report = asyncio.run(run(args))
-    print(table(report["levels"]))
-    if "ratio_c16_vs_c1" in report:
-        ratio = report["ratio_c16_vs_c1"]
-        verdict = "meets" if ratio >= GOAL_RATIO else "misses"
-        print(f"throughput at concurrency {GOAL_CONCURRENCY} = {ratio:.1f}x concurrency 1 ({verdict} the goal of "
-              f">= {GOAL_RATIO:g}x)")
+    if args.spawn:
+        report = spawn_and_measure(args)
+        print(side_by_side(report["backends"]))
+    else:
+        report = asyncio.run(run(args))
+        print(table(report["levels"]))
+        if "ratio_c16_vs_c1" in report:
+            ratio = report["ratio_c16_vs_c1"]
+            verdict = "meets" if ratio >= GOAL_RATIO else "misses"
+            print(f"throughput at concurrency {GOAL_CONCURRENCY} = {ratio:.1f}x concurrency 1 ({verdict} the goal "
+                  f"of >= {GOAL_RATIO:g}x)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

@@ -87,8 +87,9 @@ class LoopThread:
         """Iterate an async generator (run on the engine loop) from any event loop."""
         caller = asyncio.get_running_loop()
         if caller is self.loop:
-            async for item in agen_fn():
-                yield item
+            async with contextlib.aclosing(agen_fn()) as agen:
+                async for item in agen:
+                    yield item
             return
         items: asyncio.Queue = asyncio.Queue()
 

@@ -16,7 +16,8 @@ import argparse
 import os
 
 BACKENDS = ("engine", "vllm")
-VLLM_ONLY = ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization")
+VLLM_ONLY = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "distributed_executor_backend",
+             "gpu_memory_utilization")
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,10 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vllm: GPUs that split each layer (default 1)")
     group.add_argument("--data-parallel-size", type=int, default=None,
                        help="vllm: model replicas (default 1)")
+    group.add_argument("--pipeline-parallel-size", type=int, default=None,
+                       help="vllm: stages the layers are split into, e.g. one per node (default 1)")
+    group.add_argument("--distributed-executor-backend", choices=("mp", "ray"), default=None,
+                       help="vllm: mp = processes on this node (default); ray = a Ray cluster, for several nodes")
     group.add_argument("--gpu-memory-utilization", type=float, default=None,
                        help="vllm: share of each GPU's memory vLLM may take (default 0.8; Mimi needs the rest)")
 

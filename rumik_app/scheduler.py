@@ -45,7 +45,8 @@ import torch
 
 from rumik_app.audio import CrossfadeStream
 from rumik_app.backend import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, BackendFailed, BackendStats, ServerBusy, ShuttingDown,
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, BackendFailed, BackendStats, ServerBusy,
+    ShuttingDown,
 )
 from rumik_app.engine import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
 from rumik_app.fast_decode import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
@@ -62,9 +63,6 @@ log = logging.getLogger(__name__)
 # description of up to 300 characters: a few hundred tokens with the published tokenizer,
 # ~1,000 with the tiny test checkpoint's byte-level one.
 DEFAULT_MAX_PROMPT_TOKENS = 1024
-# tokens/s in stats() is measured over this many recent seconds.
-RATE_WINDOW_S = 10.0
-STOP_POLL_S = 0.05
 
 
 class JobCancelled(RuntimeError):

@@ -30,6 +30,7 @@ log-prob is returned exactly). GRPO rescores every action with the trainer's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -55,6 +56,7 @@ from rumik_app.engine import (
 from rumik_app.generation import (
     FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_MODES, Rollouts, RowParams,
 )
+from rumik_app.prompt import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
 from rumik_app.tokens import FrameParser, TokenLayout
 
@@ -198,12 +200,26 @@ class VLLMEngine(TTSEngine):
         self.engine_loop.close()
 
     def num_unfinished_requests(self) -> int:
-        """Requests vLLM is running or queueing now (a server's queue depth)."""
+        """Requests vLLM is running or queueing now, from every caller of this engine.
 
-        async def count():
-            return self._llm().get_num_unfinished_requests()
+        Read without a hop to the engine loop (the length of vLLM's table of open requests),
+        so a server's event loop can ask at any time without waiting on vLLM's."""
+        return self._llm().get_num_unfinished_requests()
 
-        return self.engine_loop.call(count())
+    @property
+    def max_num_seqs(self) -> int:
+        """Requests vLLM decodes together at most (its scheduler's `max_num_seqs`)."""
+        return int(self._llm().vllm_config.scheduler_config.max_num_seqs)
+
+    @property
+    def max_model_len(self) -> int:
+        """Prompt plus generated tokens one vLLM request may hold."""
+        return int(self._llm().model_config.max_model_len)
+
+    def is_healthy(self) -> bool:
+        """False once vLLM's engine core has died or this engine was closed."""
+        llm = self.engine_loop.llm
+        return llm is not None and not llm.errored
 
     def _llm(self):
         if self.engine_loop.llm is None:
@@ -237,8 +253,19 @@ class VLLMEngine(TTSEngine):
             output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
         )
 
+    def check_length(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        """PromptError when a chunk's prompt plus its token budget exceeds vLLM's max_model_len
+        (vLLM would cut the row short or refuse it with a message about its own settings)."""
+        need, limit = len(prompt_ids) + max_new_tokens, self.max_model_len
+        if need > limit:
+            raise PromptError(
+                f"This text needs {need:,} positions (a {len(prompt_ids):,}-token prompt plus up to "
+                f"{max_new_tokens:,} new tokens); vLLM holds {limit:,} per request (max_model_len). Shorten the "
+                "sentence or the description, or lower max_seconds.")
+
     async def _deltas(self, prompt_ids: list[int], params) -> AsyncIterator[tuple[_Row, list[int]]]:
         """On the engine loop: (row so far, new ids) per vLLM output; the row is finished last."""
+        self.check_length(prompt_ids, params.max_tokens)
         row = _Row()
         completion = None
         async for out in self._llm().generate({"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex):
@@ -329,23 +356,30 @@ class VLLMEngine(TTSEngine):
         """Float32 audio pieces as tokens arrive, from any event loop (see `stream`).
 
         Mimi decodes in a worker thread, so neither the caller's loop nor vLLM's waits on it.
-        Stopping the iteration early (`aclose`, a cancelled task) aborts the vLLM request.
+        Stopping the iteration early (`aclose`, a cancelled task) aborts the vLLM request at
+        once: every inner generator is closed explicitly, not left to garbage collection.
+        stats gets seed, tokens, chunks, finish_reasons (as `TTSEngine.stream`) and
+        prompt_tokens, updated as the request runs.
         """
         plan = self.plan(req)
         stats = stats if stats is not None else {}
-        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[],
+        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[], prompt_tokens=0,
                      max_tokens=sum(self.token_budget(chunk) for chunk in plan))
         if len(plan) == 1:  # nothing to crossfade: no hold-back, lowest latency
-            async for piece in self._astream_chunk(plan[0], first_frames, frames_per_chunk, stats):
-                yield piece
+            async with contextlib.aclosing(self._astream_chunk(plan[0], first_frames, frames_per_chunk,
+                                                               stats)) as pieces:
+                async for piece in pieces:
+                    yield piece
             return
         joiner = CrossfadeStream(int(CROSSFADE_SECONDS * self.sample_rate))
         for chunk in plan:
             joiner.start_chunk()
-            async for piece in self._astream_chunk(chunk, first_frames, frames_per_chunk, stats):
-                out = joiner.push(piece)
-                if len(out):
-                    yield out
+            async with contextlib.aclosing(self._astream_chunk(chunk, first_frames, frames_per_chunk,
+                                                               stats)) as pieces:
+                async for piece in pieces:
+                    out = joiner.push(piece)
+                    if len(out):
+                        yield out
             tail = joiner.end_chunk()
             if len(tail):
                 yield tail
@@ -356,27 +390,32 @@ class VLLMEngine(TTSEngine):
     async def aframes(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[list[int]]:
         """One chunk request's frames (Q codes each) as vLLM generates them, on any loop."""
         params = self.sampling_params(self.row_params(req, req.seed), stream=True)
+        prompt_ids = self.prompt_ids(req)
+        stats["prompt_tokens"] = stats.get("prompt_tokens", 0) + len(prompt_ids)
         parser = FrameParser(self.layout)
-        async for row, new in self.engine_loop.aiterate(lambda: self._deltas(self.prompt_ids(req), params)):
-            for token in new:
-                if token == self.stop_column:
-                    continue
-                stats["tokens"] += 1
-                if (frame := parser.push(token)) is not None:
-                    yield frame
-            if row.reason:
-                stats["finish_reasons"].append(row.reason)
+        deltas = self.engine_loop.aiterate(lambda: self._deltas(prompt_ids, params))
+        async with contextlib.aclosing(deltas):
+            async for row, new in deltas:
+                for token in new:
+                    if token == self.stop_column:
+                        continue
+                    stats["tokens"] += 1
+                    if (frame := parser.push(token)) is not None:
+                        yield frame
+                if row.reason:
+                    stats["finish_reasons"].append(row.reason)
 
     async def _astream_chunk(self, req: SynthesisRequest, first_frames: int, frames_per_chunk: int,
                              stats: dict) -> AsyncIterator[np.ndarray]:
         codec_stream = self.codec.streaming_decoder(batch=1)
         pending: list[list[int]] = []
         want = first_frames
-        async for frame in self.aframes(req, stats):
-            pending.append(frame)
-            if len(pending) >= want:
-                yield await asyncio.to_thread(self._decode_frames, codec_stream, pending)
-                pending, want = [], frames_per_chunk
+        async with contextlib.aclosing(self.aframes(req, stats)) as frames:
+            async for frame in frames:
+                pending.append(frame)
+                if len(pending) >= want:
+                    yield await asyncio.to_thread(self._decode_frames, codec_stream, pending)
+                    pending, want = [], frames_per_chunk
         if pending:
             yield await asyncio.to_thread(self._decode_frames, codec_stream, pending)
 

@@ -7,7 +7,8 @@
 Modules: `app` (FastAPI routes, errors, auth), `schema` (the request and its checks),
 `encoding` (wav/pcm/mp3/opus/flac, streamed), `metrics` (Prometheus), `__main__` (CLI,
 uvicorn, SIGTERM). The model side is a `rumik_app.backend.SpeechBackend`: the in-process
-engine with continuous batching (`rumik_app.scheduler`), or vLLM (issue 11).
+engine with continuous batching (`rumik_app.scheduler`), or vLLM's engine (`--backend vllm`:
+vLLM batches; `rumik_app.backend.AstreamBackend` adds admission, drain and stats).
 """
 
 from rumik_app.serve.app import create_app

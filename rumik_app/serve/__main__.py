@@ -3,11 +3,14 @@
     python -m rumik_app.serve --model rumik-ai/rumik-oss-1                  # http://127.0.0.1:8000
     python -m rumik_app.serve --model /models/rumik-oss-1 --host 0.0.0.0 --max-batch 32 --api-key "$KEY"
     python -m rumik_app.serve --model tiny --port 8001                      # random weights: noise, no download
+    .venv-vllm/bin/python -m rumik_app.serve --backend vllm --model rumik-ai/rumik-oss-1 \
+        --max-batch 64 --tensor-parallel-size 2                             # vLLM's engine (./setup.sh --vllm)
 
-Loads the model, warms the decode step up (compiling it with --compile, default on CUDA),
-then serves until SIGTERM/SIGINT. On SIGTERM it stops accepting connections, answers
-requests still waiting for a batch row with 503 (`Retry-After`), lets the ones already
-streaming finish (up to --shutdown-timeout seconds, after which they are cut), and exits.
+Loads the model, warms it up (the engine backend compiles its decode step with --compile,
+default on CUDA; vLLM runs a first request), then serves until SIGTERM/SIGINT. On SIGTERM
+it stops accepting connections, answers requests that have no audio yet with 503
+(`Retry-After`), lets the ones already streaming finish (up to --shutdown-timeout seconds,
+after which they are cut), shuts the backend down (vLLM's engine processes too) and exits.
 The API key can also come from the environment variable RUMIK_API_KEY.
 """
 
@@ -19,7 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from rumik_app.backend import BACKENDS, DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
+from rumik_app.backend import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
+from rumik_app.backend_args import add_backend_arguments, backend_kwargs
 from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -34,19 +38,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rumik_app.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
-    p.add_argument("--backend", choices=BACKENDS, default="engine",
-                   help="engine: this process, continuous batching (default); vllm: vLLM's engine (issue 11)")
+    add_backend_arguments(p)  # --backend engine|vllm, --tensor-parallel-size, --data-parallel-size, ...
     p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
     p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="compile the decode step at start-up (CUDA graphs on CUDA; default: on for CUDA, off for CPU)")
+                   help="compile the decode step at start-up (CUDA graphs on CUDA; default: on for CUDA, off for "
+                        "CPU); vllm: torch.compile + CUDA graphs, --no-compile = vLLM's enforce_eager")
     p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="requests decoded together at most")
+    p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
+                   help="requests decoded together at most (vllm: its max_num_seqs)")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
-                   help="requests waiting for a batch row before new ones get 503 + Retry-After")
+                   help="requests waiting for a batch row before new ones get 503 + Retry-After "
+                        "(vllm: unfinished vLLM requests beyond --max-batch)")
     p.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
-                   help="engine: prompt tokens per text chunk; sizes the KV cache (max-batch x (this + 3072))")
+                   help="engine: prompt tokens per text chunk; sizes the KV cache (max-batch x (this + 3072)); "
+                        "vllm sizes its paged cache itself")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
     p.add_argument("--voice-map", help="other names for the voices, e.g. 'alloy=Ira,nova=Aisha', for clients that "
@@ -58,6 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
         p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
+    try:
+        args.backend_options = backend_kwargs(args)  # {"backend": ..., vLLM's options when given}
+    except ValueError as exc:
+        p.error(str(exc))
+    args.backend_options.pop("backend")
+    if args.backend == "engine":
+        args.backend_options["max_prompt_tokens"] = args.max_prompt_tokens
     return args
 
 
@@ -74,9 +88,8 @@ def build_server(args: argparse.Namespace):
     from rumik_app.serve.app import SpeechServer, create_app
     from rumik_app.serve.schema import parse_voice_map
 
-    options = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
     backend = load_backend(args.backend, args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                           max_batch=args.max_batch, max_queue=args.max_queue, **options)
+                           max_batch=args.max_batch, max_queue=args.max_queue, **args.backend_options)
     name = args.served_model_name or served_name(args.model)
     voice_map = parse_voice_map(args.voice_map, backend.voices)
     app = create_app(backend, model_name=name, aliases=(args.model,), api_key=args.api_key,
@@ -88,6 +101,8 @@ def build_server(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.backend == "vllm":  # before vLLM is imported: its log level follows --log-level
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", args.log_level.upper())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("rumik_app").setLevel(args.log_level.upper())
     try:

@@ -45,3 +45,19 @@ def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsy
     assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
     assert all(lv["errors"] == 0 and lv["audio_s_per_s"] > 0 and lv["ttfa_p50_s"] > 0 for lv in report["levels"])
     assert "| 2 | 2 | 0 |" in capsys.readouterr().out
+
+
+def test_serve_load_spawns_each_backend_and_reports_them_side_by_side(tiny_checkpoint, capsys):
+    from benchmarks import serve_load
+
+    report = serve_load.main(["--spawn", "engine", "--checkpoint", str(tiny_checkpoint), "--max-batch", "2",
+                              "--concurrency", "1,2", "--rounds", "1", "--max-seconds", "0.3"])
+    engine = report["backends"]["engine"]
+    assert [lv["concurrency"] for lv in engine["levels"]] == [1, 2]
+    assert all(lv["errors"] == 0 and lv["audio_s_per_s"] > 0 for lv in engine["levels"])
+    assert "| 2 | engine | 2 | 0 |" in capsys.readouterr().out
+    faster = {**engine, "levels": [{**lv, "audio_s_per_s": 2 * lv["audio_s_per_s"]} for lv in engine["levels"]]}
+    rows = serve_load.side_by_side({"engine": engine, "vllm": faster}).splitlines()
+    assert rows[0].startswith("| concurrency | backend |") and "vs engine" in rows[0]
+    assert [r.split("|")[2].strip() for r in rows[2:]] == ["engine", "vllm", "engine", "vllm"]
+    assert all(r.split("|")[6].strip() == "2.0x" for r in rows[3::2])

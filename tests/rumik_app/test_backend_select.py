@@ -83,3 +83,56 @@ def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint):
     assert status.state == "failed" and "./setup.sh --vllm" in status.message
     assert "./setup.sh --vllm" in reg.banner_markdown()
     assert reg._args(SYSTEM_TINY)[0] == "engine"  # tiny stays on the in-process engine
+
+
+class _FakeVLLMEngine:
+    """Stands in for VLLMEngine where only the wiring of the server's flags is checked."""
+
+    sample_rate, voices = 24_000, ("Ira",)
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def close(self) -> None:
+        pass
+
+
+def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
+    from rumik_app.serve.__main__ import build_server, parse_args
+
+    made = []
+
+    def fake_from_pretrained(model, **kwargs):
+        made.append(_FakeVLLMEngine(model=model, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(TTSEngine, "from_pretrained", staticmethod(fake_from_pretrained))
+    args = parse_args(["--model", "m", "--backend", "vllm", "--max-batch", "48", "--max-queue", "5",
+                       "--tensor-parallel-size", "2", "--data-parallel-size", "3", "--gpu-memory-utilization",
+                       "0.7", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
+                       "--no-compile", "--dtype", "bf16"])
+    server = build_server(args)
+    assert made[0].kwargs == {"model": "m", "backend": "vllm", "max_num_seqs": 48, "tensor_parallel_size": 2,
+                              "data_parallel_size": 3, "pipeline_parallel_size": 2,
+                              "distributed_executor_backend": "ray", "gpu_memory_utilization": 0.7, "compile": False,
+                              "dtype": "bf16"}
+    backend = server.backend
+    assert (backend.name, backend.max_batch, backend.max_queue, backend.owns_engine) == ("vllm", 48, 5, True)
+
+
+def test_serve_refuses_vllm_flags_on_the_engine_backend(capsys):
+    from rumik_app.serve.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "tiny", "--tensor-parallel-size", "2"])
+    assert "--tensor-parallel-size apply to --backend vllm only" in capsys.readouterr().err
+
+
+@no_vllm_here
+def test_serve_with_vllm_missing_is_one_message_and_exit_code_2(tiny_checkpoint, capsys, monkeypatch):
+    from rumik_app.serve.__main__ import main
+
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "WARNING")  # main() sets it for vLLM; keep this process's as it was
+    assert main(["--model", str(tiny_checkpoint), "--backend", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: backend='vllm' needs vLLM") and "./setup.sh --vllm" in err

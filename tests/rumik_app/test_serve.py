@@ -22,12 +22,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.backend import EngineBackend
-from rumik_app.prompt import PromptError, validate_text
 from rumik_app.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
-from rumik_app.serve.schema import SERVER_MAX_TEXT_CHARS, SpeechRequest, parse_voice_map, to_synthesis_request
+from rumik_app.serve.schema import SpeechRequest, parse_voice_map, to_synthesis_request
 from tests.conftest import NEVER_STOP, stop_head_bias
-from tests.servers import ServerThread, wait_for
+from tests.servers import BAD_INPUTS, ServerThread, assert_openai_error, wait_for
 
 KEY = "test-key"
 SR = 24_000
@@ -170,48 +169,10 @@ def test_voice_map_flag_is_checked_against_the_voices():
 # ---------------------------------------------------------------- errors and limits
 
 
-def _prompt_message(fn) -> str:
-    with pytest.raises(PromptError) as info:
-        fn()
-    return str(info.value)
-
-
-BAD_INPUTS = [
-    # (what, body changes, status, param, expected message or a fragment of it)
-    ("unknown tag", dict(input="Hello <giggle> there"), 400, "input",
-     _prompt_message(lambda: validate_text("Hello <giggle> there"))),
-    ("empty input", dict(input=""), 400, "input", _prompt_message(lambda: validate_text(""))),
-    ("blank input", dict(input="   "), 400, "input", _prompt_message(lambda: validate_text(""))),
-    ("unknown voice", dict(voice="nova"), 400, "voice", "Unknown voice 'nova'. Choose one of: Ira, Aisha, Siya, Zoya."),
-    ("too long", dict(input="a" * (SERVER_MAX_TEXT_CHARS + 1)), 400, "input",
-     _prompt_message(lambda: validate_text("a" * (SERVER_MAX_TEXT_CHARS + 1), max_chars=SERVER_MAX_TEXT_CHARS))),
-    ("bad format", dict(response_format="aac"), 400, "response_format", "Unsupported response_format 'aac'"),
-    ("unknown tone", dict(tone="sleepy"), 400, "tone", "Unknown tone 'sleepy'"),
-    ("tone and instructions", dict(tone="happy", instructions="calm and warm"), 400, "instructions",
-     "Give either tone/accent/pace or a free-form description, not both."),
-    ("temperature", dict(temperature=5), 400, "temperature", "Temperature 5.0 is out of range: use 0 (greedy) to 2."),
-    ("top_p", dict(top_p=0), 400, "top_p", "Top-p 0.0 is out of range"),
-    ("top_k", dict(top_k=1000), 400, "top_k", "Top-k 1000 is out of range"),
-    ("max_seconds", dict(max_seconds=90), 400, "max_seconds", "Max seconds 90.0 is out of range"),
-    ("seed", dict(seed=-7), 400, "seed", "Seed -7 is not valid"),
-    ("speed range", dict(speed=9), 400, "speed", "speed 9.0 is out of range: use 0.25 to 4.0"),
-    ("speed vs pace", dict(speed=0.5, pace="fast"), 400, "speed", "speed 0.5 means pace 'slow', but pace 'fast'"),
-    ("typo in extra_body", dict(temprature=0.5), 400, "temprature", "Unrecognized request argument supplied: temprature"),
-    ("not a number", dict(temperature="hot"), 400, "temperature", "Invalid value for 'temperature'"),
-    ("missing input", dict(input=None), 400, "input", "Missing required parameter: 'input'."),
-    ("unknown language", dict(language="Klingon"), 400, "language", "Unknown language 'Klingon'"),
-    ("unknown model", dict(model="whisper-1"), 404, "model", "The model 'whisper-1' does not exist"),
-]
-
-
 @pytest.mark.parametrize("what, changes, status, param, message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
 def test_bad_input_gets_an_openai_error_with_the_projects_message(server, what, changes, status, param, message):
     request = {k: v for k, v in {**body(), **changes}.items() if v is not None}
-    resp = post(server.url, request)
-    assert resp.status_code == status, resp.text
-    error = resp.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
-    assert error["param"] == param and message in error["message"], error
+    assert_openai_error(post(server.url, request), status, param, message)
 
 
 def test_openai_client_raises_bad_request_with_the_message(client):
