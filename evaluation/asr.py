@@ -160,20 +160,32 @@ def _looks_like_path(ref: str) -> bool:
     return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
 
 
-def _offline() -> bool:
-    return any(os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
-               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
 def _download_fix(ref: str) -> str:
-    return (f"Fix: go online, or pre-download it on a machine with internet (`hf download {ref}`, "
-            f"formerly `huggingface-cli download {ref}`) and copy the Hugging Face cache here, "
-            f"or pass a local folder: --asr hf:/path/to/model.")
+    return (f"Fix: go online (it then downloads by itself); or pass a local model folder (--asr hf:/path/to/model); "
+            f"or download it once where there is internet (`hf download {ref}`) and copy the Hugging Face cache "
+            f"here; or, for English, use --asr pocketsphinx (offline).")
+
+
+class ASRModelUnavailable(ASRError):
+    """A hub ASR model that is not cached while the hub cannot be used (offline, unreachable).
+
+    model: the hub id; reason: why the hub cannot be used. The message names the command-line
+    fix; the app words its own (webapp.evaluate_tab).
+    """
+
+    def __init__(self, model: str, reason: str):
+        super().__init__(f"ASR model {model!r} is not in the local Hugging Face cache and {reason}. "
+                         + _download_fix(model))
+        self.model, self.reason = model, reason
 
 
 def resolve_model(ref: str) -> str:
-    """A loadable location for `ref`: an existing local folder, a cached snapshot when
-    offline, or the hub id itself; raises ASRError (one message with the fix) otherwise."""
+    """A loadable location for `ref`: an existing local folder, the hub id itself when the hub
+    can be used, else its cached snapshot; ASRError (one message with the fix) otherwise.
+    Without a usable hub this fails within seconds (one probe, `rumik_app.hub`), never after
+    transformers' download retries."""
+    from rumik_app.hub import HubUnavailable, offline_snapshot
+
     local = Path(ref).expanduser()
     if local.exists():
         if not (local / "config.json").is_file():
@@ -182,16 +194,11 @@ def resolve_model(ref: str) -> str:
     if _looks_like_path(ref):
         raise ASRError(f"ASR model folder {ref!r} does not exist. Pass an existing local folder or a hub id "
                        "such as openai/whisper-small.")
-    if _offline():
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-
-        try:
-            return snapshot_download(ref, local_files_only=True)
-        except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as exc:
-            raise ASRError(f"ASR model {ref!r} is not in the local Hugging Face cache and downloads are "
-                           f"off (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set). {_download_fix(ref)}") from exc
-    return ref
+    try:
+        cached = offline_snapshot(ref)
+    except HubUnavailable as exc:
+        raise ASRModelUnavailable(ref, exc.reason) from None
+    return ref if cached is None else str(cached)
 
 
 class HFJudge(ASRJudge):

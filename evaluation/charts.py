@@ -29,13 +29,33 @@ TITLE_WRAP_CHARS = 60
 TITLE_FONT_SIZE = 10
 GROUP_WIDTH = 0.8  # share of the x-slot covered by one group's bars
 DPI = 120
+LABEL_DIGITS = 2  # value labels on the bars
+LABEL_FONT_SIZE = 7
+LABEL_PADDING_PT = 1.5
+LABEL_HEADROOM = 0.12  # share of the y range kept free above the bars for their labels
+CROWDED_BARS = 24  # more bars than this: labels turned upright
+MISSING_LABEL = "n/a"
+
+
+def label_bars(ax, bars, values: Sequence[float | None], n_bars: int, inside: bool = False) -> None:
+    """Write each bar's value above it ("n/a" for a missing one): 2 decimals, turned upright
+    and smaller when the chart holds many bars, so neighbours do not overlap. `inside` puts
+    it in the bar's middle instead (bars with an error bar above them)."""
+    crowded = n_bars > CROWDED_BARS
+    labels = [MISSING_LABEL if v is None else f"{v:.{LABEL_DIGITS}f}" for v in values]
+    ax.bar_label(bars, labels=labels, padding=0 if inside else LABEL_PADDING_PT, rotation=90 if crowded else 0,
+                 fontsize=LABEL_FONT_SIZE - 1 if crowded else LABEL_FONT_SIZE,
+                 label_type="center" if inside else "edge", color="white" if inside else None)
+    if not inside:
+        ax.margins(y=LABEL_HEADROOM)  # room above the tallest bar for its label
 
 
 def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str],
                       series: Mapping[str, Sequence[float | None]], ylabel: str = "",
                       ylim: tuple[float, float] | None = None) -> Path:
-    """One bar per (group, series); groups with no value at all are left out (noted in the
-    title), single None values are drawn as 0. Returns the PNG path."""
+    """One bar per (group, series), its value written above it; groups with no value at all
+    are left out (noted in the title), single None values are drawn as 0 and labelled "n/a".
+    Returns the PNG path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     keep = [i for i in range(len(groups)) if any(v[i] is not None for v in series.values())]
@@ -51,13 +71,14 @@ def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str]
         bar = GROUP_WIDTH / n
         for k, (name, values) in enumerate(series.items()):
             xs = [i - GROUP_WIDTH / 2 + bar * (k + 0.5) for i in range(len(groups))]
-            ax.bar(xs, [0.0 if v is None else v for v in values], width=bar, label=name)
+            bars = ax.bar(xs, [0.0 if v is None else v for v in values], width=bar, label=name)
+            label_bars(ax, bars, values, n_bars=len(groups) * n)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(groups, rotation=45 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center")
         ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
         ax.set_ylabel(ylabel)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
+        if ylim is not None:  # kept, plus headroom for the labels of bars that reach the top
+            ax.set_ylim(ylim[0], ylim[1] + LABEL_HEADROOM * (ylim[1] - ylim[0]))
         if len(series) > 1:
             ax.legend()
         ax.grid(axis="y", alpha=0.3)
@@ -85,7 +106,8 @@ def ci_bar_chart(path: str | os.PathLike, title: str, labels: Sequence[str], mea
         ys = [means[i] for i in keep]
         below = [means[i] - lows[i] if lows[i] is not None else 0.0 for i in keep]
         above = [highs[i] - means[i] if highs[i] is not None else 0.0 for i in keep]
-        ax.bar(xs, ys, width=GROUP_WIDTH / 1.5, yerr=[below, above], capsize=6, color="#4c72b0")
+        bars = ax.bar(xs, ys, width=GROUP_WIDTH / 1.5, yerr=[below, above], capsize=6, color="#4c72b0")
+        label_bars(ax, bars, ys, n_bars=len(keep), inside=True)  # inside: the interval is drawn above
         if reference is not None:
             ax.axhline(reference, linestyle="--", color="grey", linewidth=1)
         ax.set_xticks(xs)

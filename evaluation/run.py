@@ -177,6 +177,12 @@ def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesi
     return rec
 
 
+def missing_clips(out: Path, prompts: list[dict], runs: int) -> list[tuple[int, dict]]:
+    """(run, prompt) pairs whose clip is not on disk under `out` yet (what a rerun synthesises)."""
+    return [(run, p) for run in range(1, runs + 1) for p in prompts
+            if not (out / f"run{run}" / f"{p['id']}.wav").is_file()]
+
+
 def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: int, seed: int,
                    batch_size: int = DEFAULT_BATCH, max_new_tokens: int | None = None,
                    normalize: bool = True) -> tuple[list[dict], dict]:
@@ -464,6 +470,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     try:
         prompts = load_prompts(args.prompts, args.limit)
         system = system or load_system(args.system, device=args.device, backend_args=backend_args)
+        if missing_clips(out, prompts, args.runs):
+            system.load()  # the model before the judge: both are checked before any synthesis
         judge = load_asr(args.asr, cache=cache, device=args.device)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens, normalize)

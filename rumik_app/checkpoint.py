@@ -33,10 +33,26 @@ HUB_PATTERNS = ["config.json", "tokenizer.json", "tokenizer_config.json", "speci
 COPY_ALONG = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 MAX_SHARD_SIZE = "5GB"
 FIXES = (
-    "Fixes: pass a local checkpoint folder (--model /path/to/rumik-oss-1); or go online once so it "
+    "Fixes: pass a local checkpoint folder ({flag}/path/to/rumik-oss-1); or go online once so it "
     "downloads into the Hugging Face cache (`hf download {repo}`); or try the pipeline "
-    "with random weights (--model tiny)."
+    "with random weights ({tiny})."
 )
+CLI_FLAGS = {"flag": "--model ", "tiny": "--model tiny"}  # rumik_app.synthesize, .serve, .tiny, app.py, training.prepare
+
+
+class ModelUnavailable(CheckpointError):
+    """The model is not on this machine (no such folder, an incomplete one, or a hub id that
+    cannot be fetched). `problem` says what is wrong; the message adds the fixes in the
+    command-line flags of rumik_app, app.py and the trainers; `with_flags` rewords them for
+    a caller that names the model differently (evaluation.run's --system)."""
+
+    def __init__(self, problem: str, repo: str = DEFAULT_MODEL):
+        self.problem, self.repo = problem, repo
+        super().__init__(self.with_flags(**CLI_FLAGS))
+
+    def with_flags(self, flag: str, tiny: str) -> str:
+        """The message with the fixes naming `flag PATH` and `tiny` (e.g. "--system tiny")."""
+        return f"{self.problem} " + FIXES.format(flag=flag, tiny=tiny, repo=self.repo)
 
 
 def cache_root() -> Path:
@@ -76,22 +92,34 @@ def resolve_checkpoint(model: str | os.PathLike) -> Path:
         return check_checkpoint_dir(path)
     if looks_like_hub_id(name):
         return check_checkpoint_dir(_download(name))
-    raise CheckpointError(f"No checkpoint folder at {path}. " + FIXES.format(repo=DEFAULT_MODEL))
+    raise ModelUnavailable(f"No checkpoint folder at {path}.")
 
 
 def _download(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
+    """The hub snapshot of `repo_id` (config, tokenizer, weights, codec only), through the HF
+    cache; offline or with the hub out of reach it fails at once (`rumik_app.hub`)."""
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
+    from rumik_app.hub import HubUnavailable, hub_snapshot
+
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
-    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
-        reason = "the hub is offline (HF_HUB_OFFLINE is set)" if offline else f"{type(exc).__name__}"
-        raise CheckpointError(
-            f"Could not get {repo_id!r} from the Hugging Face Hub ({reason}) and it is not in the "
-            f"local cache. " + FIXES.format(repo=repo_id)
-        ) from exc
+        return hub_snapshot(repo_id, allow_patterns=HUB_PATTERNS)
+    except HubUnavailable as exc:
+        raise ModelUnavailable(f"Could not get {repo_id!r}: it is not in the local Hugging Face cache and "
+                               f"{exc.reason}.", repo_id) from exc
+    except RepositoryNotFoundError as exc:
+        raise ModelUnavailable(
+            f"The Hugging Face Hub has no model {repo_id!r} (or it is private: log in with `hf auth login`).",
+            repo_id) from exc
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
+        raise ModelUnavailable(
+            f"Could not get {repo_id!r} from the Hugging Face Hub ({type(exc).__name__}: {_first_line(exc)}).",
+            repo_id) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no detail"
 
 
 def check_checkpoint_dir(path: Path) -> Path:
@@ -102,10 +130,7 @@ def check_checkpoint_dir(path: Path) -> Path:
     if not (path / WEIGHT_FILE).exists() and not (path / WEIGHT_INDEX).exists():
         missing.append(f"{WEIGHT_FILE} (or {WEIGHT_INDEX} + shards)")
     if missing:
-        raise CheckpointError(
-            f"{path} is not a complete rumik-oss-1 checkpoint: missing {', '.join(missing)}. "
-            + FIXES.format(repo=DEFAULT_MODEL)
-        )
+        raise ModelUnavailable(f"{path} is not a complete rumik-oss-1 checkpoint: missing {', '.join(missing)}.")
     return path
 
 
@@ -144,13 +169,15 @@ def auto_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> 
 
 def load_model(path: Path, config: RumikOSSConfig, device: torch.device, dtype: torch.dtype):
     """Our own RumikOSSForCausalLM with the checkpoint's weights (tied embeddings)."""
+    from safetensors import SafetensorError
+
     from rumik_app.model import RumikOSSForCausalLM
 
     try:
         model = RumikOSSForCausalLM.from_pretrained(
             str(path), config=config.lm, dtype=dtype, device_map={"": device}, use_safetensors=True
         )
-    except (OSError, RuntimeError, ValueError) as exc:
+    except (OSError, RuntimeError, ValueError, SafetensorError) as exc:  # SafetensorError: a corrupt file
         raise CheckpointError(f"Could not load weights from {path}: {exc}") from exc
     _check_tied(model)
     return model.eval()

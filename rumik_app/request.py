@@ -34,6 +34,11 @@ DEFAULT_MIN_NEW_TOKENS = 8
 DEFAULT_MAX_NEW_TOKENS = 2048
 # Hard cap on generated tokens per utterance: ~30 s of audio, the longest training clips.
 MAX_NEW_TOKENS_CAP = 3072
+# Default length cap per utterance (chunk) of the CLI and the app, in seconds of audio; `tiny`
+# gets a short one: its random weights rarely stop by themselves, so every run fills the
+# whole budget with noise (20 s of it took ~30 s on a CPU).
+DEFAULT_MAX_SECONDS = 20.0
+TINY_MAX_SECONDS = 3.0
 # Seeds are in [0, SEED_RANGE): the engine draws a fresh one there when none is given, the
 # benchmark runner derives per-clip seeds into it, and GRPO's group seeds stay inside it.
 SEED_RANGE = 2**31

@@ -6,11 +6,18 @@
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
     .venv-vllm/bin/python -m rumik_app.synthesize --backend vllm --model PATH --text "..." --out x.wav
 
-Numbers, money, dates and times are read as words (`rumik_app.normalize`; the spoken text is
-printed when it differs); `--no-normalize` sends the text as typed. Prints the duration,
-tokens/s and the real-time factor (seconds of audio per second of compute; above 1 is
-faster than real time). `--stream` synthesises through the streaming
-path and also reports the time to first audio.
+The request is checked before the weights load: the text, tone, accent, pace and description
+first, then the model (a hub id that cannot be fetched fails within seconds, naming the
+fixes), then the voice against the checkpoint's own voices. Numbers, money, dates and times
+are read as words (`rumik_app.normalize`; the spoken text is printed when it differs);
+`--no-normalize` sends the text as typed. A progress bar (seconds of audio generated out of
+the budget, on stderr) runs while it generates, when stderr is a terminal and `--quiet` is
+not given. At the end it prints the duration, tokens/s and the real-time factor (seconds of
+audio per second of compute; above 1 is faster than real time), and warns when a chunk
+stopped at the `--max-seconds` cap instead of ending by itself. `--stream` synthesises
+through the streaming path and also reports the time to first audio. `--model tiny` has
+random weights: its audio is noise (it exercises the pipeline), and its default length is
+short (3 s).
 """
 
 from __future__ import annotations
@@ -26,10 +33,14 @@ from rumik_app.audio import Audio
 from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
-    DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest, resolve_seed,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS,
+    TINY_MODEL, SynthesisRequest, resolve_seed,
 )
 
-DEFAULT_MAX_SECONDS = 20.0
+FINISH_AT_CAP = "max_tokens"  # rumik_app.generation's finish reason for a row cut at max_new_tokens
+TINY_NOTE = ("note: --model tiny has random weights, so this audio is noise: it exercises the pipeline only. "
+             f"Use --model {DEFAULT_MODEL} (or a checkpoint folder) for speech.")
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}]"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,9 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
-    p.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
-                   help="cap per utterance (per chunk for long text), at most ~30")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help=f"cap per utterance (per chunk for long text), at most ~30 (default {DEFAULT_MAX_SECONDS:g}; "
+                        f"{TINY_MAX_SECONDS:g} for --model tiny)")
     p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and no summary lines (errors and warnings still print)")
     p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
     p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
@@ -66,44 +80,106 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> Audio:
-    from rumik_app.engine import TTSEngine
-    from rumik_app.prompt import validate_text
+class AudioProgress:
+    """A tqdm bar on stderr counting generated audio in seconds against the budget. It prints
+    nothing unless `enabled`; it is drawn from the first update on (when the budget is known)
+    and cleared when the run ends. tqdm throttles the redraws."""
 
-    validate_text(args.text)  # fail fast, before loading a 7 GB model
-    if args.backend == "vllm":
-        quiet_vllm_logs()
-    engine = TTSEngine.from_pretrained(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                                       **args.backend_kwargs)
+    def __init__(self, enabled: bool, desc: str, tokens_per_second: float):
+        self.enabled, self.desc, self.tokens_per_second = enabled, desc, tokens_per_second
+        self.bar = None
+
+    def __call__(self, tokens: int, budget: int) -> None:
+        """`tokens` of `budget` generated tokens so far."""
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=budget / self.tokens_per_second, desc=self.desc, bar_format=BAR_FORMAT,
+                            file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.bar.total = budget / self.tokens_per_second
+        self.bar.update(tokens / self.tokens_per_second - self.bar.n)
+
+    def __enter__(self) -> "AudioProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def build_request(args: argparse.Namespace) -> SynthesisRequest:
+    """The request from the flags; its text, tone, accent, pace and description are checked
+    here (PromptError), before any model is touched. The voice is checked against the model."""
+    from rumik_app.prompt import VOICES
+
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, max_new_tokens=engine.max_new_tokens_for(args.max_seconds),
-        language=args.language, normalize=not args.no_normalize,
+        top_k=args.top_k, top_p=args.top_p, language=args.language, normalize=not args.no_normalize,
     )
-    engine.prompt_text(req)  # voice and description against this checkpoint's speakers
+    # Every voice name passes here; the checkpoint's own list is checked once its config is read.
+    req.with_(voice=VOICES[0]).prompt()
+    return req
+
+
+def run(args: argparse.Namespace) -> Audio:
+    from rumik_app.checkpoint import resolve_checkpoint
+    from rumik_app.config import RumikOSSConfig
+    from rumik_app.engine import TTSEngine
+    from rumik_app.prompt import validate_text
+
+    req = build_request(args)  # fail fast, before fetching or loading a 7 GB model
+    path = resolve_checkpoint(args.model)
+    req.prompt(voices=RumikOSSConfig.from_file(path).speakers)  # the voice, against this checkpoint's
+    if args.backend == "vllm":
+        quiet_vllm_logs()
+    engine = TTSEngine.from_pretrained(str(path), device=args.device, dtype=args.dtype, compile=args.compile,
+                                       **args.backend_kwargs)
+    max_seconds = args.max_seconds or (TINY_MAX_SECONDS if args.model == TINY_MODEL else DEFAULT_MAX_SECONDS)
+    req = req.with_(max_new_tokens=engine.max_new_tokens_for(max_seconds))
     spoken = req.spoken_text()
+    say = (lambda line: None) if args.quiet else print
     if spoken != validate_text(args.text):
-        print(f"reading: {spoken}")
+        say(f"reading: {spoken}")
+    chunks = len(engine.plan(req))
+    desc = "generating" if chunks == 1 or args.stream else f"generating {chunks} chunks side by side"
     start = time.perf_counter()
-    if args.stream:
-        pieces, first, stats = [], None, {}
-        for piece in engine.stream(req, stats=stats):
-            first = first if first is not None else time.perf_counter() - start
-            pieces.append(piece)
-        elapsed = time.perf_counter() - start
-        audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
-        audio.info = {"seconds": elapsed, "first_audio_s": first, "tokens": stats["tokens"]}
-    else:
-        audio = engine.synthesize(req)
-        elapsed = audio.info["seconds"]
+    with AudioProgress(sys.stderr.isatty() and not args.quiet, desc, engine.layout.tokens_per_second) as bar:
+        if args.stream:
+            pieces, first, stats = [], None, {}
+            for piece in engine.stream(req, stats=stats):
+                first = first if first is not None else time.perf_counter() - start
+                pieces.append(piece)
+                bar(stats["tokens"], stats["max_tokens"])
+            elapsed = time.perf_counter() - start
+            audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
+            audio.info = {"seconds": elapsed, "first_audio_s": first, "tokens": stats["tokens"],
+                          "finish_reasons": stats["finish_reasons"]}
+        else:
+            audio = engine.synthesize(req, progress=bar)
+            elapsed = audio.info["seconds"]
     audio.save(args.out)
     tokens = audio.info["tokens"]
-    print(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {req.seed}")
-    print(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
-          f"real-time factor {audio.duration / max(elapsed, 1e-9):.2f}x"
-          + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
+    say(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {req.seed}")
+    say(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
+        f"real-time factor {audio.duration / max(elapsed, 1e-9):.2f}x"
+        + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
+    warn_if_capped(audio.info.get("finish_reasons") or [], max_seconds)
+    if args.model == TINY_MODEL:
+        say(TINY_NOTE)
     return audio
+
+
+def warn_if_capped(finish_reasons: list[str], max_seconds: float) -> None:
+    """One `warning:` line on stderr when a chunk stopped at the length cap, not by itself."""
+    capped = finish_reasons.count(FINISH_AT_CAP)
+    if capped:
+        where = "" if len(finish_reasons) == 1 else f" in {capped} of {len(finish_reasons)} chunks"
+        print(f"warning: generation stopped at the length cap (--max-seconds {max_seconds:g}){where} instead of "
+              f"ending by itself, so the speech may be cut off; raise --max-seconds (at most 30).",
+              file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

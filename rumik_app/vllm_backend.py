@@ -35,7 +35,7 @@ import math
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -307,8 +307,10 @@ class VLLMEngine(TTSEngine):
         return prompts, rows, owners
 
     def generate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
-                       stop_mode: str = "threshold") -> Rollouts:
-        """As `TTSEngine.generate_batch` (row order, seeds seed + j), sampled by vLLM."""
+                       stop_mode: str = "threshold", progress: Callable[[int], None] | None = None) -> Rollouts:
+        """As `TTSEngine.generate_batch` (row order, seeds seed + j), sampled by vLLM.
+        `progress` is accepted for the engine's API and not called: vLLM returns the batch
+        whole (`synthesize_many` still reports each batch as it ends)."""
         return self.engine_loop.call(self._rollouts(requests, num_samples, stop_mode))
 
     async def agenerate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
@@ -325,9 +327,10 @@ class VLLMEngine(TTSEngine):
         return build_rollouts(results, prompts, rows, owners, stop_mode, self.layout,
                               {"total_s": time.perf_counter() - start})
 
-    def synthesize_many(self, requests: Sequence[SynthesisRequest], max_batch: int = VLLM_MAX_BATCH) -> list[Audio]:
+    def synthesize_many(self, requests: Sequence[SynthesisRequest], max_batch: int = VLLM_MAX_BATCH,
+                        progress: Callable[[int, int], None] | None = None) -> list[Audio]:
         """As `TTSEngine.synthesize_many`; all chunks go to vLLM at once by default."""
-        return super().synthesize_many(requests, max_batch=max_batch)
+        return super().synthesize_many(requests, max_batch=max_batch, progress=progress)
 
     async def asynthesize(self, req: SynthesisRequest) -> Audio:
         """`synthesize` for coroutines: chunks generated concurrently, decoded off the loop."""
@@ -360,7 +363,8 @@ class VLLMEngine(TTSEngine):
         """
         plan = self.plan(req)
         stats = stats if stats is not None else {}
-        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[], prompt_tokens=0)
+        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[], prompt_tokens=0,
+                     max_tokens=sum(self.token_budget(chunk) for chunk in plan))
         if len(plan) == 1:  # nothing to crossfade: no hold-back, lowest latency
             async with contextlib.aclosing(self._astream_chunk(plan[0], first_frames, frames_per_chunk,
                                                                stats)) as pieces:

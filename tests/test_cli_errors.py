@@ -56,6 +56,33 @@ def test_user_error_is_one_line_and_status_2(entry, tmp_path, capsys):
     assert len([line for line in err if line.startswith("error: ")]) == 1 and err[-1].startswith("error: "), err
 
 
+def test_a_missing_model_names_the_fix_in_each_commands_own_terms(tmp_path, capsys):
+    """The same missing checkpoint, worded for the flags of the command that hit it."""
+    from evaluation.run import main as run_main
+    from rumik_app.synthesize import main as synth_main
+    from training.grpo.trainer import main as grpo_main
+
+    missing = str(tmp_path / "no-model")
+    prompts = ROOT / "evaluation" / "prompts" / "intelligibility_en.jsonl"
+    runs = {
+        "--model /path/to/rumik-oss-1": lambda: synth_main(["--model", missing, "--text", "hi", "--out",
+                                                            str(tmp_path / "x.wav")]),
+        "--system rumik:/path/to/rumik-oss-1": lambda: run_main(["--system", f"rumik:{missing}", "--prompts",
+                                                                  str(prompts), "--asr", "pocketsphinx", "--out",
+                                                                  str(tmp_path / "r")]),
+        "--set model=/path/to/rumik-oss-1": lambda: grpo_main(["--smoke", "--out", str(tmp_path / "g"), "--set",
+                                                                f"model={missing}"]),
+    }
+    for fix, run in runs.items():
+        try:
+            code = run()
+        except SystemExit as stop:
+            code = stop.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == EXIT_USER_ERROR and len(err) == 1, (fix, err)
+        assert err[0].startswith(f"error: No checkpoint folder at {missing}.") and fix in err[0], err[0]
+
+
 @pytest.mark.slow  # a fresh interpreter importing torch: ~10 s
 def test_grpo_unknown_key_from_the_shell(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "g"),

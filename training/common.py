@@ -102,14 +102,16 @@ def set_rng_state(state: dict) -> None:
 
 
 class MetricsLogger:
-    """One line per step: printed to stdout and appended to OUT/metrics.jsonl (flushed).
+    """One line per step appended to OUT/metrics.jsonl (flushed), every metric in it; with
+    `echo` also printed whole to stdout (the trainers print their own compact line instead:
+    training.trainer.Trainer.progress_line).
 
     Only the main process writes (`is_main=False` makes every call a no-op), so the same
     code runs under `accelerate launch`.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, is_main: bool = True):
-        self.is_main = is_main
+    def __init__(self, out_dir: str | os.PathLike, is_main: bool = True, echo: bool = True):
+        self.is_main, self.echo = is_main, echo
         self.path = Path(out_dir) / METRICS_FILE
         self._fh = None
         if is_main:
@@ -123,8 +125,9 @@ class MetricsLogger:
         row = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}, "time": round(time.time(), 3)}
         self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         self._fh.flush()
-        shown = " ".join(f"{k} {_fmt(v)}" for k, v in row.items() if k not in ("step", "time"))
-        print(f"step {step:6d} | {shown}", file=sys.stdout, flush=True)
+        if self.echo:
+            shown = " ".join(f"{k} {_fmt(v)}" for k, v in row.items() if k not in ("step", "time"))
+            print(f"step {step:6d} | {shown}", file=sys.stdout, flush=True)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -296,6 +299,11 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
     return final
 
 
+def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """The complete checkpoints under OUT/checkpoints, oldest first."""
+    return [path for _, path in _checkpoint_steps(Path(out_dir) / CHECKPOINTS_DIR)]
+
+
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint under OUT/checkpoints (pointer first, then a scan), or None."""
     root = Path(out_dir) / CHECKPOINTS_DIR
@@ -372,5 +380,5 @@ def publish_checkpoint(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike) 
 __all__ = [
     "set_seed", "rng_state", "set_rng_state", "MetricsLogger", "read_metrics", "wsd_lambda", "build_optimizer",
     "clip_gradients", "enable_activation_checkpointing",
-    "save_training_checkpoint", "latest_checkpoint", "load_training_state", "publish_checkpoint",
+    "save_training_checkpoint", "list_checkpoints", "latest_checkpoint", "load_training_state", "publish_checkpoint",
 ]

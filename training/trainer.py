@@ -13,9 +13,19 @@ set the threads and seeded every RNG) and implements four things:
   `step(n) -> metrics`     step n (1-based): one SFT optimiser step / one GRPO rollout batch
   `checkpoint_state()`     (gathered state dict or None, extra state) for a checkpoint
   `restore(extra)`         put the extra state back (data position, LoRA adapters, ...)
-The base class owns the rest, identically for both: `train()` (the loop: one metrics line
-per step to stdout and OUT/metrics.jsonl, a checkpoint every `save_every` steps and at the
-end, then OUT itself made a published checkpoint), `save(step)` and `resume(force)`.
+The base class owns the rest, identically for both: `train()` (the loop: a checkpoint
+every `save_every` steps and at the end, then OUT itself made a published checkpoint),
+`save(step)` and `resume(force)`, and what the run prints:
+  - a header: processes and what the distribution is, device, precision, steps, OUT;
+  - one compact line per step: `step 12/60 (20%) | <the wing's few numbers> | 0:03 elapsed,
+    ETA 0:12` (SFT: loss, lr, grad norm, tokens/s, stage; GRPO: reward, KL, loss, lr,
+    tokens/s), while every metric of the step goes to OUT/metrics.jsonl (TRL's names);
+  - a line for every checkpoint written, and a closing summary: steps and time, the wing's
+    headline (loss or reward, start -> end), where the checkpoints and the final weights are;
+  - for `--smoke`, a verdict: `smoke: PASS|FAIL: <criteria with their thresholds>`
+    (`smoke_verdict`), also saved in OUT/smoke_summary.json. A FAIL exits with status 1
+    when the smoke ran with its own settings; with `--set` overrides the thresholds may not
+    apply, so the verdict is printed and the status stays 0.
 
 Resume policy (both trainers):
   - OUT holds no checkpoint: a fresh run.
@@ -45,15 +55,21 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from rumik_app.errors import ConfigError, user_errors
+from rumik_app.checkpoint import ModelUnavailable
+from rumik_app.errors import CheckpointError, ConfigError, user_errors
 from rumik_app.files import atomic_write
 from training.common import (
-    TRAIN_CONFIG, MetricsLogger, latest_checkpoint, load_training_state, publish_checkpoint, save_training_checkpoint,
-    set_seed,
+    METRICS_FILE, TRAIN_CONFIG, MetricsLogger, latest_checkpoint, list_checkpoints, load_training_state,
+    publish_checkpoint, read_metrics, save_training_checkpoint, set_seed,
 )
 from training.config import MAX_LISTED_CHANGES, RunConfig, config_changes, config_dict, load_config, save_config
 
 SMOKE_SUMMARY = "smoke_summary.json"
+SMOKE_FAILED = 1  # exit status of a --smoke run whose check failed (2 stays "bad input")
+# accelerate's DistributedType values, in words for the header line.
+DISTRIBUTION = {"NO": "not distributed", "MULTI_CPU": "DDP over CPU processes", "MULTI_GPU": "DDP over GPUs",
+                "MULTI_XPU": "DDP over XPUs", "MULTI_NPU": "DDP over NPUs", "FSDP": "FSDP", "DEEPSPEED": "DeepSpeed",
+                "XLA": "XLA"}
 
 
 class Trainer:
@@ -104,8 +120,21 @@ class Trainer:
 
     @classmethod
     def smoke_report(cls, out: Path, seconds: dict[str, float]) -> dict:
-        """Summarise a finished smoke run (printed as one `smoke: {...}` line)."""
+        """Summarise a finished smoke run (saved as OUT/smoke_summary.json)."""
         return {}
+
+    @classmethod
+    def smoke_verdict(cls, summary: dict) -> tuple[bool, str]:
+        """(passed, the criteria with their measured values and thresholds) for `smoke_report`'s summary."""
+        return True, "no criteria"
+
+    def progress_fields(self, metrics: dict[str, Any]) -> list[str]:
+        """The few numbers of a step's compact line (every metric goes to metrics.jsonl)."""
+        return []
+
+    def headline(self, rows: list[dict]) -> str:
+        """The closing summary's numbers from metrics.jsonl's step rows, e.g. "loss 7.8 -> 1.6"."""
+        return ""
 
     # ------------------------------------------------------------------ shared
     def save(self, step: int) -> Path | None:
@@ -134,29 +163,76 @@ class Trainer:
         return int(extra["step"])
 
     def header(self) -> str:
-        acc = self.acc
-        return (f"{self.name}: {acc.num_processes} process(es), {acc.distributed_type.value}, {acc.device}"
-                f"{', deterministic kernels' if self.cfg.deterministic else ''}")
+        """`training.sft: 1 process (not distributed), cpu, float32 weights, no mixed precision; 60 steps -> OUT`."""
+        acc, n = self.acc, self.acc.num_processes
+        kind = acc.distributed_type.value
+        dist = DISTRIBUTION.get(kind, kind)
+        mixed = "no mixed precision" if acc.mixed_precision == "no" else f"{acc.mixed_precision} mixed precision"
+        weights = str(getattr(self.model, "dtype", "")).removeprefix("torch.")
+        return (f"{self.name}: {n} process{'es' if n != 1 else ''} ({dist}), {acc.device}, "
+                f"{weights + ' weights, ' if weights else ''}{mixed}"
+                f"{', deterministic kernels' if self.cfg.deterministic else ''}; {self.total_steps} steps -> {self.out}")
+
+    def progress_line(self, step: int, metrics: dict[str, Any], elapsed: float, steps_run: int) -> str:
+        """`step 12/60 (20%) | loss 5.12 | lr 1.0e-04 | ... | 0:03 elapsed, ETA 0:12` (ETA: this
+        session's mean step time times the steps left)."""
+        total = self.total_steps
+        eta = elapsed / max(steps_run, 1) * (total - step)
+        width = len(str(total))
+        return " | ".join([f"step {step:{width}d}/{total} ({100 * step // max(total, 1):3d}%)",
+                           *self.progress_fields(metrics), f"{clock(elapsed)} elapsed, ETA {clock(eta)}"])
+
+    def closing_summary(self, first: int, elapsed: float, published: Path | None) -> str:
+        """What ran, the headline numbers, where the checkpoints and the final weights are."""
+        total, ran = self.total_steps, self.total_steps - first + 1
+        rows = [r for r in read_metrics(self.out) if "event" not in r]
+        pace = f" ({elapsed / ran:.2f} s/step)" if ran > 0 else ""
+        done = (f"{self.name}: finished step {total}/{total} in {clock(elapsed)}{pace}" if ran > 0
+                else f"{self.name}: nothing to run, {self.out} already holds all {total} steps")
+        headline = self.headline(rows)
+        kept = list(reversed(list_checkpoints(self.out)))
+        lines = [done + (f"; {headline}" if headline else "")]
+        if kept:
+            names = ", ".join(p.name for p in kept[1:])
+            lines.append(f"  checkpoints: {kept[0]} (latest{'; also ' + names if names else ''}); "
+                         "rerunning the command resumes from the latest")
+        if published is not None:
+            lines.append(f"  final weights: {self.out} (published format: TTSEngine.from_pretrained(\"{self.out}\"), "
+                         f"--model {self.out})")
+        lines.append(f"  metrics: {self.out / METRICS_FILE} (every metric of every step)")
+        return "\n".join(lines)
 
     def train(self, resume: bool = False) -> Path:
         """Run the steps not done yet (resume policy in the module docstring); returns OUT,
         which then holds the final weights in the published format."""
         done = self.resume(force=resume)
-        logger = MetricsLogger(self.out, is_main=self.acc.is_main_process)
-        if self.acc.is_main_process:
+        main = self.acc.is_main_process
+        logger = MetricsLogger(self.out, is_main=main, echo=False)
+        if main:
             print(self.header(), flush=True)
             save_config(self.cfg, self.out / TRAIN_CONFIG)
         if self.resumed_from is not None:
             logger.log(done, {"event": f"resumed from {self.resumed_from.name}"})
+            if main:
+                print(f"resumed from {self.resumed_from} (step {done})", flush=True)
         last, total = self.resumed_from, self.total_steps
+        start = time.perf_counter()
         for step in range(done + 1, total + 1):
-            logger.log(step, self.step(step))
+            metrics = self.step(step)
+            logger.log(step, metrics)
+            if main:
+                print(self.progress_line(step, metrics, time.perf_counter() - start, step - done), flush=True)
             if step % self.cfg.save_every == 0 or step == total:
                 last = self.save(step)
-        if self.acc.is_main_process and last is not None:
-            publish_checkpoint(last, self.out)
+                if main and last is not None:
+                    print(f"  saved {last}", flush=True)
+        published = None
+        if main and last is not None:
+            published = publish_checkpoint(last, self.out)
         self.acc.wait_for_everyone()
         logger.close()
+        if main:
+            print(self.closing_summary(done + 1, time.perf_counter() - start, published), flush=True)
         return self.out
 
 
@@ -200,11 +276,36 @@ def run_cli(trainer_class: type[Trainer], argv: Sequence[str] | None, descriptio
         if not args.resume:
             check_same_settings(cfg)  # before the model loads: a refusal comes at once
         prepared = time.perf_counter()
-        trainer = trainer_class(cfg, config_dir=path.parent)
+        try:
+            trainer = trainer_class(cfg, config_dir=path.parent)
+        except ModelUnavailable as exc:  # the fixes in a trainer's terms: the `model` key
+            raise CheckpointError(exc.with_flags(flag="--set model=", tiny="--set model=tiny")) from exc
         out = trainer.train(resume=args.resume)
         if args.smoke and trainer.acc.is_main_process:
             seconds = {"train_s": time.perf_counter() - prepared, "total_s": time.perf_counter() - start}
-            summary = trainer_class.smoke_report(out, seconds)
-            atomic_write(out / SMOKE_SUMMARY, json.dumps(summary, indent=2) + "\n")
-            print("smoke:", json.dumps(summary), flush=True)
+            status = smoke_outcome(trainer_class, out, seconds, args.overrides)
+            if status:
+                raise SystemExit(status)
     return out
+
+
+def smoke_outcome(trainer_class: type[Trainer], out: Path, seconds: dict[str, float],
+                  overrides: Sequence[str] = ()) -> int:
+    """Judge a finished smoke run: print `smoke: PASS|FAIL: <criteria>`, save the summary with
+    its verdict to OUT/smoke_summary.json, return the exit status (SMOKE_FAILED for a FAIL of
+    the smoke's own settings, else 0: with `--set` overrides the thresholds may not apply)."""
+    summary = trainer_class.smoke_report(out, seconds)
+    passed, criteria = trainer_class.smoke_verdict(summary)
+    summary.update(verdict="PASS" if passed else "FAIL", criteria=criteria, overrides=list(overrides))
+    atomic_write(out / SMOKE_SUMMARY, json.dumps(summary, indent=2) + "\n")
+    note = ("" if not overrides else " (settings changed with --set: the thresholds are for the smoke's own "
+            "settings, so this verdict does not set the exit status)")
+    print(f"smoke: {summary['verdict']}: {criteria}{note}; details in {out / SMOKE_SUMMARY}", flush=True)
+    return SMOKE_FAILED if not passed and not overrides else 0
+
+
+def clock(seconds: float) -> str:
+    """Seconds as m:ss, or h:mm:ss from an hour."""
+    minutes, secs = divmod(int(round(max(seconds, 0.0))), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html
 import logging
 import os
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 from rumik_app.checkpoint import CheckpointError
 from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError
+from rumik_app.request import DEFAULT_MAX_SECONDS  # noqa: F401 - the tabs import it from here
 from webapp.systems import SystemUnavailable
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,6 @@ log = logging.getLogger(__name__)
 # (chunked), but a shared demo should not be tied up for minutes by one visitor.
 APP_MAX_TEXT_CHARS = 2_000
 MAX_SECONDS_LIMIT = 30.0  # the engine caps an utterance (chunk) at ~30 s
-DEFAULT_MAX_SECONDS = 20.0
 MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
 # Generations running at once (one engine per system, each locked; a GPU does one at a time).
 SYNTH_CONCURRENCY = 1
@@ -65,6 +66,12 @@ def user_errors(action: str) -> Iterator[None]:
             f"{action} failed ({type(exc).__name__}: {exc}). If this keeps happening, report it with the server log.",
             print_exception=False,
         ) from None
+
+
+def error_line(prefix: str, error) -> str:
+    """`⚠ {prefix}: {message}` for a Markdown output, the message's `<`, `>`, `&` escaped (an
+    error about "<giggle>" would otherwise lose the tag it is about to HTML)."""
+    return f"⚠ {prefix}: {html.escape(getattr(error, 'message', None) or str(error), quote=False)}"
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -77,6 +77,10 @@ class ScoreReport:
     def rows(self) -> list[list]:
         return [c.row() for c in self.clips]
 
+    def table_rows(self, digits: int) -> list[list]:
+        """`rows()` with the rates rounded to `digits` decimals (for display; None stays None)."""
+        return [[round(v, digits) if isinstance(v, float) else v for v in row] for row in self.rows()]
+
     def markdown(self) -> str:
         scored = [c for c in self.clips if c.scores]
         lines = [f"**{len(scored)} of {len(self.clips)} clip(s) scored** with {self.judge}."]
@@ -256,6 +260,8 @@ def chart(report: ScoreReport):
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from evaluation.charts import label_bars
+
     scored = [c for c in report.clips if c.scores]
     if not scored:
         return None
@@ -265,7 +271,8 @@ def chart(report: ScoreReport):
     width = 0.26
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(labels) + 2), 3.6))
     for k, m in enumerate(METRICS):
-        ax.bar(x + (k - 1) * width, values[m], width, label=report.metric_label(m))
+        bars = ax.bar(x + (k - 1) * width, values[m], width, label=report.metric_label(m))
+        label_bars(ax, bars, values[m], n_bars=len(labels) * len(METRICS))
     ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("error rate")
     ax.set_title(f"Intelligibility ({report.judge})")

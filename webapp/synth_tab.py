@@ -3,7 +3,9 @@
 Library module (run the app with `python app.py`). `SynthHandlers` holds the plain
 functions (testable without a browser); `build_synth_tab` lays out the components and wires
 them. The UI streams audio while it is generated (`gr.Audio(streaming=True)` fed by a
-generator of WAV pieces) and then offers the whole clip as a 24 kHz WAV download.
+generator of WAV pieces), with an info line counting the seconds generated against the
+budget, and then offers the whole clip as a 24 kHz WAV download. A run first clears the
+previous clip, seed and download, so an error is never shown under an old result.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, Audio
-from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest, resolve_seed
+from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
+from rumik_app.request import (
+    DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, resolve_seed,
+)
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
     DEFAULT_MAX_SECONDS,
@@ -23,17 +27,22 @@ from webapp.common import (
     MIN_SECONDS,
     SYNTH_CONCURRENCY,
     UserError,
+    error_line,
     user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.storage import ServedFolder
-from webapp.systems import SYSTEM_ESPEAK, SYSTEM_TINY, LoadedSystem, SystemRegistry
+from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
 
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
 NONE_CHOICE = ("(none)", "")
 MAX_TOP_K = 200
 TEXT_ELEM_ID = "tts-text"
+FINISH_AT_CAP = "max_tokens"  # rumik_app.generation: a chunk cut at its token budget
+TEXT_LIMIT_NOTE = (f"Long text is split at sentence ends and joined. The app takes {APP_MAX_TEXT_CHARS:,} characters "
+                   "(about two minutes of speech) so one visitor cannot hold the shared model for long; the CLI and "
+                   f"the Python API take up to {MAX_TEXT_CHARS:,}.")
 
 # Inserts a tag at the textarea's cursor (or replaces the selection), with spaces around it.
 INSERT_TAG_JS = """
@@ -97,18 +106,20 @@ class SynthHandlers:
 
     def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
               max_seconds, system, language=None, normalize=True) -> tuple[LoadedSystem, SynthesisRequest]:
-        """Validate everything (text first, so it is checked even if the model is missing)."""
+        """Validate everything: the text, settings and description before any model is loaded
+        (so they are checked even if the model is missing), then the voice against the system's."""
         text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
         temperature, top_k, top_p, max_seconds = check_generation(temperature, top_k, top_p, max_seconds)
-        chosen = self.registry.get(system)
         req = SynthesisRequest(
             text=text, voice=str(voice or "").strip(), tone=_choice(tone), accent=_choice(accent), pace=_choice(pace),
             description=_choice(description), seed=resolve_seed(_seed(seed)), temperature=temperature, top_k=top_k,
-            top_p=top_p, max_new_tokens=chosen.max_new_tokens_for(max_seconds), language=_choice(language),
-            normalize=_flag(normalize),
+            top_p=top_p, language=_choice(language), normalize=_flag(normalize),
         )
-        req = req.with_(voice=_canonical_voice(req.voice, chosen.voices))
-        chosen.prompt_text(req)  # validates voice and description against this system
+        req.with_(voice=VOICES[0]).prompt()  # tone, accent, pace, description, language: no model needed
+        chosen = self.registry.get(system)
+        req = req.with_(voice=_canonical_voice(req.voice, chosen.voices),
+                        max_new_tokens=chosen.max_new_tokens_for(max_seconds))
+        chosen.prompt_text(req)  # the voice, against this system's voices
         return chosen, req
 
     def synthesize(self, text: str, voice: str = "Ira", tone: str = "", accent: str = "", pace: str = "",
@@ -126,27 +137,48 @@ class SynthHandlers:
 
     def stream(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds,
                system, description_mode=MODE_STRUCTURED, language=None, normalize=True) -> Iterator[tuple]:
-        """UI synthesis: yields (audio piece as WAV bytes, seed used, download path, info)."""
+        """UI synthesis: yields (audio piece as WAV bytes, seed used as text, download path, info).
+
+        The first yield clears the previous result (audio, seed, download), so an error never
+        sits under an old clip; the info line then counts the audio generated against the
+        budget while pieces stream, and on an error says what went wrong (also raised as
+        gr.Error, the toast)."""
         import gradio as gr
 
         if description_mode == MODE_FREE:
             tone = accent = pace = ""
         else:
             description = ""
-        with user_errors("Synthesis"):
-            chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
-                                     top_p, max_seconds, system, language, normalize)
-        yield gr.skip(), req.seed, None, f"Generating with {chosen.label}, seed {req.seed}…"
-        stats: dict = {}
-        pieces: list[np.ndarray] = []
-        with user_errors("Synthesis"):
-            for piece in chosen.stream(req, stats):
-                if len(piece):
-                    pieces.append(piece)
-                    yield Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), gr.skip()
-            samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-            path = self.served.write_wav(samples)
-        yield gr.skip(), req.seed, str(path), _info(chosen, req, samples, stats)
+        # gr.update(value=None) empties a streaming player (a plain None leaves the last clip in it);
+        # the download is emptied and greyed out until this run's clip is there (_download_state).
+        yield gr.update(value=None), "", gr.update(value=None, interactive=False), "Checking the request…"
+        try:
+            with user_errors("Synthesis"):
+                chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
+                                         top_p, max_seconds, system, language, normalize)
+            yield gr.skip(), str(req.seed), gr.skip(), f"Generating with {chosen.label}, seed {req.seed}…"
+            stats: dict = {}
+            pieces: list[np.ndarray] = []
+            with user_errors("Synthesis"):
+                for piece in chosen.stream(req, stats):
+                    if len(piece):
+                        pieces.append(piece)
+                        yield Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), _progress(chosen, req, stats)
+                samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+                path = self.served.write_wav(samples)
+        except gr.Error as exc:
+            yield gr.skip(), gr.skip(), gr.skip(), error_line("Not synthesised", exc)
+            raise
+        yield gr.skip(), str(req.seed), str(path), _info(chosen, req, samples, stats)
+
+    def default_seconds(self, system: str | None) -> float:
+        """The Max seconds slider's default for a system: short for random-weight `tiny`."""
+        try:
+            key = self.registry.resolve_key(system)
+        except SystemUnavailable:
+            return DEFAULT_MAX_SECONDS
+        noise = key == SYSTEM_TINY or (key == SYSTEM_RUMIK and self.registry.model == TINY_MODEL)
+        return TINY_MAX_SECONDS if noise else DEFAULT_MAX_SECONDS
 
     def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,
                 system="rumik-oss-1", language=None, normalize=True) -> tuple[str, str]:
@@ -197,6 +229,26 @@ def _ready_voices(registry: SystemRegistry, key: str) -> tuple[str, ...]:
     return VOICES
 
 
+def _download_state(path: str | None):
+    """After a run: the download button usable when it holds the new clip. (A run greys it out
+    at its start, so after an error it stays greyed out: Gradio runs no `.then` after one.)"""
+    import gradio as gr
+
+    return gr.update(interactive=bool(path))
+
+
+def _progress(chosen: LoadedSystem, req: SynthesisRequest, stats: dict) -> str:
+    """The info line while pieces stream: audio generated so far out of the budget."""
+    head = f"Generating with {chosen.label}, seed {req.seed}"
+    if chosen.engine is None or not stats.get("max_tokens"):
+        return head + "…"
+    per_second = chosen.engine.layout.tokens_per_second
+    done, budget = stats["tokens"] / per_second, stats["max_tokens"] / per_second
+    chunks = f" in {stats['chunks']} chunks" if stats.get("chunks", 1) > 1 else ""
+    return (f"{head}: {done:.1f} s of audio of at most {budget:.1f} s{chunks} "
+            f"({stats['tokens']} of {stats['max_tokens']} tokens)…")
+
+
 def _info(chosen: LoadedSystem, req: SynthesisRequest, samples: np.ndarray, stats: dict) -> str:
     seconds = len(samples) / SAMPLE_RATE
     parts = [f"{seconds:.2f} s of audio", f"seed {req.seed}", chosen.label]
@@ -204,7 +256,11 @@ def _info(chosen: LoadedSystem, req: SynthesisRequest, samples: np.ndarray, stat
         parts.append(f"{stats['tokens']} tokens")
     if stats.get("finish_reasons"):
         parts.append("finished by " + ", ".join(sorted(set(stats["finish_reasons"]))))
-    return " · ".join(parts)
+    line = " · ".join(parts)
+    if FINISH_AT_CAP in stats.get("finish_reasons", []):
+        line += ("\n\n⚠ Stopped at the *Max seconds* cap instead of ending by itself: the speech may be cut off. "
+                 "Raise *Max seconds* (under Generation).")
+    return line
 
 
 def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
@@ -221,6 +277,7 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(label=f"Text (up to {APP_MAX_TEXT_CHARS:,} characters)", value=first_text, lines=4,
+                              info=TEXT_LIMIT_NOTE,
                               elem_id=TEXT_ELEM_ID, placeholder="Type in any of the 22 languages or English…")
             with gr.Row():
                 tag_buttons = [gr.Button(f"Insert {tag}", size="sm", elem_id=f"insert-{tag.strip('<>')}")
@@ -248,7 +305,8 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                 temperature = gr.Slider(0.0, 2.0, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature (0 = greedy)")
                 top_k = gr.Slider(0, MAX_TOP_K, value=DEFAULT_TOP_K, step=1, label="Top-k (0 = off)")
                 top_p = gr.Slider(0.05, 1.0, value=DEFAULT_TOP_P, step=0.05, label="Top-p")
-                max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=DEFAULT_MAX_SECONDS, step=0.5, elem_id="max-seconds",
+                max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=handlers.default_seconds(default_system),
+                                        step=0.5, elem_id="max-seconds",
                                         label="Max seconds (per sentence chunk)")
                 seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)")
     go = gr.Button("Synthesise", variant="primary", elem_id="synthesize-button")
@@ -256,8 +314,10 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
         audio = gr.Audio(label="Audio (plays while it is generated)", streaming=True, autoplay=True,
                          interactive=False, elem_id="audio-out")
         with gr.Column():
-            seed_used = gr.Number(value=None, label="Seed used", interactive=False, precision=0, elem_id="seed-used")
-            download = gr.DownloadButton("Download (24 kHz WAV)", value=None, elem_id="download")
+            # A textbox, not a Number: a Number shows 0 while empty, which reads as "seed 0 was used".
+            seed_used = gr.Textbox(value="", label="Seed used", interactive=False, elem_id="seed-used",
+                                   placeholder="shown after a run")
+            download = gr.DownloadButton("Download (24 kHz WAV)", value=None, elem_id="download", interactive=False)
             info = gr.Markdown(elem_id="synth-info")
     gr.Examples(
         [list(example) for example in SHOWCASE],
@@ -272,13 +332,19 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     for button, tag in zip(tag_buttons, ALLOWED_TAGS):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
+    system.input(handlers.default_seconds, inputs=system, outputs=max_seconds, api_name="default_seconds",
+                 queue=False, show_progress="hidden")
     mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
     gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language, normalize)],
           handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language, normalize],
           outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden", trigger_mode="always_last",
           queue=False)
+    # Gradio's busy/error overlay on the player only: the info line beside it says what is happening.
     go.click(handlers.stream, inputs=fields + [mode, language, normalize], outputs=[audio, seed_used, download, info],
-             api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
+             api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY,
+             show_progress_on=[audio]).then(
+        _download_state, inputs=download, outputs=download, api_name="download_state", queue=False,
+        show_progress="hidden")
     api_button.click(handlers.synthesize, inputs=fields + [normalize], outputs=api_audio, api_name="synthesize",
                      concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)

@@ -158,6 +158,7 @@ def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args:
     here, before serving), `backend` and vLLM's options.
     """
     from evaluation.systems import RumikSystem, SynthesisError
+    from rumik_app.checkpoint import ModelUnavailable
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
     backend_args = dict(backend_args or {})
@@ -166,7 +167,8 @@ def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args:
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
-        message = str(exc)
+        # A missing model: its fixes in app.py's own flags (--model), not the benchmark runner's.
+        message = str(exc.__cause__) if isinstance(exc.__cause__, ModelUnavailable) else str(exc)
         if "out of memory" in message.lower():
             message += " " + MEMORY_FIX
         raise SystemUnavailable(message) from exc

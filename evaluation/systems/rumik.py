@@ -20,6 +20,10 @@ from rumik_app.audio import Audio
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
 
 
+# How evaluation.run names a checkpoint (load_system specs), for the fixes of a missing model.
+SYSTEM_FLAGS = {"flag": "--system rumik:", "tiny": "--system tiny"}
+
+
 class RumikSystem(Synthesizer):
     """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
 
@@ -45,9 +49,13 @@ class RumikSystem(Synthesizer):
         if self._engine is None:
             from rumik_app import TTSEngine
 
+            from rumik_app.checkpoint import ModelUnavailable
+
             try:
                 self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,
                                                          compile=self.compile, **self.backend_args)
+            except ModelUnavailable as exc:  # the fixes in the runner's terms (--system), not --model
+                raise SynthesisError(exc.with_flags(**SYSTEM_FLAGS)) from exc
             except (OSError, ValueError, RuntimeError) as exc:
                 raise SynthesisError(f"Could not load the rumik-oss-1 checkpoint {self.model!r}: {exc}") from exc
         return self._engine

@@ -71,7 +71,8 @@ def test_stream_yields_audio_before_the_end_and_reports_the_seed(client):
     assert first_audio_at is not None and first_audio_at < len(outs)
     final = outs[-1]
     seed_used, wav = final[1], final[2]
-    assert isinstance(seed_used, int) and seed_used >= 0  # -1 became a real seed, shown back
+    assert seed_used.isdigit()  # -1 became a real seed, shown back (as text: an empty box before a run)
+    seed_used = int(seed_used)
     assert sf.info(wav).samplerate == 24_000
     # The seed shown back reproduces the clip through the non-streaming endpoint.
     again = client.predict(text="Streaming starts early.", seed=seed_used, max_seconds=2.0, api_name="/synthesize")
@@ -100,6 +101,13 @@ def test_prompt_preview_is_the_engine_prompt(client, app_server):
                              description_mode="Tone, accent and pace", system="rumik-oss-1", language="hi",
                              api_name="/prompt_preview")
     assert "Tamil script" in note
+
+
+def test_tiny_gets_a_short_default_length(client):
+    """Choosing tiny (random weights: noise until the cap) sets Max seconds to 3 s; other systems 20 s."""
+    assert client.predict(system="tiny", api_name="/default_seconds") == 3.0
+    assert client.predict(system="rumik-oss-1", api_name="/default_seconds") == 20.0
+    assert client.predict(system="espeak", api_name="/default_seconds") == 20.0
 
 
 def test_language_example_and_model_status(client):

@@ -108,11 +108,11 @@ def test_devanagari_tag_button_and_streamed_audio(driver, app_server):
     drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", go)
     go.click()
     audio = _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, "#audio-out audio"), "the streamed audio element")
-    info = _wait(drv, lambda d: (el := d.find_element(By.CSS_SELECTOR, "#synth-info")).text and "s of audio" in el.text
-                 and el, "synthesis to finish")
+    info = _wait(drv, lambda d: (el := d.find_element(By.CSS_SELECTOR, "#synth-info")).text
+                 and " s of audio · seed " in el.text and el, "synthesis to finish")  # not the progress line
     seconds = float(info.text.split(" s of audio")[0])
     assert 0 < seconds < 2, info.text  # the 1 s limit typed into the Generation accordion took effect
-    seed = drv.find_element(By.CSS_SELECTOR, "#seed-used input").get_attribute("value")
+    seed = drv.find_element(By.CSS_SELECTOR, "#seed-used input, #seed-used textarea").get_attribute("value")
     assert seed.isdigit() and f"seed {seed}" in info.text
     assert audio.get_attribute("src")
     assert not _errors_shown(drv)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
+import time
 
 import pytest
 from gradio_client import handle_file
@@ -134,3 +135,41 @@ def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
     with pytest.raises(AppError, match="Upload at least one clip"):
         client.predict(files=[], references="", manifest=None, judge="pasted", hf_model="", transcripts="",
                        language="", api_name="/evaluate")
+
+
+def test_an_unavailable_hub_judge_fails_at_once_in_the_forms_own_terms(clips, monkeypatch):
+    """Offline (or the hub out of reach), a Hugging Face judge that is not cached fails within
+    seconds; the first output already cleared the old scores; the fix names the form's fields."""
+    import gradio as gr
+
+    from webapp.evaluate_tab import evaluate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    runs = evaluate([str(clips / "hello.wav")], "hello.wav | hello world", None, "hf", "nobody-here/asr-xyz", "", "en")
+    first = next(runs)
+    assert first[0].startswith("Loading the ASR judge") and first[1:] == (None, None, None)
+    shown = next(runs)
+    assert shown[0].startswith("⚠ Not scored: The ASR model 'nobody-here/asr-xyz' is not on this machine and "
+                               "downloads are off") and shown[1:] == (None, None, None)
+    with pytest.raises(gr.Error) as err:
+        next(runs)
+    message = err.value.message
+    assert "“Hugging Face model id or folder”" in message and "“pocketsphinx (English, offline)”" in message
+    assert "“Pasted transcripts”" in message and "hf download nobody-here/asr-xyz" in message
+    assert "--asr" not in message  # no command-line flags in a web form
+    assert time.monotonic() - start < 5
+
+
+def test_table_rounds_the_rates_and_the_csv_keeps_them(clips):
+    report = score_uploads([str(clips / "hello.wav")], "hello.wav | hello big world", None, "pasted",
+                           "hello.wav | hello world")
+    row = report.table_rows(3)[0]
+    assert row[4:7] == [0.333, 0.267, 0.267] and report.rows()[0][4] == pytest.approx(1 / 3)
+    fig = scoring.chart(report)
+    try:  # bars for the clip and the corpus, each with its value
+        assert [t.get_text() for t in fig.axes[0].texts] == ["0.33", "0.33", "0.27", "0.27", "0.27", "0.27"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

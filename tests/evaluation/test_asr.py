@@ -80,8 +80,8 @@ def test_offline_hub_model_fails_with_one_clear_message(monkeypatch):
     message = str(err.value)
     assert time.perf_counter() - start < 5, "must not try to download"
     assert "nobody-here/no-such-asr-model-xyz" in message
-    assert "hf download" in message and "huggingface-cli download" in message
-    assert "go online" in message and "local folder" in message
+    assert "offline mode: HF_HUB_OFFLINE is set" in message and "hf download nobody-here/no-such-asr-model-xyz" in message
+    assert "go online" in message and "--asr hf:/path/to/model" in message and "--asr pocketsphinx" in message
 
 
 def test_whisper_shorthand_expands_to_openai_id(monkeypatch):

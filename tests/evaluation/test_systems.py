@@ -197,8 +197,11 @@ def test_rumik_specs_are_lazy():
 
 
 def test_rumik_missing_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(SynthesisError, match="Could not load the rumik-oss-1 checkpoint"):
+    with pytest.raises(SynthesisError) as err:
         RumikSystem(str(tmp_path / "no-such-ckpt"), device="cpu").load()
+    message = str(err.value)  # the fixes in the runner's own flags, not rumik_app's --model
+    assert message.startswith("No checkpoint folder at ") and "--system rumik:/path/to/rumik-oss-1" in message
+    assert "--system tiny" in message and "--model" not in message
 
 
 def test_rumik_system_on_the_tiny_checkpoint(tiny_checkpoint):

@@ -1,10 +1,12 @@
 """`python -m rumik_app.synthesize` and `python -m rumik_app.tiny` as a user runs them."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +26,61 @@ def test_cli_writes_valid_wav_and_prints_speed(tiny_checkpoint, tmp_path):
     info = sf.info(out)
     assert rate == 24_000 and info.channels == 1 and data.ndim == 1 and len(data) == 6 * 1920
     assert "tokens/s" in proc.stdout and "real-time factor" in proc.stdout and "seed 3" in proc.stdout
+    # stderr is a pipe, not a terminal: no progress bar; the random model ran into the cap, which is said
+    assert "generating" not in proc.stderr and "\r" not in proc.stderr, proc.stderr
+    assert "warning: generation stopped at the length cap (--max-seconds 0.5)" in proc.stderr
+
+
+def _run_on_terminal(args: list[str]) -> tuple[int, str, str]:
+    """Run with stderr on a pseudo-terminal (100 columns), as in an interactive shell: (status, stdout, stderr)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    out = proc.stdout.read().decode()
+    return proc.wait(timeout=300), out, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_progress_bar_on_a_terminal_only_and_never_with_quiet(tiny_checkpoint, tmp_path):
+    args = ["rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", "hello there", "--seed", "2",
+            "--max-seconds", "2", "--out", str(tmp_path / "a.wav")]
+    code, out, err = _run_on_terminal(args)
+    assert code == 0, err
+    assert "generating:" in err and "/2.0 s of audio" in err, err  # seconds of audio out of the budget
+    assert "wrote" in out
+    code, out, err = _run_on_terminal([*args, "--quiet"])
+    assert code == 0, err
+    assert "generating" not in err and out == ""  # --quiet: no bar, no summary; the warning still shows
+    assert "warning: generation stopped at the length cap" in err
+
+
+def test_unknown_voice_is_reported_before_the_weights_load(tiny_checkpoint, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")  # loading them would fail
+    proc = _run(["rumik_app.synthesize", "--model", str(broken), "--text", "hi", "--voice", "Rahul",
+                 "--out", str(tmp_path / "x.wav")])
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: Unknown voice 'Rahul'. Choose one of: Ira, Aisha, Siya, Zoya."], proc.stderr
+    proc = _run(["rumik_app.synthesize", "--model", str(broken), "--text", "hi", "--out", str(tmp_path / "x.wav")])
+    assert proc.returncode == 2 and "Could not load weights" in proc.stderr  # the check above came first
 
 
 def test_cli_stream_reports_first_audio(tiny_checkpoint, tmp_path):

@@ -1,10 +1,15 @@
 """The engine (docs/ARCHITECTURE.md §5) on the tiny checkpoint: head, cache, stopping, seeds, batch, stream."""
 
+import io
+
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 
 from rumik_app import SynthesisRequest
+from rumik_app.audio import Audio
+from rumik_app.engine import FIRST_STREAM_FRAMES, STREAM_ATOL, STREAM_FRAMES
 from rumik_app.generation import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, ReferenceDecoder, RowParams
 from rumik_app.model import AudioHead
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
@@ -160,14 +165,52 @@ def test_unrestricted_phase_generates_parseable_audio(tiny_engine):
                for t in r.token_ids[0][r.token_mask[0]].tolist())
 
 
+def _pcm16(samples: np.ndarray) -> np.ndarray:
+    """The samples as a user gets them: written to a 16-bit WAV and read back as int16."""
+    return sf.read(io.BytesIO(Audio(samples).to_wav_bytes()), dtype="int16")[0].astype(np.int32)
+
+
 def test_stream_concatenates_to_offline_decode(tiny_engine):
     req = SynthesisRequest("streaming check", seed=31, max_new_tokens=200)
     stats = {}
     pieces = list(tiny_engine.stream(req, first_frames=2, frames_per_chunk=3, stats=stats))
     offline = tiny_engine.synthesize(req)
     assert len(pieces) > 3 and pieces[0].shape[0] == 2 * 1920
-    np.testing.assert_allclose(np.concatenate(pieces), offline.samples, atol=1e-5)
+    streamed = np.concatenate(pieces)
+    np.testing.assert_allclose(streamed, offline.samples, rtol=0, atol=STREAM_ATOL)
+    assert np.abs(_pcm16(streamed) - _pcm16(offline.samples)).max() <= 1
     assert stats["tokens"] == offline.info["tokens"] and stats["seed"] == 31
+    assert stats["max_tokens"] == 200
+
+
+def test_streamed_decode_of_20_seconds_is_within_one_16_bit_step(tiny_engine):
+    """The stated tolerance on a long clip: 250 frames (20 s) decoded in the engine's streaming
+    schedule vs at once; the difference is float rounding, never more than 1 LSB in 16-bit."""
+    frames, q = 250, tiny_engine.layout.num_quantizers
+    codes = torch.randint(0, tiny_engine.layout.codebook_size, (1, q, frames), generator=torch.Generator().manual_seed(0))
+    offline = tiny_engine.decode(codes, [frames])[0]
+    stream, pieces, at, size = tiny_engine.codec.streaming_decoder(batch=1), [], 0, FIRST_STREAM_FRAMES
+    while at < frames:
+        pieces.append(stream.decode(codes[..., at:at + size])[0].numpy())
+        at, size = at + size, STREAM_FRAMES
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == offline.shape == (frames * 1920,)
+    assert np.abs(streamed - offline).max() <= STREAM_ATOL
+    steps = np.abs(_pcm16(streamed) - _pcm16(offline))
+    assert steps.max() <= 1 and steps.mean() < 0.01  # a few samples in a thousand, one step apart
+
+
+def test_progress_is_reported_once_per_frame_against_the_budget(tiny_engine):
+    req = SynthesisRequest("progress", seed=5, max_new_tokens=80)
+    seen = []
+    with stop_head_bias(tiny_engine, NEVER_STOP):
+        audio = tiny_engine.synthesize(req, progress=lambda done, budget: seen.append((done, budget)))
+    assert [done for done, _ in seen] == [*range(8, 81, 8), 80]  # each frame, then "this batch is done"
+    assert {budget for _, budget in seen} == {80} and audio.info["tokens"] == 80
+    with stop_head_bias(tiny_engine, ALWAYS_STOP):  # stops after the first frame: jumps to the budget
+        seen.clear()
+        tiny_engine.synthesize(req, progress=lambda done, budget: seen.append((done, budget)))
+    assert seen[-1] == (80, 80) and len(seen) <= 3
 
 
 @pytest.mark.slow
@@ -183,7 +226,7 @@ def test_two_thousand_characters_synthesise_via_chunking(tiny_engine):
     assert audio.info["chunks"] == len(chunks)
     fade = int(0.05 * 24_000)
     assert len(audio.samples) == len(chunks) * 1920 - (len(chunks) - 1) * fade
-    np.testing.assert_allclose(streamed, audio.samples, atol=1e-5)
+    np.testing.assert_allclose(streamed, audio.samples, rtol=0, atol=STREAM_ATOL)
 
 
 def test_sampled_stop_decisions_are_bernoulli_with_logged_log_probs(tiny_engine):

@@ -16,6 +16,7 @@ from training.common import (
     wsd_lambda,
 )
 from training.config import load_config, save_config
+from training.trainer import SMOKE_FAILED, SMOKE_SUMMARY, clock, smoke_outcome
 
 
 @dataclass
@@ -199,3 +200,35 @@ def test_config_changes_name_each_changed_key():
         "optim.lr: 0.01 -> 0.005", 'resume: true -> "(absent)"', "stages.1.steps: 3 -> 4"]
     assert config_changes(current, current) == []
     assert config_changes({"stages": [1]}, {"stages": [1, 2]}) == ["stages: [1] -> [1, 2]"]
+
+
+class _Smoke:
+    """A stand-in trainer class: only what `smoke_outcome` calls."""
+
+    passed = True
+
+    @classmethod
+    def smoke_report(cls, out, seconds):
+        return {"ratio": 0.5, **seconds}
+
+    @classmethod
+    def smoke_verdict(cls, summary):
+        return cls.passed, f"ratio {summary['ratio']} (needs < 0.8)"
+
+
+@pytest.mark.parametrize(("passed", "overrides", "status"), [
+    (True, [], 0), (False, [], SMOKE_FAILED), (False, ["steps=2"], 0), (True, ["steps=2"], 0)])
+def test_smoke_verdict_is_printed_saved_and_sets_the_exit_status(tmp_path, capsys, passed, overrides, status):
+    _Smoke.passed = passed
+    assert smoke_outcome(_Smoke, tmp_path, {"train_s": 1.0}, overrides) == status
+    summary = json.loads((tmp_path / SMOKE_SUMMARY).read_text())
+    verdict = "PASS" if passed else "FAIL"
+    assert summary == {"ratio": 0.5, "train_s": 1.0, "verdict": verdict, "criteria": "ratio 0.5 (needs < 0.8)",
+                       "overrides": overrides}
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"smoke: {verdict}: ratio 0.5 (needs < 0.8)") and str(tmp_path / SMOKE_SUMMARY) in line
+    assert ("does not set the exit status" in line) == bool(overrides)
+
+
+def test_clock():
+    assert [clock(s) for s in (0, 59.4, 61, 3600, 3725.6)] == ["0:00", "0:59", "1:01", "1:00:00", "1:02:06"]

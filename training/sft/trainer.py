@@ -60,6 +60,9 @@ from training.trainer import Trainer, run_cli
 
 SUMMARY_WINDOW = 10  # smoke summary: mean loss of the first and of the last this many steps
 SMOKE_SYNTH_TOKENS = 400
+# The smoke passes when the mean loss of its last SUMMARY_WINDOW steps is below this share of
+# the first ones' (it memorises a tiny set: ~0.2 on CPU) and OUT speaks in the new voice.
+SMOKE_MAX_LOSS_RATIO = 0.8
 
 
 class ExampleBuilder:
@@ -231,6 +234,31 @@ class SFTTrainer(Trainer):
                 "tokens_per_s": round(float(np.median([r["tokens_per_s"] for r in rows])), 1),
                 "steps": len(rows), **{k: round(v, 1) for k, v in seconds.items()},
                 "synth_seconds": round(audio.duration, 2), "synth_finish": audio.info.get("finish_reasons")}
+
+
+    @classmethod
+    def smoke_verdict(cls, summary: dict) -> tuple[bool, str]:
+        ratio, seconds = summary["ratio"], summary["synth_seconds"]
+        passed = ratio < SMOKE_MAX_LOSS_RATIO and seconds > 0
+        return passed, (f"loss fell to {ratio:.2f}x its start (mean of the last vs the first {SUMMARY_WINDOW} steps; "
+                        f"needs < {SMOKE_MAX_LOSS_RATIO}) and OUT synthesised {seconds:.2f} s in the new voice "
+                        f"{smoke.NEW_VOICE} (needs > 0)")
+
+    # ------------------------------------------------------------------ what the run prints (training.trainer)
+    def progress_fields(self, metrics: dict[str, Any]) -> list[str]:
+        fields = [f"loss {metrics['loss']:.4f}"]
+        if "heldout_loss" in metrics:
+            fields.append(f"held-out {metrics['heldout_loss']:.4f}")
+        return fields + [f"lr {metrics['learning_rate']:.2e}", f"grad {metrics['grad_norm']:.3g}",
+                         f"{metrics['tokens_per_s']:,.0f} tok/s", str(metrics["stage"])]
+
+    def headline(self, rows: list[dict]) -> str:
+        losses = [r["loss"] for r in rows if "loss" in r]
+        if not losses:
+            return ""
+        k = min(SUMMARY_WINDOW, len(losses))
+        return (f"loss {np.mean(losses[:k]):.4f} -> {np.mean(losses[-k:]):.4f} "
+                f"(mean of the first and the last {k} steps)")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

@@ -1,10 +1,13 @@
 """The GRPO loop (training.grpo.trainer) on the tiny checkpoint: gradient = plain policy gradient,
 the normaliser, the smoke run's rising reward, zero learning rate, resume, LoRA."""
 
+import json
 import math
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from safetensors.torch import load_file
 import training.grpo.trainer as grpo
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from training.common import latest_checkpoint, read_metrics
+from training.common import latest_checkpoint, read_metrics, wsd_lambda
 from training.config import load_config
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.policy import ScoringBatch
@@ -41,7 +44,7 @@ GRAD_OVERRIDES = (
 )
 
 
-@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler\.step\(\)`")  # optimizer.step is stubbed
+@pytest.mark.filterwarnings(r"error:Detected call of `lr_scheduler\.step\(\)`")  # the real step still runs
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_path, monkeypatch, checkpointing):
     trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *GRAD_OVERRIDES,
@@ -75,8 +78,11 @@ def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_pat
         seen.append(args[5])  # the normaliser
         return real_objective(*args, **kwargs)
 
-    def capture():
+    real_step = trainer.optimizer.step
+
+    def capture(*args, **kwargs):  # the gradients as the optimiser receives them, then its real step
         captured["grads"] = [p.grad.clone() for p in params]
+        return real_step(*args, **kwargs)
 
     monkeypatch.setattr(grpo, "clipped_objective", spy)
     monkeypatch.setattr(trainer.optimizer, "step", capture)
@@ -87,6 +93,36 @@ def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_pat
     for got, want in zip(captured["grads"], expected):
         torch.testing.assert_close(got, -want, rtol=1e-4, atol=1e-7)  # loss = -objective
     assert any(float(g.abs().max()) > 0 for g in captured["grads"])
+
+
+def test_schedule_starts_at_its_first_value_and_the_log_is_compact(tiny_checkpoint, tmp_path, capsys):
+    """The first step trains at the schedule's first learning rate (warmup 1/2 here), with no
+    "lr_scheduler.step() before optimizer.step()" warning; stdout has one short line per step
+    and a closing summary, metrics.jsonl every metric."""
+    out = tmp_path / "run"
+    cfg = _cfg(tiny_checkpoint, out, "steps=3", "optim.warmup_steps=2", "rollout.max_new_tokens=16", "save_every=2")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*lr_scheduler")
+        GRPOTrainer(cfg).train()
+    rows = _metrics(out)
+    factor = wsd_lambda(*cfg.optim.phases(cfg.total_steps), cfg.optim.min_lr_ratio)
+    assert [row["learning_rate"] for row in rows] == [cfg.optim.lr * factor(i) for i in range(3)]
+    assert rows[0]["learning_rate"] == cfg.optim.lr / 2 and rows[1]["learning_rate"] == cfg.optim.lr
+    for key in ("reward", "kl", "clip_ratio/high_max", "completions/mean_length", "grad_norm",
+                "sampling/sampling_logp_difference/mean", "time/rollout_s"):
+        assert all(key in row for row in rows), key  # the full metrics go to the file
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("training.grpo: 1 process (not distributed), cpu, float32 weights, "
+                               f"no mixed precision; 3 steps -> {out}")
+    steps = [line for line in lines if line.startswith("step ")]
+    assert len(steps) == 3 and all(len(line) < 160 for line in steps), steps
+    assert re.fullmatch(r"step 1/3 \( 33%\) \| reward \d\.\d{3} ±\d\.\d{3} \| kl \S+ \| loss \S+ \| lr 5\.00e-04 \| "
+                        r"len \d\.\d\d s \| [\d,]+ tok/s \| \d+:\d\d elapsed, ETA \d+:\d\d", steps[0]), steps[0]
+    assert f"  saved {out / 'checkpoints' / 'step_00000002'}" in lines
+    end = "\n".join(lines[lines.index(steps[-1]) + 1:])
+    assert "training.grpo: finished step 3/3 in " in end and "reward " in end
+    assert f"checkpoints: {out / 'checkpoints' / 'step_00000003'} (latest; also step_00000002)" in end
+    assert f"final weights: {out} (published format" in end and f"metrics: {out / 'metrics.jsonl'}" in end
 
 
 def test_config_validation(tiny_checkpoint, tmp_path):
@@ -111,6 +147,7 @@ def test_smoke_reward_rises_and_stays_put_without_learning_rate(tiny_checkpoint,
     assert [row["step"] for row in rows] == list(range(1, 21))
     assert _mean(rewards[-5:]) >= _mean(rewards[:5]) + 0.1, rewards
     assert rows[-1]["kl"] > 0 and all(row["rewards/codebook0_low/mean"] == row["reward"] for row in rows)
+    assert json.loads((out / "smoke_summary.json").read_text())["verdict"] == "PASS"
     ckpt = latest_checkpoint(out)
     assert ckpt is not None and ckpt.name == "step_00000020"
     engine = TTSEngine.from_pretrained(str(ckpt), device="cpu")  # the published format loads
@@ -124,6 +161,8 @@ def test_smoke_reward_rises_and_stays_put_without_learning_rate(tiny_checkpoint,
     assert flat[0] == rewards[0]  # same seeds, same starting weights
     assert abs(_mean(flat[-5:]) - _mean(flat[:5])) < 0.1, flat
     assert all(row["kl"] == 0.0 for row in still)  # policy == reference throughout
+    summary = json.loads((frozen / "smoke_summary.json").read_text())  # no rise: the check fails, and says so
+    assert summary["verdict"] == "FAIL" and "needs a rise of at least 0.1" in summary["criteria"]
     before = load_file(str(tiny_checkpoint / "model.safetensors"))
     after = load_file(str(latest_checkpoint(frozen) / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -232,7 +271,7 @@ def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
                           check=True, env=env, cwd=repo, timeout=300, capture_output=True, text=True)
-    assert "training.grpo: 2 process(es), MULTI_CPU" in done.stdout
+    assert "training.grpo: 2 processes (DDP over CPU processes)" in done.stdout
     one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert len(one) == len(two) == 2
     for key in ("reward", "reward_std", "kl", "loss", "grad_norm", "num_actions"):

@@ -14,6 +14,7 @@ import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.errors import ConfigError
+from training.common import wsd_lambda
 from training.config import load_config, save_config
 from training.sft.config import SFTConfig
 from training.sft.trainer import SFTTrainer, main
@@ -63,6 +64,12 @@ def test_smoke_loss_falls_clearly(smoke_dir):
     assert "heldout_loss" in rows[-1] and rows[0]["learning_rate"] < rows[20]["learning_rate"]  # warmup; held-out at the end
     summary = json.loads((smoke_dir / "smoke_summary.json").read_text())
     assert summary["ratio"] < 0.8 and summary["synth_seconds"] > 0
+    assert summary["verdict"] == "PASS" and "needs < 0.8" in summary["criteria"]
+    # the first step trained at the schedule's first value (warmup), none skipped
+    cfg = load_config(SFTConfig, smoke_dir / "smoke_config.json")
+    factor = wsd_lambda(*cfg.optim.phases(len(rows)), cfg.optim.min_lr_ratio)
+    assert [r["learning_rate"] for r in rows] == pytest.approx([cfg.optim.lr * factor(i) for i in range(len(rows))],
+                                                                rel=1e-12)
 
 
 @pytest.mark.slow
@@ -165,9 +172,9 @@ def test_accelerate_launch_two_processes_matches_one(smoke_dir, tmp_path):
            "-m", "training.sft", "--config", str(tmp_path / "two.json")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "training.sft: 2 process(es), MULTI_CPU" in done.stdout
+    assert "training.sft: 2 processes (DDP over CPU processes)" in done.stdout
     two = tmp_path / "two"
-    assert done.stdout.count("step      1 |") == 1  # only the main process logs
+    assert done.stdout.count("step 1/6 ") == 1 and done.stdout.count("finished step 6/6") == 1  # the main process only
     for x, y in zip(_losses(one), _losses(two), strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5) and x["learning_rate"] == y["learning_rate"]
     a = TTSEngine.from_pretrained(str(one), device="cpu").model.state_dict()
