@@ -30,7 +30,7 @@ import os
 
 import gradio as gr
 
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs
+from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
@@ -155,10 +155,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"logins, one USER:PASS a line (# comments); also read from ${AUTH_ENV}")
     add_backend_arguments(p)  # --backend vllm: rumik-oss-1 on vLLM (run from .venv-vllm)
     args = p.parse_args(argv)
-    try:
-        args.backend_kwargs = backend_kwargs(args)
-    except ValueError as exc:
-        p.error(str(exc))
+    args.backend_kwargs = parsed_backend_kwargs(p, args)
     return args
 
 

@@ -75,15 +75,11 @@ def grouped_bar_chart(path: str | os.PathLike, title: str, groups: Sequence[str]
             label_bars(ax, bars, values, n_bars=len(groups) * n)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels(groups, rotation=45 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center")
-        ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
-        ax.set_ylabel(ylabel)
         if ylim is not None:  # kept, plus headroom for the labels of bars that reach the top
-            ax.set_ylim(ylim[0], ylim[1] + LABEL_HEADROOM * (ylim[1] - ylim[0]))
+            ylim = (ylim[0], ylim[1] + LABEL_HEADROOM * (ylim[1] - ylim[0]))
         if len(series) > 1:
             ax.legend()
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path, dpi=DPI)
+        _finish(fig, ax, path, title, ylabel, ylim)
     finally:
         plt.close(fig)
     return path
@@ -112,13 +108,18 @@ def ci_bar_chart(path: str | os.PathLike, title: str, labels: Sequence[str], mea
             ax.axhline(reference, linestyle="--", color="grey", linewidth=1)
         ax.set_xticks(xs)
         ax.set_xticklabels(labels, rotation=20 if len(keep) > 3 else 0, ha="right" if len(keep) > 3 else "center")
-        ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
-        ax.set_ylabel(ylabel)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path, dpi=DPI)
+        _finish(fig, ax, path, title, ylabel, ylim)
     finally:
         plt.close(fig)
     return path
+
+
+def _finish(fig, ax, path: Path, title: str, ylabel: str, ylim: tuple[float, float] | None) -> None:
+    """Title, axis label, limits and grid every chart shares, then the PNG."""
+    ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)

@@ -69,7 +69,7 @@ from evaluation.text import (
     spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
+from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
@@ -458,10 +458,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     normalize = not args.no_normalize
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
-    try:
-        backend_args = backend_kwargs(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    backend_args = parsed_backend_kwargs(parser, args)
     if args.backend == "vllm":
         quiet_vllm_logs()
     out = Path(args.out)

@@ -47,6 +47,14 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
     return {"backend": args.backend, **options}
 
 
+def parsed_backend_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """`backend_kwargs(args)`, a conflict reported as the parser's usage error (exit 2)."""
+    try:
+        return backend_kwargs(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
 def quiet_vllm_logs() -> None:
     """For command-line tools: vLLM logs warnings and errors only, to stderr, so stdout keeps
     the tool's own lines. VLLM_LOGGING_LEVEL / VLLM_LOGGING_STREAM set by the user win."""

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs, quiet_vllm_logs
+from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS,
@@ -73,10 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="output .wav path")
     add_backend_arguments(p)
     args = p.parse_args(argv)
-    try:
-        args.backend_kwargs = backend_kwargs(args)
-    except ValueError as exc:
-        p.error(str(exc))
+    args.backend_kwargs = parsed_backend_kwargs(p, args)
     return args
 
 

@@ -132,9 +132,21 @@ class Trainer:
         """The few numbers of a step's compact line (every metric goes to metrics.jsonl)."""
         return []
 
+    # The closing summary's headline: this metric, first vs last steps (None: no headline).
+    headline_metric: str | None = None
+    headline_window = 10
+    headline_digits = 4
+
     def headline(self, rows: list[dict]) -> str:
-        """The closing summary's numbers from metrics.jsonl's step rows, e.g. "loss 7.8 -> 1.6"."""
-        return ""
+        """The closing summary's numbers from metrics.jsonl's step rows, e.g. "loss 7.8306 ->
+        1.5825 (mean of the first and the last 10 steps)"."""
+        name = self.headline_metric
+        values = [r[name] for r in rows if name and r.get(name) is not None]
+        if not values:
+            return ""
+        k, d = min(self.headline_window, len(values)), self.headline_digits
+        first, last = sum(values[:k]) / k, sum(values[-k:]) / k
+        return f"{name} {first:.{d}f} -> {last:.{d}f} (mean of the first and the last {k} steps)"
 
     # ------------------------------------------------------------------ shared
     def save(self, step: int) -> Path | None:

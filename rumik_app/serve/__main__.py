@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from rumik_app.backend import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs
+from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs
 from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -65,10 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
         p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
-    try:
-        args.backend_options = backend_kwargs(args)  # {"backend": ..., vLLM's options when given}
-    except ValueError as exc:
-        p.error(str(exc))
+    args.backend_options = parsed_backend_kwargs(p, args)  # {"backend": ..., vLLM's options when given}
     args.backend_options.pop("backend")
     if args.backend == "engine":
         args.backend_options["max_prompt_tokens"] = args.max_prompt_tokens

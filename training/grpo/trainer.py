@@ -378,13 +378,7 @@ class GRPOTrainer(Trainer):
                 f"loss {metrics['loss']:.3g}", f"lr {metrics['learning_rate']:.2e}",
                 f"len {metrics['completions/mean_seconds']:.2f} s", f"{tokens / max(seconds, 1e-9):,.0f} tok/s"]
 
-    def headline(self, rows: list[dict]) -> str:
-        rewards = [r["reward"] for r in rows if r.get("reward") is not None]
-        if not rewards:
-            return ""
-        k = min(SUMMARY_WINDOW, len(rewards))
-        return (f"reward {sum(rewards[:k]) / k:.3f} -> {sum(rewards[-k:]) / k:.3f} "
-                f"(mean of the first and the last {k} steps)")
+    headline_metric, headline_window, headline_digits = "reward", SUMMARY_WINDOW, 3
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

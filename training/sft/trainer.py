@@ -252,13 +252,7 @@ class SFTTrainer(Trainer):
         return fields + [f"lr {metrics['learning_rate']:.2e}", f"grad {metrics['grad_norm']:.3g}",
                          f"{metrics['tokens_per_s']:,.0f} tok/s", str(metrics["stage"])]
 
-    def headline(self, rows: list[dict]) -> str:
-        losses = [r["loss"] for r in rows if "loss" in r]
-        if not losses:
-            return ""
-        k = min(SUMMARY_WINDOW, len(losses))
-        return (f"loss {np.mean(losses[:k]):.4f} -> {np.mean(losses[-k:]):.4f} "
-                f"(mean of the first and the last {k} steps)")
+    headline_metric, headline_window, headline_digits = "loss", SUMMARY_WINDOW, 4
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
