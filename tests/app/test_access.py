@@ -17,14 +17,24 @@ import pytest
 from webapp.access import (
     ADMIN_PASSWORD_ENV,
     AUTH_ENV,
+    FREE_FAILURES,
+    MAX_BACKOFF_S,
+    MAX_TRACKED_KEYS,
     AccessDenied,
     AdminGate,
+    GuessThrottle,
     LoginCheck,
     LoginError,
     read_logins,
     same_secret,
 )
-from webapp.storage import DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
+from webapp.storage import (
+    DataLayout,
+    ServedFolder,
+    UnsafeLayoutError,
+    check_not_served,
+    served_roots,
+)
 
 SECRET = "correct horse battery staple"
 
@@ -65,6 +75,68 @@ def test_short_admin_password_warns(caplog):
 def test_same_secret_handles_any_script():
     assert same_secret("पासवर्ड-ৰ", "पासवर्ड-ৰ") and not same_secret("पासवर्ड", "पासवर्ड-ৰ")
     assert not same_secret(None, "x")
+
+
+# ---------------------------------------------------------------- guess throttle
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_throttle_pauses_a_login_after_repeated_failures_and_doubles_the_pause():
+    clock = FakeClock()
+    throttle = GuessThrottle(clock=clock)
+    for _ in range(FREE_FAILURES - 1):
+        throttle.record("asha", ok=False)
+    assert throttle.wait_s("asha") == 0  # typos are free
+    throttle.record("asha", ok=False)
+    assert throttle.wait_s("asha") == pytest.approx(1.0) and throttle.wait_s("ben") == 0
+    checked = []
+    assert not throttle.check("asha", lambda: checked.append(1) or True)  # refused unchecked
+    assert checked == []
+    clock.now += 1.0
+    assert not throttle.check("asha", lambda: False)
+    assert throttle.wait_s("asha") == pytest.approx(2.0)  # doubled
+    for _ in range(20):
+        clock.now += MAX_BACKOFF_S
+        throttle.record("asha", ok=False)
+    assert throttle.wait_s("asha") == pytest.approx(MAX_BACKOFF_S)  # capped
+    clock.now += MAX_BACKOFF_S
+    assert throttle.check("asha", lambda: True) and throttle.wait_s("asha") == 0  # success resets
+    throttle.record("asha", ok=False)
+    assert throttle.wait_s("asha") == 0
+
+
+def test_throttle_memory_is_bounded_when_guessers_invent_names():
+    clock = FakeClock()
+    throttle = GuessThrottle(clock=clock)
+    for k in range(MAX_TRACKED_KEYS + 50):
+        throttle.record(f"user{k}", ok=False)
+        clock.now += 0.001
+    assert len(throttle._failures) <= MAX_TRACKED_KEYS
+    assert f"user{MAX_TRACKED_KEYS + 49}" in throttle._failures  # the newest are kept
+
+
+def test_logins_and_admin_form_are_throttled_per_name():
+    clock = FakeClock()
+    check = LoginCheck([("asha", "a-pass-long"), ("ben", "b-pass-long")], GuessThrottle(clock=clock))
+    for _ in range(FREE_FAILURES):
+        assert not check("Asha", "guess")
+    assert not check("asha", "a-pass-long")  # paused: even the right password waits (names fold case)
+    assert check("ben", "b-pass-long")       # other logins are untouched
+    clock.now += 1.0
+    assert check("asha", "a-pass-long")
+    gate = AdminGate(SECRET, GuessThrottle(clock=clock))
+    for _ in range(FREE_FAILURES):
+        with pytest.raises(AccessDenied, match="wrong admin password"):
+            gate.require("guess", "Exporting the ratings")
+    with pytest.raises(AccessDenied, match="too many wrong admin passwords; try again in 1 s"):
+        gate.require(SECRET, "Exporting the ratings")
+    clock.now += 1.0
+    gate.require(SECRET, "Exporting the ratings")
 
 
 # ---------------------------------------------------------------- --auth logins

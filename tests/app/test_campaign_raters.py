@@ -15,9 +15,15 @@ import threading
 import pytest
 
 from tests.app.campaign_fixtures import make_campaign
-from webapp.access import AccessDenied, AdminGate
+from webapp.access import FREE_FAILURES, AccessDenied, AdminGate
 from webapp.campaign.queues import RaterQueues
-from webapp.campaign.raters import CampaignLogin, RaterError, RatersFile, check_password, hash_password
+from webapp.campaign.raters import (
+    CampaignLogin,
+    RaterError,
+    RatersFile,
+    check_password,
+    hash_password,
+)
 from webapp.campaign.store import Answer, CampaignStore, NotYourItem
 from webapp.common import UserError
 from webapp.storage import ServedFolder
@@ -87,6 +93,19 @@ def test_campaign_login_roles(tmp_path):
     open_login = CampaignLogin(raters, AdminGate())  # no admin password: no admin login at all
     assert not open_login("admin", "") and not open_login("admin", "anything") and open_login("asha", pw)
     assert ADMIN_SECRET not in repr(login) and pw not in repr(login)
+
+
+def test_campaign_login_slows_guessing_without_hashing(tmp_path, monkeypatch):
+    raters = RatersFile(tmp_path / "raters.json")
+    pw = raters.add("asha")
+    login = CampaignLogin(raters, AdminGate(ADMIN_SECRET))
+    for _ in range(FREE_FAILURES):
+        assert not login("asha", "guess")
+    hashed = []
+    monkeypatch.setattr(raters, "verify", lambda *a: hashed.append(a) or True)
+    assert not login("asha", pw) and hashed == []  # paused: refused before any scrypt work
+    monkeypatch.undo()
+    assert login("admin", ADMIN_SECRET)  # the pause is per name
 
 
 # ---------------------------------------------------------------- slots and queues

@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import sqlite3
+import time
 import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,7 +34,7 @@ from gradio_client.exceptions import AppError
 
 from tests.app.campaign_fixtures import make_campaign
 from tests.app.conftest import free_port, wait_until_up
-from webapp.access import AdminGate
+from webapp.access import FIRST_BACKOFF_S, FREE_FAILURES, AdminGate
 from webapp.campaign.definition import raters_path
 from webapp.campaign.raters import RatersFile
 
@@ -330,6 +331,11 @@ def test_auth_logins_close_everything_but_the_login(tiny_checkpoint, tmp_path):
         assert status == 200
         status, body = fetch(port, clip, cookie=cookie)
         assert status == 200 and body.startswith(b"RIFF")
+        for _ in range(FREE_FAILURES):  # guessing pauses the login, even for the right password ...
+            assert _login(port, "asha", "guess")[0] == 400
+        assert _login(port, "asha", "pass:word 1")[0] == 400
+        time.sleep(FIRST_BACKOFF_S + 0.2)  # ... until the first pause is over
+        assert _login(port, "asha", "pass:word 1")[0] == 200
     finally:
         demo.close()
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rumik_app.errors import RumikError
-from webapp.access import AdminGate
+from webapp.access import AdminGate, GuessThrottle
 from webapp.campaign.definition import write_json_atomic
 from webapp.ratings import now_iso
 
@@ -161,12 +161,18 @@ class RatersFile:
 
 
 class CampaignLogin:
-    """Gradio `auth=` callable: raters from the raters file, plus `admin` with the admin password."""
+    """Gradio `auth=` callable: raters from the raters file, plus `admin` with the admin password.
+    Repeated wrong passwords for one name are slowed by a `GuessThrottle` (which also spares the
+    server scrypt work while a name is paused)."""
 
-    def __init__(self, raters: RatersFile, admin: AdminGate):
+    def __init__(self, raters: RatersFile, admin: AdminGate, throttle: GuessThrottle | None = None):
         self.raters, self.admin = raters, admin
+        self.throttle = throttle or GuessThrottle()
 
     def __call__(self, username: str, password: str) -> bool:
+        return self.throttle.check(GuessThrottle.key(username), lambda: self._matches(username, password))
+
+    def _matches(self, username: str, password: str) -> bool:
         if (username or "").casefold() == ADMIN_USER:
             # AdminGate.allows is True for anyone when no password is set: here that means no admin login.
             ok = self.admin.enabled and self.admin.allows(password)
