@@ -12,8 +12,7 @@ says which judge suits which language and what its limits are.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+import functools
 
 from evaluation.asr import WHISPER_LANGUAGES, ASRModelUnavailable
 from evaluation.report import write_csv
@@ -21,6 +20,7 @@ from evaluation.text import DEFAULT_SEGMENTATION, GRAPHEME_PACKAGE, UNICODE_CLUS
 from webapp.common import UserError, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
 from webapp.scoring import MAX_CLIP_MB, PASTED, TABLE_HEADERS, chart, score_uploads
+from webapp.storage import ServedFolder
 
 PASTED_LABEL = "Pasted transcripts"
 SPHINX_LABEL = "pocketsphinx (English, offline)"
@@ -41,6 +41,13 @@ JUDGE_GUIDE = f"""**Which judge for which language**
   use an ASR model made for them, or pasted transcripts. `whisper-small` is quicker but much weaker on Indic
   scripts. Downloaded on first use (large-v3: ~3 GB) unless you give a local folder; loaded once per app.
   Whisper usually drops vocalisations."""
+
+
+@functools.cache
+def _csv_folder() -> ServedFolder:
+    """This process's folder of scores.csv downloads: a temp folder, pruned by count and age,
+    removed at exit (Gradio copies each returned file into its own cache)."""
+    return ServedFolder()
 
 
 def segmentation_choices() -> list[tuple[str, str]]:
@@ -67,7 +74,7 @@ def evaluate(files, references: str = "", manifest=None, judge: str = PASTED, hf
     try:
         with user_errors("Evaluation"):
             report = _score(files, references, manifest, judge, hf_model, transcripts, language, segmentation)
-            out = Path(tempfile.mkdtemp(prefix="rumik-eval-")) / "scores.csv"
+            out = _csv_folder().reserve("scores.csv")
             write_csv(out, TABLE_HEADERS, report.rows())  # full precision; the table shows TABLE_DIGITS
     except gr.Error as exc:
         yield error_line("Not scored", exc), None, None, None

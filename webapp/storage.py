@@ -147,6 +147,13 @@ class ServedFolder:
         self.prune()
         return out
 
+    def reserve(self, name: str) -> Path:
+        """A fresh path <root>/<token>/<name> for a file the caller writes (pruned like the rest)."""
+        folder = self.root / new_token()
+        folder.mkdir()
+        self.prune()
+        return folder / name
+
     def entries(self) -> list[Path]:
         """Files and download folders, oldest first (temp files being written are skipped)."""
         items = []

@@ -184,6 +184,9 @@ def test_served_names_are_random_tokens_and_downloads_keep_their_names(tmp_path)
     (download,) = served.publish([src])
     assert download.name == "ratings.csv" and re.fullmatch(r"[0-9a-f]{32}", download.parent.name)
     assert download.parent.parent == served.root and download.read_bytes() == src.read_bytes()
+    reserved = served.reserve("scores.csv")  # a path the caller writes, in a fresh token folder
+    assert reserved.name == "scores.csv" and reserved.parent.parent == served.root and not reserved.exists()
+    assert reserved.parent != download.parent
     assert not any(p.name.startswith(".") for p in served.root.rglob("*"))  # no temp files left behind
 
 
