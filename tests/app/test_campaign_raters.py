@@ -7,6 +7,8 @@ Run: .venv/bin/python -m pytest tests/app/test_campaign_raters.py -q
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import multiprocessing
 import re
 import stat
@@ -106,6 +108,17 @@ def test_campaign_login_slows_guessing_without_hashing(tmp_path, monkeypatch):
     assert not login("asha", pw) and hashed == []  # paused: refused before any scrypt work
     monkeypatch.undo()
     assert login("admin", ADMIN_SECRET)  # the pause is per name
+
+
+def test_campaign_login_has_an_async_form_for_gradio(tmp_path):
+    raters = RatersFile(tmp_path / "raters.json")
+    pw = raters.add("asha")
+    login = CampaignLogin(raters, AdminGate(ADMIN_SECRET))
+    # Gradio awaits auth only when inspect says it is a coroutine function; a plain callable's
+    # coroutine object would be truthy and let anyone in.
+    assert inspect.iscoroutinefunction(login.acheck)
+    assert asyncio.run(login.acheck("asha", pw)) is True
+    assert asyncio.run(login.acheck("asha", "guess")) is False
 
 
 # ---------------------------------------------------------------- slots and queues

@@ -6,7 +6,7 @@ Library module (the command line is `python -m webapp.campaign add-rater NAME`):
     raters = RatersFile(raters_path(layout))
     password = raters.add("asha")              # printed once by the CLI; only its hash is stored
     raters.verify("asha", password)            # True
-    demo.launch(auth=CampaignLogin(raters, AdminGate.from_sources()))   # raters + the admin login
+    demo.launch(auth=CampaignLogin(raters, AdminGate.from_sources()).acheck)   # raters + the admin login
 
 The file (`<data dir>/campaigns/raters.json`, never served, mode 0600) holds, per rater, a
 `scrypt$N$r$p$salt$hash` string (hashlib.scrypt, 16-byte random salt per rater), never a
@@ -23,6 +23,7 @@ through `python -m webapp.campaign results`).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import fcntl
@@ -171,6 +172,11 @@ class CampaignLogin:
 
     def __call__(self, username: str, password: str) -> bool:
         return self.throttle.check(GuessThrottle.key(username), lambda: self._matches(username, password))
+
+    async def acheck(self, username: str, password: str) -> bool:
+        """The same check on a worker thread: pass this to Gradio (`auth=login.acheck`), whose
+        login route is async, so a sign-in's ~50 ms of scrypt never stalls the event loop."""
+        return await asyncio.to_thread(self, username, password)
 
     def _matches(self, username: str, password: str) -> bool:
         if (username or "").casefold() == ADMIN_USER:

@@ -247,6 +247,6 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_MAX_SIZE)
     return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
                        allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
-                       auth=login, auth_message=f"Sign in with your rater name and password (admin: user "
+                       auth=login.acheck, auth_message=f"Sign in with your rater name and password (admin: user "
                                                 f"'{ADMIN_USER}').",
                        run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS, quiet=prevent_thread_lock)
