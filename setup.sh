@@ -30,6 +30,12 @@ if [ -n "$missing" ]; then
   fi
 fi
 PYTHON="${PYTHON:-python3}"
+# pyproject says requires-python >= 3.11 (tomllib); say so here rather than fail deep in pip.
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup.sh: $PYTHON is $("$PYTHON" -V 2>&1 || echo missing); this project needs Python 3.11 or newer" \
+       "(install python3.11+ and run: PYTHON=python3.11 ./setup.sh)" >&2
+  exit 2
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
