@@ -18,6 +18,8 @@ import pytest
 
 from tests.app.campaign_fixtures import make_campaign
 from webapp.access import FREE_FAILURES, AccessDenied, AdminGate
+from webapp.campaign import cli
+from webapp.campaign.definition import raters_path
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.raters import (
     CampaignLogin,
@@ -209,3 +211,62 @@ def test_the_admin_sees_every_slot(tmp_path):
     progress = queues.progress()
     assert [(p["slot"], p["rater"], p["done"]) for p in progress] == [(0, "asha", 1), (1, None, 0), (2, None, 0)]
     assert sum(p["total"] for p in progress) == sum(len(q) for q in queues.plan.slots)
+
+
+# ---------------------------------------------------------------- removing a rater
+def test_a_removed_rater_frees_their_slot_and_their_session_ends(tmp_path):
+    layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=1, repeat_fraction=0.5)
+    raters, store = RatersFile(raters_path(layout)), CampaignStore(layout.database)
+    raters.add("asha")
+    raters.add("ben")
+    queues = RaterQueues(campaign, store, ServedFolder(tmp_path / "served"), has_login=raters.has)
+    first = queues.next_item("asha")
+    queues.submit("asha", first.entry_id, answer_for(queues, first.entry_id))
+    with pytest.raises(UserError, match="slot"):
+        queues.next_item("ben")  # the one slot is asha's
+    assert raters.remove("asha") and not raters.has("asha") and not raters.remove("asha")
+    with pytest.raises(AccessDenied, match="login was removed"):
+        queues.next_item("asha")  # a session signed in before the removal
+    assert store.release_slots("asha") == [{"campaign": campaign.name, "slot": 0, "ratings": 1}]
+    # ben takes the slot over and continues where asha stopped; her rating stays hers.
+    nxt = queues.next_item("ben")
+    assert (nxt.done, nxt.entry_id) == (1, queues.queue("ben")[1].entry_id)
+    assert [(r["rater"], r["entry_id"]) for r in store.rows(campaign.name)] == [("asha", first.entry_id)]
+    with pytest.raises(AccessDenied, match="login was removed"):
+        queues.next_item("asha")  # and cannot claim the slot back
+
+
+def test_remove_rater_with_dropped_ratings_restarts_the_queue(tmp_path, capsys):
+    layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=2)
+    data = str(layout.root)
+    assert cli.main(["add-rater", "asha", "--campaign", campaign.name, "--data-dir", data]) == 0
+    queues = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served"))
+    for _ in range(2):
+        item = queues.next_item("asha")
+        queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
+    capsys.readouterr()
+    assert cli.main(["remove-rater", "asha", "--drop-ratings", "--data-dir", data]) == 0
+    out = capsys.readouterr().out
+    assert "login removed" in out and f"campaign {campaign.name}: slot 0 is free (2 rating(s) deleted" in out
+    assert queues.store.rows(campaign.name) == [] and queues.store.slots(campaign.name) == {}
+    assert queues.next_item("ravi").done == 0  # the next holder rates the whole queue
+    assert cli.main(["remove-rater", "nobody", "--data-dir", data]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: No rater 'nobody'") and err.count("\n") == 1
+
+
+def test_repeat_consistency_counts_only_a_raters_own_first_hearing(tmp_path):
+    from webapp.campaign.export import results_for
+
+    layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=1, repeat_fraction=0.5)
+    store = CampaignStore(layout.database)
+    queues = RaterQueues(campaign, store, ServedFolder(tmp_path / "served"))
+    queue = queues.queue("asha")
+    originals = [e for e in queue if e.repeat_of is None]
+    for entry in originals:  # asha hears every pair once, then leaves
+        queues.submit("asha", entry.entry_id, answer_for(queues, entry.entry_id))
+    store.release_slots("asha")
+    for entry in (e for e in queue if e.repeat_of is not None):  # ben hears the repeats
+        queues.submit("ben", entry.entry_id, answer_for(queues, entry.entry_id))
+    stats = {r.rater: r for r in results_for(campaign, store).raters}
+    assert stats["ben"].repeats == 0 and stats["asha"].repeats == 0

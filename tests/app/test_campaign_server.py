@@ -93,6 +93,19 @@ def test_each_rater_gets_their_own_queue_and_nothing_else(server):
     assert "Krippendorff" in md
 
 
+def test_a_removed_rater_is_refused_at_once_even_when_signed_in(server):
+    raters = RatersFile(raters_path(server.layout))
+    password = raters.add("ravi")
+    ravi = Client(server.url, auth=("ravi", password), verbose=False, download_files=False)  # signed in
+    assert raters.remove("ravi")  # what `python -m webapp.campaign remove-rater ravi` does
+    with pytest.raises(AppError, match="login was removed"):
+        ravi.predict(api_name="/campaign_item")
+    with pytest.raises(AppError, match="login was removed"):
+        ravi.predict("0" * 24, 4, 3, "A", None, None, None, None, api_name="/campaign_submit")
+    assert _login(server.port, "ravi", password)[0] == 400
+    assert "ravi" not in server.store.slots(server.campaign.name).values()
+
+
 def test_clips_are_served_under_random_names_to_their_rater_only(server):
     item = server.clients["ben"].predict(api_name="/campaign_item")
     entry = server.campaign.assignment().entries()[item[2]]

@@ -5,6 +5,7 @@ it, and export its results.
         --systems rumik,espeak --setting max_seconds=12 --raters-per-item 3 --rater-slots 6 \\
         --repeat-fraction 0.1 --data-dir outputs/app          # rerun the same line to resume
     python -m webapp.campaign add-rater asha --campaign pilot --data-dir outputs/app   # prints her password once
+    python -m webapp.campaign remove-rater asha --data-dir outputs/app   # login gone, her slot free [--drop-ratings]
     RUMIK_ADMIN_PASSWORD=... python -m webapp.campaign serve --name pilot --data-dir outputs/app --port 7870
     python -m webapp.campaign status --name pilot --data-dir outputs/app
     python -m webapp.campaign results --name pilot --data-dir outputs/app
@@ -81,6 +82,23 @@ def cmd_add_rater(args: argparse.Namespace) -> int:
         print(f"{args.name} exists already; password unchanged (--reset-password issues a new one).")
     else:
         print(f"login for {args.name} (shown once; only its hash is stored):\n  user: {args.name}\n  password: {password}")
+    return 0
+
+
+def cmd_remove_rater(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    removed = RatersFile(raters_path(layout)).remove(args.name)
+    released = CampaignStore(layout.database).release_slots(args.name, drop_ratings=args.drop_ratings)
+    if not removed and not released:
+        raise CampaignError(f"No rater {args.name!r} here: no login and no slot "
+                            "(`python -m webapp.campaign status --name C` lists who holds the slots).")
+    print(f"{args.name}: " + ("login removed; their open sessions are refused from the next request on"
+                              if removed else "had no login"))
+    for r in released:
+        fate = "deleted: the next holder rates the whole queue" if args.drop_ratings else \
+            "kept, under their name: the next holder continues the queue"
+        print(f"  campaign {r['campaign']}: slot {r['slot']} is free ({r['ratings']} rating(s) {fate}); give it to "
+              f"someone with `python -m webapp.campaign add-rater NAME --campaign {r['campaign']}`")
     return 0
 
 
@@ -162,6 +180,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("name")
     r.add_argument("--campaign", default=None, help="give the rater the next free slot of this campaign now")
     r.add_argument("--reset-password", action="store_true", help="issue a new password for an existing rater")
+    d = command("remove-rater", "delete a rater login and free their slot in every campaign for someone else")
+    d.add_argument("name")
+    d.add_argument("--drop-ratings", action="store_true",
+                   help="also delete their ratings (e.g. a careless rater), so their whole queue is rated again")
     for name, help in (("status", "clips, assignment and progress per rater"),
                        ("results", "scores, win rates with 95 %% CIs, agreement, per-rater statistics")):
         command(name, help).add_argument("--name", required=True)
@@ -178,8 +200,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "status": cmd_status, "results": cmd_results,
-            "export": cmd_export, "serve": cmd_serve}
+COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "remove-rater": cmd_remove_rater, "status": cmd_status,
+            "results": cmd_results, "export": cmd_export, "serve": cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

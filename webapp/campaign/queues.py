@@ -16,6 +16,7 @@ about the system and cannot be guessed by anyone else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from webapp.common import UserError
 from webapp.ratings import NOT_HEARD, SCORES, UNSURE_INDEX
 from webapp.storage import ServedFolder
 
+REMOVED = "Your rater login was removed from this campaign server; ask the campaign admin if that is a mistake."
 NOT_YOURS = "That item is not in your queue (sign in as yourself; reload the page to get your next item)."
 
 
@@ -45,8 +47,12 @@ class ShownItem:
 class RaterQueues:
     """Every rater's queue of one campaign."""
 
-    def __init__(self, campaign: Campaign, store: CampaignStore, served: ServedFolder | None = None):
-        """`served`: where clips are published for raters (None: progress and rating only, no clips)."""
+    def __init__(self, campaign: Campaign, store: CampaignStore, served: ServedFolder | None = None,
+                 has_login: Callable[[str], bool] | None = None):
+        """`served`: where clips are published for raters (None: progress and rating only, no clips).
+        `has_login`: whether a rater's login still exists (the server passes `RatersFile.has`), so
+        a session signed in before `remove-rater` can neither rate nor claim a freed slot."""
+        self.has_login = has_login
         plan = campaign.assignment()
         if plan is None:
             raise CampaignError(f"Campaign {campaign.name!r} has no assignment yet: some clips are missing. Run "
@@ -60,6 +66,8 @@ class RaterQueues:
         """The rater's slot (claimed on first use); UserError for the admin or when all are taken."""
         if not rater or is_admin(rater):
             raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
+        if self.has_login is not None and not self.has_login(rater):
+            raise AccessDenied(REMOVED)
         slot = self.store.claim_slot(self.campaign.name, rater, len(self.plan.slots))
         if slot is None:
             raise UserError(f"Every rater slot of campaign {self.campaign.name!r} is taken; ask the admin to add slots "

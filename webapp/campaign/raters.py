@@ -6,6 +6,7 @@ Library module (the command line is `python -m webapp.campaign add-rater NAME`):
     raters = RatersFile(raters_path(layout))
     password = raters.add("asha")              # printed once by the CLI; only its hash is stored
     raters.verify("asha", password)            # True
+    raters.remove("asha")                      # `remove-rater asha`: her sessions end at their next request
     demo.launch(auth=CampaignLogin(raters, AdminGate.from_sources()).acheck)   # raters + the admin login
 
 The file (`<data dir>/campaigns/raters.json`, never served, mode 0600) holds, per rater, a
@@ -146,6 +147,24 @@ class RatersFile:
             write_json_atomic(self.path, data)
             os.chmod(self.path, FILE_MODE)
         return password
+
+    def has(self, name: str) -> bool:
+        """The login exists (read from the file each time, so a removal takes effect at once)."""
+        try:
+            return (name or "") in self._read()["raters"]
+        except RaterError:
+            return False
+
+    def remove(self, name: str) -> bool:
+        """Delete a login; False if there was none. Sessions signed in before are refused from
+        their next request on (the campaign server checks `has` on every call)."""
+        with self._locked():
+            data = self._read()
+            if data["raters"].pop(name, None) is None:
+                return False
+            write_json_atomic(self.path, data)
+            os.chmod(self.path, FILE_MODE)
+        return True
 
     def verify(self, name: str, password: str) -> bool:
         """Constant work whether or not the name exists."""

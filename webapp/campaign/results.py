@@ -238,7 +238,7 @@ def rater_stats(rows: list[dict], scores: dict, prefs: dict, progress: list[dict
         same, change = [], []
         for r in mine:
             orig = by_entry.get(r["repeat_of"]) if r["repeat_of"] else None
-            if orig is None:
+            if orig is None or orig["rater"] != rater:  # a slot taken over after `remove-rater`: not a repeat
                 continue
             same.append(float(preference_value(r) == preference_value(orig)))
             before = dict(clip_scores(orig))

@@ -8,6 +8,7 @@ Library module (no command line)::
     store.mark_shown("pilot", entry.entry_id, "asha")
     stored = store.submit("pilot", entry, "asha", answer, ("espeak", "tiny"))  # False: rated before
     rows = store.rows("pilot")
+    store.release_slots("asha", drop_ratings=False)           # `remove-rater asha`: her slot for someone else
 
 The same durability rules as the ratings (`webapp.ratings.SQLiteStore`): WAL,
 synchronous=FULL, one `BEGIN IMMEDIATE` transaction per submission, acknowledged only after
@@ -119,6 +120,25 @@ class CampaignStore(SQLiteStore):
         with self._connect() as con:
             return {int(s): r for s, r in con.execute("SELECT slot, rater FROM campaign_slots WHERE campaign = ?",
                                                       (campaign,))}
+
+    def release_slots(self, rater: str, drop_ratings: bool = False) -> list[dict]:
+        """Free every slot `rater` holds (all campaigns), in one transaction, so another rater can
+        take it over. Their ratings stay (attributed to them; the next holder continues with the
+        rest of the queue) unless `drop_ratings`, which deletes them and their view times so the
+        whole queue is rated again. Returns one {"campaign", "slot", "ratings"} per freed slot."""
+        released = []
+        with self._transaction() as con:
+            held = con.execute("SELECT campaign, slot FROM campaign_slots WHERE rater = ? ORDER BY campaign",
+                               (rater,)).fetchall()
+            for campaign, slot in held:
+                (ratings,) = con.execute("SELECT COUNT(*) FROM campaign_ratings WHERE campaign = ? AND rater = ?",
+                                         (campaign, rater)).fetchone()
+                if drop_ratings:
+                    con.execute("DELETE FROM campaign_ratings WHERE campaign = ? AND rater = ?", (campaign, rater))
+                    con.execute("DELETE FROM campaign_views WHERE campaign = ? AND rater = ?", (campaign, rater))
+                con.execute("DELETE FROM campaign_slots WHERE campaign = ? AND slot = ?", (campaign, slot))
+                released.append({"campaign": campaign, "slot": int(slot), "ratings": int(ratings)})
+        return released
 
     # ------------------------------------------------------------------ ratings
     def mark_shown(self, campaign: str, entry_id: str, rater: str) -> None:

@@ -174,7 +174,8 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
     check_not_served(layout, served_roots(served))
     campaign = Campaign.open(layout, name)
     store = CampaignStore(layout.database)
-    h = CampaignHandlers(campaign, RaterQueues(campaign, store, served), store, served)
+    queues = RaterQueues(campaign, store, served, has_login=RatersFile(raters_path(layout)).has)
+    h = CampaignHandlers(campaign, queues, store, served)
     with gr.Blocks(title=f"Listening test: {name}") as demo:
         gr.Markdown(f"# Listening test: {name}\nListen to both clips, score each, then say which you prefer. "
                     "Your answers are saved at every *Submit*; you can sign out and continue later.")
