@@ -1,4 +1,4 @@
-"""Text normalisation: numbers, money, dates, times and a few abbreviations become words.
+"""Text normalisation (docs/ARCHITECTURE.md §11): numbers, money, dates, times and a few abbreviations become words.
 
     from rumik_app.normalize import normalize_text
     normalize_text("₹2,50,000 15/08/2026 को 10:30 am पर")

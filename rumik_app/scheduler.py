@@ -1,4 +1,4 @@
-"""Cross-request continuous batching: many requests decode together in one `SlotDecoder`.
+"""Cross-request continuous batching (docs/ARCHITECTURE.md §12): many requests decode together in one `SlotDecoder`.
 
     scheduler = BatchScheduler(engine, max_batch=16, max_queue=256)
     scheduler.start()                                    # warm-up (compiled if engine.compile), then serve

@@ -1,4 +1,4 @@
-"""rumik_vllm: the vLLM plugin that serves rumik-oss-1 on vLLM's engine (issue 11).
+"""rumik_vllm: the vLLM plugin that serves rumik-oss-1 on vLLM's engine (docs/ARCHITECTURE.md §12).
 
 vLLM finds this package through the `vllm.general_plugins` entry point in pyproject.toml
 (installed into the vLLM environment with `pip install -e . --no-deps`) and calls

@@ -2,7 +2,7 @@
 
 The layers (§1): rumik_app imports none of the other packages (nor gradio or jiwer);
 evaluation imports rumik_app; training imports rumik_app and evaluation; the app imports
-rumik_app and evaluation; nothing imports app.py. Checked on every import statement,
+rumik_app and evaluation; the vLLM plugin imports rumik_app (and vllm); nothing imports app.py. Checked on every import statement,
 function-level imports included.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
-PACKAGES = ("rumik_app", "evaluation", "training", "webapp", "benchmarks", "app")
+PACKAGES = ("rumik_app", "evaluation", "training", "webapp", "benchmarks", "app", "rumik_vllm")
 FORBIDDEN = {
     "rumik_app": {"evaluation", "training", "webapp", "benchmarks", "app", "gradio", "jiwer"},
     "evaluation": {"training", "webapp", "benchmarks", "app"},
@@ -23,6 +23,7 @@ FORBIDDEN = {
     "webapp": {"training", "benchmarks", "app"},
     "benchmarks": {"training", "webapp", "app"},
     "app": {"training", "benchmarks"},
+    "rumik_vllm": {"evaluation", "training", "webapp", "benchmarks", "app", "gradio", "jiwer"},
 }
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 
@@ -52,13 +53,21 @@ def test_layers_import_only_what_section_1_allows(layer):
     assert not wrong, sorted(wrong)
 
 
+def test_only_the_vllm_backend_imports_the_plugin():
+    """vLLM lives in its own environment (§12): everything else must import without it."""
+    files = [ROOT / "app.py", *_tracked("rumik_app/*.py", "evaluation/*.py", "training/*.py", "webapp/*.py",
+                                        "benchmarks/*.py")]
+    users = {str(p.relative_to(ROOT)) for p in files if {"rumik_vllm", "vllm"} & _imports(p)}
+    assert users == {"rumik_app/vllm_backend.py"}, sorted(users)
+
+
 def _sections() -> set[int]:
     return {int(n) for n in re.findall(r"^## (\d+)\. ", DOC.read_text(encoding="utf-8"), flags=re.M)}
 
 
 def test_every_citation_names_a_section_that_exists():
     sections, cited = _sections(), {}
-    assert sections == set(range(1, 11))
+    assert sections == set(range(1, 14))
     for path in _tracked("*.py", "*.md", "*.toml", "*.json", "*.sh"):
         for match in CITATION.finditer(path.read_text(encoding="utf-8", errors="replace")):
             numbers = [int(n) for n in re.findall(r"\d+", match.group(1))]

@@ -1,4 +1,4 @@
-"""Where `app.py` keeps its files, and the one folder it lets Gradio serve.
+"""Where `app.py` keeps its files, and the one folder it lets Gradio serve (docs/ARCHITECTURE.md §13).
 
 Library module (no command line)::
 

@@ -1,5 +1,5 @@
 """A campaign's fixed design: conditions (systems x settings), blind pairs, and the balanced,
-randomised assignment of pairs to rater slots.
+randomised assignment of pairs to rater slots (docs/ARCHITECTURE.md §13).
 
 Library module (the command line is `python -m webapp.campaign`)::
 
