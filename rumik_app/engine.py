@@ -71,6 +71,7 @@ class TTSEngine:
         self.model, self.tokenizer, self.codec, self.config = model, tokenizer, codec, config
         self.compile, self.decoder = bool(compile), decoder
         self._slot_decoders: OrderedDict[tuple, SlotDecoder] = OrderedDict()
+        self._decoders_built_for: tuple | None = None  # the model structure the pooled decoders saw
         self.layout = config.layout
         self.checkpoint_dir = Path(checkpoint_dir)
         self.head = AudioHead(model, self.layout, restrict_phase=restrict_phase)
@@ -133,8 +134,15 @@ class TTSEngine:
         """A free SlotDecoder for `rows` rows (batch bucket) and this cache length bucket.
 
         Decoders are kept per shape (compiled once); one in use by another caller is never
-        shared: a fresh one is built instead.
+        shared: a fresh one is built instead. When the model's structure has changed since
+        they were built (modules swapped, e.g. wrapped by peft for LoRA after load; a parameter
+        object replaced; train/eval mode), the pool is emptied first: a compiled decoder skips
+        those guards after its first frame (`SlotDecoder._stance`), so it would run the old graph.
         """
+        structure = self._model_structure()
+        if structure != self._decoders_built_for:
+            self._slot_decoders.clear()
+            self._decoders_built_for = structure
         key = (batch_bucket(rows), cache_length(longest_prompt, min(max_new_tokens, MAX_NEW_TOKENS_CAP)), stop_mode)
         dec = self._slot_decoders.get(key)
         if dec is not None and not dec.in_use:
@@ -147,6 +155,12 @@ class TTSEngine:
             while len(self._slot_decoders) > MAX_CACHED_DECODERS:
                 self._slot_decoders.popitem(last=False)
         return dec
+
+    def _model_structure(self) -> tuple:
+        """What a compiled step bakes in besides shapes: the identity of every module and
+        parameter and each module's train/eval mode (~2 ms at 36 layers on CPU, once per batch)."""
+        return (tuple((id(m), m.training) for m in self.model.modules()),
+                tuple(id(p) for p in self.model.parameters()))
 
     def _decoder(self, prompts: list[list[int]], rows: list[RowParams], stop_mode: str = "threshold",
                  request_index: list[int] | None = None):

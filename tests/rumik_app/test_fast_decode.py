@@ -255,3 +255,42 @@ def test_a_compiler_failure_falls_back_to_eager_decoding(engine, caplog):
         fast = _run(BatchDecoder, engine, req, slots=slots)
     assert not slots.compiled and "decoding eagerly" in caplog.text
     _assert_same(_run(ReferenceDecoder, engine, req), fast)
+
+
+class _Scaled(torch.nn.Module):
+    """Wraps a module and scales its output: a stand-in for peft's LoRA wrappers. (Not a
+    constant shift: Cohere's LayerNorms subtract the mean, which would hide it.)"""
+
+    def __init__(self, inner: torch.nn.Module, scale: float):
+        super().__init__()
+        self.inner, self.scale = inner, scale
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs) * self.scale
+
+
+def test_a_compiled_engine_follows_modules_swapped_after_load(tiny_checkpoint, monkeypatch):
+    """GRPO wraps modules in LoRA layers after the engine has compiled its step at load: the
+    next generation must run the new modules, not the graph traced before (whose guards a
+    compiled decoder stops checking after its first frame)."""
+    from rumik_app import fast_decode
+
+    monkeypatch.setattr(fast_decode, "COMPILE_BACKEND", "eager")  # dynamo's guards and graphs, no codegen
+    torch._dynamo.reset()
+    compiled = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu", compile=True)
+    reference = TTSEngine(compiled.model, compiled.tokenizer, compiled.codec, compiled.config,
+                          compiled.checkpoint_dir, decoder="reference")
+    req = SynthesisRequest("swap me", seed=4, max_new_tokens=40, temperature=0.0)
+    before = compiled.generate_batch([req]).token_ids
+    warm = dict(compiled._slot_decoders)
+    layer = compiled.model.model.layers[0]
+    original = layer.mlp
+    layer.mlp = _Scaled(original, -20.0)
+    try:
+        after = compiled.generate_batch([req]).token_ids
+        assert not any(d is warm.get(k) for k, d in compiled._slot_decoders.items())  # rebuilt
+        expected = reference.generate_batch([req]).token_ids
+        assert torch.equal(after, expected) and not torch.equal(after, before)
+    finally:
+        layer.mlp = original
+    assert torch.equal(compiled.generate_batch([req]).token_ids, before)
