@@ -4,11 +4,15 @@
         httpx.get(server.url + "/health")
     proc, url = start_server_process(checkpoint, "--max-batch", "1")   # `python -m rumik_app.serve`
     BAD_INPUTS                                             # bad requests and the error each must get
+    check_sigterm_drain(proc, url, speech)                 # SIGTERM: streaming finishes, queued/new refused
+    await fetch_speech(async_client, payload)              # one streamed request: pcm, first audio, latency
+    arrivals, data = stream_openai(client, **args)         # the openai client's streaming, chunk arrival times
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from rumik_app.prompt import PromptError, validate_text
@@ -151,3 +156,91 @@ def assert_openai_error(resp: httpx.Response, status: int, param: str, message: 
     error = resp.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
     assert error["param"] == param and message in error["message"], error
+
+
+# ---------------------------------------------------------------- shutdown (both backends)
+EXIT_WITHIN_S = 30.0
+
+
+def stream_in_thread(url: str, body: dict, first: threading.Event, out: dict) -> threading.Thread:
+    """POST a speech request in a thread; `out` gets status, headers and data (or error), and
+    `first` is set at the first chunk (or at the end)."""
+    def run() -> None:
+        try:
+            with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as resp:
+                out["status"], out["headers"], data = resp.status_code, dict(resp.headers), b""
+                for chunk in resp.iter_raw():
+                    data += chunk
+                    first.set()
+                out["data"] = data
+        except httpx.HTTPError as exc:
+            out["error"] = exc
+        first.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def connection_refused(url: str, body: dict) -> bool:
+    try:
+        httpx.post(url + "/v1/audio/speech", json=body, timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+def check_sigterm_drain(proc: subprocess.Popen, url: str, speech: dict) -> None:
+    """A server started with --max-batch 1: one request streams, a second queues; on SIGTERM
+    the queued one gets 503 "shutting down" with Retry-After, new connections are refused, the
+    streaming one finishes byte for byte as when run alone, and the process exits in time.
+    `speech` must run long enough to still stream when the second request queues."""
+    alone = httpx.post(url + "/v1/audio/speech", json=speech, timeout=120).raise_for_status().content
+    streaming, queued = {}, {}
+    started = threading.Event()
+    first = stream_in_thread(url, speech, started, streaming)
+    assert started.wait(60)
+    second = stream_in_thread(url, {**speech, "seed": speech.get("seed", 0) + 1, "max_seconds": 1.0},
+                              threading.Event(), queued)
+    wait_for(lambda: httpx.get(url + "/health").json()["queue_depth"] == 1, what="a request to queue")
+    proc.send_signal(signal.SIGTERM)
+    second.join(30)
+    assert queued["status"] == 503 and "shutting down" in queued["data"].decode()
+    assert int(queued["headers"]["retry-after"]) > 0
+    wait_for(lambda: connection_refused(url, speech), timeout=10, what="new connections to be refused")
+    first.join(60)
+    assert streaming["status"] == 200 and streaming["data"] == alone  # finished, every byte
+    start = time.monotonic()
+    proc.wait(timeout=EXIT_WITHIN_S)
+    assert time.monotonic() - start < EXIT_WITHIN_S and proc.returncode in (0, -signal.SIGTERM)
+
+
+# ---------------------------------------------------------------- clients (both backends)
+def pcm_samples(data: bytes) -> np.ndarray:
+    """OpenAI's `pcm`: 16-bit little-endian mono samples."""
+    return np.frombuffer(data, dtype="<i2")
+
+
+async def fetch_speech(client: httpx.AsyncClient, payload: dict) -> dict:
+    """One streamed /v1/audio/speech request: status, seed header, pcm samples, seconds to the
+    first audio byte and to the end."""
+    start = time.perf_counter()
+    first, data = None, b""
+    async with client.stream("POST", "/v1/audio/speech", json=payload) as resp:
+        async for chunk in resp.aiter_raw():
+            first = first if first is not None else time.perf_counter() - start
+            data += chunk
+    return {"status": resp.status_code, "seed": resp.headers.get("x-rumik-seed"), "pcm": pcm_samples(data),
+            "first_audio_s": first, "latency_s": time.perf_counter() - start}
+
+
+def stream_openai(client, **args) -> tuple[list[float], bytes]:
+    """`client.audio.speech.with_streaming_response.create(**args)`, checked to be `audio/pcm`:
+    the seconds at which each chunk arrived, and the bytes."""
+    start, arrivals, data = time.perf_counter(), [], b""
+    with client.audio.speech.with_streaming_response.create(**args) as resp:
+        assert resp.headers["content-type"] == "audio/pcm"
+        for chunk in resp.iter_bytes():
+            arrivals.append(time.perf_counter() - start)
+            data += chunk
+    return arrivals, data

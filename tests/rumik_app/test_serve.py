@@ -26,7 +26,14 @@ from rumik_app.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from rumik_app.serve.schema import SpeechRequest, parse_voice_map, to_synthesis_request
 from tests.conftest import NEVER_STOP, stop_head_bias
-from tests.servers import BAD_INPUTS, ServerThread, assert_openai_error, wait_for
+from tests.servers import (
+    BAD_INPUTS,
+    ServerThread,
+    assert_openai_error,
+    pcm_samples,
+    stream_openai,
+    wait_for,
+)
 
 KEY = "test-key"
 SR = 24_000
@@ -71,10 +78,6 @@ def body(text: str = "Hello there.", **extra) -> dict:
     return {"model": "tiny", "input": text, "voice": "Ira", **extra}
 
 
-def pcm_samples(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype="<i2")
-
-
 # ---------------------------------------------------------------- the openai client
 
 
@@ -89,12 +92,7 @@ def test_openai_client_create_returns_a_24khz_wav(client):
 def test_openai_streaming_yields_pcm_in_several_chunks_first_well_before_last(client, engine):
     args = dict(model="tts-1", voice="ira", input="Streaming, piece by piece.", response_format="pcm",
                 extra_body={"seed": 11, "max_seconds": 1.2})
-    start, arrivals, data = time.perf_counter(), [], b""
-    with client.audio.speech.with_streaming_response.create(**args) as resp:
-        assert resp.headers["content-type"] == "audio/pcm"
-        for chunk in resp.iter_bytes():
-            arrivals.append(time.perf_counter() - start)
-            data += chunk
+    arrivals, data = stream_openai(client, **args)
     assert len(arrivals) >= 3, arrivals
     assert arrivals[0] < 0.5 * arrivals[-1], arrivals  # the first audio left long before the end
     streamed = pcm_samples(data)

@@ -16,7 +16,7 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.backend import EngineBackend
 from rumik_app.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
-from tests.servers import ServerThread
+from tests.servers import ServerThread, fetch_speech
 
 pytestmark = pytest.mark.slow
 
@@ -42,26 +42,15 @@ def speech_body(i: int, max_seconds: float) -> dict:
             "seed": 500 + i, "max_seconds": max_seconds}
 
 
-async def _one(client: httpx.AsyncClient, payload: dict) -> dict:
-    start = time.perf_counter()
-    first, data = None, b""
-    async with client.stream("POST", "/v1/audio/speech", json=payload) as resp:
-        async for chunk in resp.aiter_raw():
-            first = first if first is not None else time.perf_counter() - start
-            data += chunk
-    return {"status": resp.status_code, "seed": resp.headers.get("x-rumik-seed"), "pcm": np.frombuffer(data, "<i2"),
-            "first_audio_s": first, "latency_s": time.perf_counter() - start}
-
-
 async def _concurrent(url: str, payloads: list[dict]) -> list[dict]:
     limits = httpx.Limits(max_connections=len(payloads))
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        return await asyncio.gather(*(_one(client, p) for p in payloads))
+        return await asyncio.gather(*(fetch_speech(client, p) for p in payloads))
 
 
 async def _sequential(url: str, payloads: list[dict]) -> list[dict]:
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-        return [await _one(client, p) for p in payloads]
+        return [await fetch_speech(client, p) for p in payloads]
 
 
 def _timed(fn, url: str, payloads: list[dict]) -> tuple[float, list[dict]]:

@@ -30,7 +30,15 @@ from rumik_app import SynthesisRequest  # noqa: E402
 from rumik_app.backend import AstreamBackend, ShuttingDown  # noqa: E402
 from rumik_app.prompt import PromptError  # noqa: E402
 from rumik_app.serve.encoding import to_s16  # noqa: E402
-from tests.servers import BAD_INPUTS, ServerThread, assert_openai_error, wait_for  # noqa: E402
+from tests.servers import (  # noqa: E402
+    BAD_INPUTS,
+    ServerThread,
+    assert_openai_error,
+    fetch_speech,
+    pcm_samples,
+    stream_openai,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -65,10 +73,6 @@ def post(url: str, request: dict, key: str | None = KEY, timeout: float = 120) -
     return httpx.post(url + "/v1/audio/speech", json=request, headers=headers, timeout=timeout)
 
 
-def pcm_samples(data: bytes) -> np.ndarray:
-    return np.frombuffer(data, dtype="<i2")
-
-
 def assert_same_as_engine(pcm: np.ndarray, engine, text: str, seed: int, max_seconds: float, **options) -> None:
     """pcm is what the vLLM engine makes of the request in this process: the same tokens, so
     16-bit samples at most 1 LSB apart (streamed vs whole Mimi decoding rounds differently)."""
@@ -92,12 +96,7 @@ def test_openai_client_create_returns_a_24khz_wav(client, vllm_engine):
 def test_openai_streaming_yields_pcm_in_several_chunks_first_well_before_last(client, vllm_engine):
     args = dict(model="tts-1", voice="ira", input=LONG["input"], response_format="pcm",
                 extra_body={"seed": 11, "max_seconds": 3.0, "temperature": 0})
-    start, arrivals, data = time.perf_counter(), [], b""
-    with client.audio.speech.with_streaming_response.create(**args) as resp:
-        assert resp.headers["content-type"] == "audio/pcm"
-        for chunk in resp.iter_bytes():
-            arrivals.append(time.perf_counter() - start)
-            data += chunk
+    arrivals, data = stream_openai(client, **args)
     assert len(arrivals) >= 3, arrivals
     assert arrivals[0] < 0.5 * arrivals[-1], arrivals  # the first audio left long before the end
     streamed = pcm_samples(data)
@@ -141,24 +140,13 @@ def test_a_chunk_longer_than_vllms_context_is_a_prompt_error(vllm_engine):
 # ---------------------------------------------------------------- concurrency, limits, disconnects
 
 
-async def _one(client: httpx.AsyncClient, payload: dict) -> dict:
-    start = time.perf_counter()
-    first, data = None, b""
-    async with client.stream("POST", "/v1/audio/speech", json=payload) as resp:
-        async for chunk in resp.aiter_raw():
-            first = first if first is not None else time.perf_counter() - start
-            data += chunk
-    return {"status": resp.status_code, "seed": resp.headers.get("x-rumik-seed"), "pcm": pcm_samples(data),
-            "first_audio_s": first, "latency_s": time.perf_counter() - start}
-
-
 async def _all(url: str, payloads: list[dict], concurrent: bool) -> list[dict]:
     headers = {"Authorization": f"Bearer {KEY}"}
     async with httpx.AsyncClient(base_url=url, timeout=300, headers=headers,
                                  limits=httpx.Limits(max_connections=len(payloads))) as client:
         if concurrent:
-            return await asyncio.gather(*(_one(client, p) for p in payloads))
-        return [await _one(client, p) for p in payloads]
+            return await asyncio.gather(*(fetch_speech(client, p) for p in payloads))
+        return [await fetch_speech(client, p) for p in payloads]
 
 
 def _timed(url: str, payloads: list[dict], concurrent: bool) -> tuple[float, list[dict]]:

@@ -7,9 +7,6 @@ Run: .venv-vllm/bin/python -m pytest tests/vllm/test_serve_process.py -q
 from __future__ import annotations
 
 import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -19,12 +16,11 @@ from tests.vllm.conftest import SKIP_REASON
 
 pytest.importorskip("vllm", reason=SKIP_REASON)
 
-from tests.servers import start_server_process, wait_for  # noqa: E402
+from tests.servers import check_sigterm_drain, start_server_process, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 START_TIMEOUT_S = 300.0  # vLLM's engine processes start and warm up
-EXIT_WITHIN_S = 30.0
 # Greedy: runs to max_seconds on the calibrated checkpoint (long enough to still stream at SIGTERM).
 SPEECH = {"model": "tiny", "input": "Finishing what was started.", "voice": "Ira", "response_format": "pcm",
           "temperature": 0, "seed": 21, "max_seconds": 5.0}
@@ -55,32 +51,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _stream(url: str, body: dict, first: threading.Event, out: dict) -> threading.Thread:
-    def run() -> None:
-        try:
-            with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=120) as resp:
-                out["status"], out["headers"], data = resp.status_code, dict(resp.headers), b""
-                for chunk in resp.iter_raw():
-                    data += chunk
-                    first.set()
-                out["data"] = data
-        except httpx.HTTPError as exc:
-            out["error"] = exc
-        first.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def _refused(url: str) -> bool:
-    try:
-        httpx.post(url + "/v1/audio/speech", json=SPEECH, timeout=5)
-    except httpx.ConnectError:
-        return True
-    return False
-
-
 def test_serve_backend_vllm_streams_drains_on_sigterm_and_exits(calibrated):
     proc, url = start_server_process(
         calibrated[0], "--backend", "vllm", "--max-batch", "1", "--max-queue", "4", "--tensor-parallel-size", "1",
@@ -91,23 +61,7 @@ def test_serve_backend_vllm_streams_drains_on_sigterm_and_exits(calibrated):
         assert engine_processes, "vLLM's engine core runs in a child process"
         health = httpx.get(url + "/health").json()
         assert health["backend"] == "vllm" and health["max_batch"] == 1  # --max-batch is vLLM's max_num_seqs
-        alone = httpx.post(url + "/v1/audio/speech", json=SPEECH, timeout=120).raise_for_status().content
-        streaming, queued = {}, {}
-        started = threading.Event()
-        t1 = _stream(url, SPEECH, started, streaming)
-        assert started.wait(60)
-        t2 = _stream(url, {**SPEECH, "seed": 22, "max_seconds": 1.0}, threading.Event(), queued)
-        wait_for(lambda: httpx.get(url + "/health").json()["queue_depth"] == 1, what="vLLM to queue a request")
-        proc.send_signal(signal.SIGTERM)
-        t2.join(30)
-        assert queued["status"] == 503 and "shutting down" in queued["data"].decode()
-        assert int(queued["headers"]["retry-after"]) > 0
-        wait_for(lambda: _refused(url), timeout=10, what="new connections to be refused")
-        t1.join(60)
-        assert streaming["status"] == 200 and streaming["data"] == alone  # finished, every byte
-        start = time.monotonic()
-        proc.wait(timeout=EXIT_WITHIN_S)
-        assert time.monotonic() - start < EXIT_WITHIN_S and proc.returncode in (0, -signal.SIGTERM)
+        check_sigterm_drain(proc, url, SPEECH)
         wait_for(lambda: not any(_alive(pid) for pid in engine_processes), timeout=10,
                  what="vLLM's engine processes to exit")
     finally:
