@@ -49,6 +49,29 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     return tuple(known)
 
 
+# Who sent an event: Gradio's own page sends "app"; gradio_client and the JS client "api"; MCP "mcp".
+CALLER_HEADER, PAGE_CALLER = "x-gradio-user", "app"
+
+
+def _from_browser() -> bool:
+    """True while handling an event from the web page (not from gradio_client or MCP)."""
+    try:
+        from gradio.context import LocalContext
+
+        request = LocalContext.request.get(None)
+    except (ImportError, AttributeError):
+        return False
+    headers = getattr(request, "headers", None) or {}
+    return request is not None and headers.get(CALLER_HEADER) == PAGE_CALLER
+
+
+def toast_message(message: str) -> str:
+    """The error text for `gr.Error`: Gradio renders it as HTML in the page's toast, where an
+    error about "<giggle>" would lose the tag it is about, so it is escaped for the page; API
+    callers get it as written (the same words as the CLI's)."""
+    return html.escape(message, quote=False) if _from_browser() else message
+
+
 @contextlib.contextmanager
 def user_errors(action: str) -> Iterator[None]:
     """Re-raise known errors as `gr.Error(message)`, unknown ones as a one-line `gr.Error`."""
@@ -60,18 +83,27 @@ def user_errors(action: str) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - a visitor never sees a traceback
         if isinstance(exc, _known_errors()):
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise ui_error(str(exc)) from None
         log.exception("%s failed", action)
-        raise gr.Error(
-            f"{action} failed ({type(exc).__name__}: {exc}). If this keeps happening, report it with the server log.",
-            print_exception=False,
-        ) from None
+        raise ui_error(f"{action} failed ({type(exc).__name__}: {exc}). If this keeps happening, report it with the "
+                       "server log.") from None
+
+
+def ui_error(message: str):
+    """`gr.Error` carrying `message` (escaped for the page's toast, see `toast_message`); the
+    text as written stays on it as `.plain` for `error_line`."""
+    import gradio as gr
+
+    error = gr.Error(toast_message(message), print_exception=False)
+    error.plain = message
+    return error
 
 
 def error_line(prefix: str, error) -> str:
     """`⚠ {prefix}: {message}` for a Markdown output, the message's `<`, `>`, `&` escaped (an
     error about "<giggle>" would otherwise lose the tag it is about to HTML)."""
-    return f"⚠ {prefix}: {html.escape(getattr(error, 'message', None) or str(error), quote=False)}"
+    text = getattr(error, "plain", None) or getattr(error, "message", None) or str(error)
+    return f"⚠ {prefix}: {html.escape(text, quote=False)}"
 
 
 def sha256_bytes(data: bytes) -> str:
