@@ -300,7 +300,9 @@ class TTSEngine:
     def _info(self, tokens: int, duration: float, elapsed: float, chunks: int, finish: list[str]) -> dict:
         return {"tokens": tokens, "chunks": chunks, "finish_reasons": finish, "seconds": elapsed,
                 "tokens_per_second": tokens / elapsed if elapsed else 0.0,
-                "real_time_factor": duration / elapsed if elapsed else 0.0}
+                # RTF = compute s per audio s (below 1: faster than real time); x_real_time is its inverse
+                "real_time_factor": elapsed / duration if duration else 0.0,
+                "x_real_time": duration / elapsed if elapsed else 0.0}
 
     def stream(self, req: SynthesisRequest, first_frames: int = FIRST_STREAM_FRAMES,
                frames_per_chunk: int = STREAM_FRAMES, stats: dict | None = None) -> Iterator[np.ndarray]:

@@ -13,8 +13,8 @@ are read as words (`rumik_app.normalize`; the spoken text is printed when it dif
 `--no-normalize` sends the text as typed. A progress bar (seconds of audio generated out of
 the budget, on stderr) runs while it generates, when stderr is a terminal and `--quiet` is
 not given. At the end it prints the duration, tokens/s and the real-time factor (seconds of
-audio per second of compute; above 1 is faster than real time), and warns when a chunk
-stopped at the `--max-seconds` cap instead of ending by itself. `--stream` synthesises
+compute per second of audio; below 1 is faster than real time, as in gpu_speed.py), and
+warns when a chunk stopped at the `--max-seconds` cap instead of ending by itself. `--stream` synthesises
 through the streaming path and also reports the time to first audio. `--model tiny` has
 random weights: its audio is noise (it exercises the pipeline), and its default length is
 short (3 s).
@@ -161,7 +161,8 @@ def run(args: argparse.Namespace) -> Audio:
     tokens = audio.info["tokens"]
     say(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {req.seed}")
     say(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
-        f"real-time factor {audio.duration / max(elapsed, 1e-9):.2f}x"
+        f"real-time factor {elapsed / max(audio.duration, 1e-9):.2f} ({audio.duration / max(elapsed, 1e-9):.2f}x "
+        "real time)"
         + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
     warn_if_capped(audio.info.get("finish_reasons") or [], max_seconds)
     if args.model == TINY_MODEL:
