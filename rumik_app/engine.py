@@ -138,11 +138,13 @@ class TTSEngine:
         they were built (modules swapped, e.g. wrapped by peft for LoRA after load; a parameter
         object replaced; train/eval mode), the pool is emptied first: a compiled decoder skips
         those guards after its first frame (`SlotDecoder._stance`), so it would run the old graph.
+        Eager decoders call the live modules every step, so they need no such check.
         """
-        structure = self._model_structure()
-        if structure != self._decoders_built_for:
-            self._slot_decoders.clear()
-            self._decoders_built_for = structure
+        if self.compile:
+            structure = self._model_structure()
+            if structure != self._decoders_built_for:
+                self._slot_decoders.clear()
+                self._decoders_built_for = structure
         key = (batch_bucket(rows), cache_length(longest_prompt, min(max_new_tokens, MAX_NEW_TOKENS_CAP)), stop_mode)
         dec = self._slot_decoders.get(key)
         if dec is not None and not dec.in_use:

@@ -145,7 +145,9 @@ class AdminGate:
         wait = self.throttle.wait_s(ADMIN_FORM_KEY)
         if wait > 0:
             raise AccessDenied(f"{action}: too many wrong admin passwords; try again in {wait:.0f} s.")
-        if self.throttle.check(ADMIN_FORM_KEY, lambda: self.allows(supplied)):
+        ok = self.allows(supplied)
+        self.throttle.record(ADMIN_FORM_KEY, ok)
+        if ok:
             return
         log.warning("%s refused: wrong admin password", action)
         raise AccessDenied(f"{action}: wrong admin password.")
