@@ -30,7 +30,7 @@ import os
 
 import gradio as gr
 
-from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs
+from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins

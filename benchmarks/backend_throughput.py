@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
-from rumik_app.backend_args import quiet_vllm_logs  # noqa: E402
-from rumik_app.checkpoint import cache_root  # noqa: E402
-from rumik_app.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
+from rumik_app.cli_args import quiet_vllm_logs  # noqa: E402
+from rumik_app.checkpoint.load import cache_root  # noqa: E402
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
 
 GOAL_RATIO, GOAL_CONCURRENCY = 3.0, 64
 TEXTS = ("Hello there, how are you today?", "आज की मीटिंग बहुत अच्छी रही।", "<laugh> That was really funny!",

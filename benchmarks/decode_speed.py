@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
-from rumik_app.checkpoint import cache_root  # noqa: E402
-from rumik_app.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
+from rumik_app.checkpoint.load import cache_root  # noqa: E402
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
 
 from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 

@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
-from rumik_app.checkpoint import cache_root, load_tokenizer  # noqa: E402
-from rumik_app.codec import MimiCodec  # noqa: E402
-from rumik_app.config import RumikOSSConfig  # noqa: E402
-from rumik_app.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
+from rumik_app.checkpoint.load import cache_root, load_tokenizer  # noqa: E402
+from rumik_app.model.codec import MimiCodec  # noqa: E402
+from rumik_app.model.config import RumikOSSConfig  # noqa: E402
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
 
 from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 
@@ -62,7 +62,7 @@ def build_engine(device: torch.device, dtype: torch.dtype, shape: dict, compile:
     """The published architecture with random weights, built directly on `device`."""
     from transformers import MimiConfig, MimiModel
 
-    from rumik_app.model import RumikOSSForCausalLM
+    from rumik_app.model.lm import RumikOSSForCausalLM
 
     path = layout_checkpoint()
     config = RumikOSSConfig.from_file(path)
@@ -78,7 +78,7 @@ def build_engine(device: torch.device, dtype: torch.dtype, shape: dict, compile:
     finally:
         torch.set_default_dtype(previous)
     if mimi is None:
-        from rumik_app.checkpoint import load_codec
+        from rumik_app.checkpoint.load import load_codec
 
         mimi = load_codec(path, device)
     codec = MimiCodec(mimi.float().eval(), config.layout.num_quantizers)

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     start = time.perf_counter()
-    from rumik_app.normalize import normalize_text
+    from rumik_app.text.normalize import normalize_text
 
     normalize_text(fit(DENSE))
     cold_ms = (time.perf_counter() - start) * 1000

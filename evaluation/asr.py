@@ -33,7 +33,7 @@ from evaluation.audio_io import SILENCE_PEAK, audio_sha256, load_audio, resample
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.files import atomic_write
-from rumik_app.languages import get_language
+from rumik_app.text.languages import get_language
 
 # Window length for long audio (seconds) and how far back from a window's end to look for
 # the quietest frame to cut at.
@@ -182,9 +182,9 @@ class ASRModelUnavailable(ASRError):
 def resolve_model(ref: str) -> str:
     """A loadable location for `ref`: an existing local folder, the hub id itself when the hub
     can be used, else its cached snapshot; ASRError (one message with the fix) otherwise.
-    Without a usable hub this fails within seconds (one probe, `rumik_app.hub`), never after
+    Without a usable hub this fails within seconds (one probe, `rumik_app.checkpoint.hub`), never after
     transformers' download retries."""
-    from rumik_app.hub import HubUnavailable, offline_snapshot
+    from rumik_app.checkpoint.hub import HubUnavailable, offline_snapshot
 
     local = Path(ref).expanduser()
     if local.exists():

@@ -77,7 +77,7 @@ from evaluation.text import (
     normalize,
     segmentation_source,
 )
-from rumik_app.languages import INDIC_SCRIPTS, get_language, is_indic
+from rumik_app.text.languages import INDIC_SCRIPTS, get_language, is_indic
 
 __all__ = [
     "DEFAULT_SEGMENTATION",
@@ -219,7 +219,7 @@ def score_pair(ref: str, hyp: str, segmentation: str = DEFAULT_SEGMENTATION) -> 
 
 def uses_graphemes(ref: str, language: str | None = None) -> bool:
     """True when GCER is the content metric: the language's script (or the reference's dominant
-    script when no language is given) is an Indian script (rumik_app.languages)."""
+    script when no language is given) is an Indian script (rumik_app.text.languages)."""
     if language:
         return get_language(language).script in INDIC_SCRIPTS
     return is_indic(normalize(ref))

@@ -30,7 +30,7 @@ Writes under --out:
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
 the manifest and the report and is left out of the rates; the run continues.
 
-Text normalisation (`rumik_app.normalize`): systems read numbers, money, dates and times as
+Text normalisation (`rumik_app.text.normalize`): systems read numbers, money, dates and times as
 words, and references and transcripts are scored in that spoken form (`ref_spoken`);
 `--no-normalize` turns both off. The digits-and-dates set for it:
     python -m evaluation.run --system espeak --prompts evaluation/prompts/digits_dates.jsonl \
@@ -69,9 +69,9 @@ from evaluation.text import (
     spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
+from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
-from rumik_app.languages import LANGUAGES, dominant_script, get_language
+from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"

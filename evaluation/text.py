@@ -75,7 +75,7 @@ import unicodedata
 import grapheme
 import regex
 
-from rumik_app.normalize import normalize_text
+from rumik_app.text.normalize import normalize_text
 
 NORMAL_FORM = "NFC"
 MAX_TAG_CHARS = 40
@@ -115,7 +115,7 @@ def normalize(text: str) -> str:
 
 
 def spoken_form(text: str, language: str | None = None) -> str:
-    """`text` with numbers, money, dates and times as words (`rumik_app.normalize`), in
+    """`text` with numbers, money, dates and times as words (`rumik_app.text.normalize`), in
     `language` for its script (None: per clause from the script). Scoring applies it to the
     reference and the transcript before `normalize`."""
     return normalize_text(text, language)

@@ -7,7 +7,7 @@
 
 Heavy modules (torch, transformers) load on first use of the engine names, so the light
 names (`SynthesisRequest`, the errors) and modules (`rumik_app.request`, `rumik_app.prompt`,
-`rumik_app.languages`, `rumik_app.errors`, `rumik_app.files`) can be imported cheaply.
+`rumik_app.text.languages`, `rumik_app.errors`, `rumik_app.files`) can be imported cheaply.
 """
 
 from __future__ import annotations
@@ -16,24 +16,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 _LAZY = {
-    "TTSEngine": "rumik_app.engine",
+    "TTSEngine": "rumik_app.engine.local",
     "SynthesisRequest": "rumik_app.request",
     "Audio": "rumik_app.audio",
-    "Rollouts": "rumik_app.generation",
+    "Rollouts": "rumik_app.decode.reference",
     "RumikError": "rumik_app.errors",
     "CheckpointError": "rumik_app.errors",
     "PromptError": "rumik_app.errors",
-    "normalize_text": "rumik_app.normalize",
+    "normalize_text": "rumik_app.text.normalize",
 }
 
 __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rumik_app.audio import Audio
-    from rumik_app.engine import TTSEngine
+    from rumik_app.engine.local import TTSEngine
     from rumik_app.errors import CheckpointError, PromptError, RumikError
-    from rumik_app.generation import Rollouts
-    from rumik_app.normalize import normalize_text
+    from rumik_app.decode.reference import Rollouts
+    from rumik_app.text.normalize import normalize_text
     from rumik_app.request import SynthesisRequest
 
 

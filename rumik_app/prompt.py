@@ -3,7 +3,7 @@
     [BOS]<text>{Speaker}: <description="{tone}, {accent} accent, {pace} pace"> {text}<audio>
 
 Without a description the `<description="...">` part and its trailing space are dropped.
-The BOS token is prepended at tokenisation time (see `rumik_app.tokens`), not here, so the
+The BOS token is prepended at tokenisation time (see `rumik_app.model.tokens`), not here, so the
 string this module returns is exactly what the app shows as "the prompt the model receives"
 minus `[BOS]`.
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict, dataclass, replace
 
-from rumik_app.normalize import normalize_text
+from rumik_app.text.normalize import normalize_text
 from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, build_prompt, validate_text
 
 DEFAULT_MODEL = "rumik-ai/rumik-oss-1"  # hub id of the released checkpoint
-TINY_MODEL = "tiny"  # random weights in the published format (rumik_app.tiny)
+TINY_MODEL = "tiny"  # random weights in the published format (rumik_app.checkpoint.tiny)
 DEFAULT_VOICE = "Ira"
 # The optional prompt condition (docs/ARCHITECTURE.md §3), as fields of manifests, prompt sets
 # and requests. This order is the key order of prepared index rows (training.prepare), whose

@@ -9,7 +9,7 @@
 The request is checked before the weights load: the text, tone, accent, pace and description
 first, then the model (a hub id that cannot be fetched fails within seconds, naming the
 fixes), then the voice against the checkpoint's own voices. Numbers, money, dates and times
-are read as words (`rumik_app.normalize`; the spoken text is printed when it differs);
+are read as words (`rumik_app.text.normalize`; the spoken text is printed when it differs);
 `--no-normalize` sends the text as typed. A progress bar (seconds of audio generated out of
 the budget, on stderr) runs while it generates, when stderr is a terminal and `--quiet` is
 not given. At the end it prints the duration, tokens/s and the real-time factor (seconds of
@@ -30,14 +30,14 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
+from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS,
     TINY_MODEL, SynthesisRequest, resolve_seed,
 )
 
-FINISH_AT_CAP = "max_tokens"  # rumik_app.generation's finish reason for a row cut at max_new_tokens
+FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.reference's finish reason for a row cut at max_new_tokens
 TINY_NOTE = ("note: --model tiny has random weights, so this audio is noise: it exercises the pipeline only. "
              f"Use --model {DEFAULT_MODEL} (or a checkpoint folder) for speech.")
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}]"
@@ -122,9 +122,9 @@ def build_request(args: argparse.Namespace) -> SynthesisRequest:
 
 
 def run(args: argparse.Namespace) -> Audio:
-    from rumik_app.checkpoint import resolve_checkpoint
-    from rumik_app.config import RumikOSSConfig
-    from rumik_app.engine import TTSEngine
+    from rumik_app.checkpoint.load import resolve_checkpoint
+    from rumik_app.model.config import RumikOSSConfig
+    from rumik_app.engine.local import TTSEngine
     from rumik_app.prompt import validate_text
 
     req = build_request(args)  # fail fast, before fetching or loading a 7 GB model

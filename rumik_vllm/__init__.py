@@ -10,7 +10,7 @@ vLLM finds this package through the `vllm.general_plugins` entry point in pyproj
   model, our stop head, and a `compute_logits` that keeps only the audio rows.
 
 The sampling rules (codebook phase, `</audio>` at frame boundaries, the stop head) live in
-the logits processors of rumik_vllm.logits, which `rumik_app.vllm_backend` passes to the
+the logits processors of rumik_vllm.logits, which `rumik_app.engine.vllm` passes to the
 engine. Use the backend, not this package, directly:
 
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1", backend="vllm")

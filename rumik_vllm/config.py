@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig, Cohere2Config
 
-from rumik_app.config import MODEL_TYPE
+from rumik_app.model.config import MODEL_TYPE
 
 
 class RumikOSSVllmConfig(Cohere2Config):

@@ -22,7 +22,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.commandr import CohereForCausalLM
 
-from rumik_app.model import build_stop_predictor
+from rumik_app.model.lm import build_stop_predictor
 from rumik_vllm.rules import AudioColumns, audio_logits
 
 STOP_PREFIX = "stop_predictor."

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rumik_app.generation import STOP_MODES
-from rumik_app.model import STOP_THRESHOLD
+from rumik_app.decode.reference import STOP_MODES
+from rumik_app.model.lm import STOP_THRESHOLD
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.sampling import STOP_SEED_OFFSET, draw_uniforms
+from rumik_app.decode.sampling import STOP_SEED_OFFSET, draw_uniforms
 
 EXTRA_ARGS_KEY = "rumik"
 NEG_INF = float("-inf")

@@ -1,7 +1,7 @@
 """Shared pytest fixtures: a tiny random checkpoint in the published format, built once.
 
 Tests never touch the network: the Hugging Face hub is forced offline, and every model is
-built on the fly by `rumik_app.tiny` and loaded through the same code path a user's
+built on the fly by `rumik_app.checkpoint.tiny` and loaded through the same code path a user's
 `rumik-ai/rumik-oss-1` download takes.
 """
 
@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> "os.PathLike":
     """Path to a tiny random checkpoint (hidden 64, 2 layers) in the exact published format."""
-    from rumik_app.tiny import build_tiny_checkpoint
+    from rumik_app.checkpoint.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "rumik-oss-1-tiny")
 

@@ -121,12 +121,12 @@ def test_one_base_class_over_every_error_type():
                                                        AudioLoadError, PromptFileError, UserError, LoginError))
     assert all(issubclass(cls, RuntimeError) for cls in (CheckpointError, ASRError, SynthesisError, DataError,
                                                          PrepareError, SystemUnavailable))
-    import rumik_app.config
+    import rumik_app.model.config
     import training.common
     import training.config
 
     assert training.config.ConfigError is ConfigError  # one ConfigError
-    assert not hasattr(rumik_app.config, "ConfigError") and not hasattr(training.common, "ConfigError")
+    assert not hasattr(rumik_app.model.config, "ConfigError") and not hasattr(training.common, "ConfigError")
 
 
 def test_light_imports_do_not_load_torch():

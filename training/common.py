@@ -268,7 +268,7 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
     root = Path(out_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / _step_dir_name(step)
-    from rumik_app.checkpoint import save_checkpoint
+    from rumik_app.checkpoint.load import save_checkpoint
 
     state = state_dict if state_dict is not None else model.state_dict()
     tmp_name = f".{final.name}.partial"

@@ -38,12 +38,12 @@ import torch
 from tqdm import tqdm
 
 from evaluation import audio_io
-from rumik_app.checkpoint import auto_device, load_codec, resolve_checkpoint
-from rumik_app.codec import MimiCodec
-from rumik_app.config import RumikOSSConfig
+from rumik_app.checkpoint.load import auto_device, load_codec, resolve_checkpoint
+from rumik_app.model.codec import MimiCodec
+from rumik_app.model.config import RumikOSSConfig
 from rumik_app.errors import RumikError, user_errors
 from rumik_app.files import atomic_write
-from rumik_app.languages import get_language
+from rumik_app.text.languages import get_language
 from rumik_app.prompt import PromptError, normalize_voice, validate_text
 from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 

@@ -55,7 +55,7 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from rumik_app.checkpoint import ModelUnavailable
+from rumik_app.checkpoint.load import ModelUnavailable
 from rumik_app.errors import CheckpointError, ConfigError, user_errors
 from rumik_app.files import atomic_write
 from training.common import (

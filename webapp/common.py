@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from rumik_app.checkpoint import CheckpointError
+from rumik_app.checkpoint.load import CheckpointError
 from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError
 from rumik_app.request import DEFAULT_MAX_SECONDS  # noqa: F401 - the tabs import it from here

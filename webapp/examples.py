@@ -9,7 +9,7 @@ code-switched text with inline tags.
 
 from __future__ import annotations
 
-from rumik_app.languages import LANGUAGES, dominant_script, get_language
+from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 
 DEFAULT_LANGUAGE = "hi"
 

@@ -29,7 +29,7 @@ from evaluation import nova
 from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, score_pair, uses_graphemes
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE
-from rumik_app.languages import get_language
+from rumik_app.text.languages import get_language
 from webapp.ratings import tag_request
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
@@ -91,7 +91,7 @@ class ScoreReport:
         if failed:
             lines.append("Not scored: " + "; ".join(f"`{c.file}`: {c.message}" for c in failed))
         lines.append("<small>References and transcripts are compared in spoken form: numbers, money, dates and "
-                     "times as words (rumik_app.normalize), in the clip's language.</small>")
+                     "times as words (rumik_app.text.normalize), in the clip's language.</small>")
         lines.append(f"<small>{grapheme_backend_info(self.segmentation)}</small>")
         return "\n\n".join(lines)
 

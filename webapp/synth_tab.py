@@ -39,7 +39,7 @@ MODE_FREE = "Free-form description"
 NONE_CHOICE = ("(none)", "")
 MAX_TOP_K = 200
 TEXT_ELEM_ID = "tts-text"
-FINISH_AT_CAP = "max_tokens"  # rumik_app.generation: a chunk cut at its token budget
+FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.reference: a chunk cut at its token budget
 TEXT_LIMIT_NOTE = (f"Long text is split at sentence ends and joined. The app takes {APP_MAX_TEXT_CHARS:,} characters "
                    "(about two minutes of speech) so one visitor cannot hold the shared model for long; the CLI and "
                    f"the Python API take up to {MAX_TEXT_CHARS:,}.")

@@ -158,7 +158,7 @@ def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args:
     here, before serving), `backend` and vLLM's options.
     """
     from evaluation.systems import RumikSystem, SynthesisError
-    from rumik_app.checkpoint import ModelUnavailable
+    from rumik_app.checkpoint.load import ModelUnavailable
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
     backend_args = dict(backend_args or {})

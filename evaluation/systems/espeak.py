@@ -35,7 +35,7 @@ from scipy.signal import butter, sosfilt
 from evaluation.audio_io import resample, to_mono
 from evaluation.systems.base import SynthesisError, Synthesizer
 from rumik_app.audio import SAMPLE_RATE, Audio
-from rumik_app.languages import dominant_script, get_language
+from rumik_app.text.languages import dominant_script, get_language
 from rumik_app.prompt import PACES, TAG_PATTERN, TONES, normalize_voice, validate_text
 from rumik_app.request import SynthesisRequest
 

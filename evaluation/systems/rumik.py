@@ -49,7 +49,7 @@ class RumikSystem(Synthesizer):
         if self._engine is None:
             from rumik_app import TTSEngine
 
-            from rumik_app.checkpoint import ModelUnavailable
+            from rumik_app.checkpoint.load import ModelUnavailable
 
             try:
                 self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,

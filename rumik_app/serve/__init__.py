@@ -7,7 +7,7 @@
 Modules: `app` (FastAPI routes, errors, auth), `schema` (the request and its checks),
 `encoding` (wav/pcm/mp3/opus/flac, streamed), `metrics` (Prometheus), `__main__` (CLI,
 uvicorn, SIGTERM). The model side is a `rumik_app.backend.SpeechBackend`: the in-process
-engine with continuous batching (`rumik_app.scheduler`), or vLLM's engine (`--backend vllm`:
+engine with continuous batching (`rumik_app.serve.scheduler`), or vLLM's engine (`--backend vllm`:
 vLLM batches; `rumik_app.backend.AstreamBackend` adds admission, drain and stats).
 """
 

@@ -22,9 +22,9 @@ import os
 import sys
 from pathlib import Path
 
-from rumik_app.backend import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
-from rumik_app.backend_args import add_backend_arguments, parsed_backend_kwargs
-from rumik_app.checkpoint import DEFAULT_MODEL, CheckpointError
+from rumik_app.serve.adapters import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
+from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs
+from rumik_app.checkpoint.load import DEFAULT_MODEL, CheckpointError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -32,7 +32,7 @@ API_KEY_ENV = "RUMIK_API_KEY"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from rumik_app.scheduler import DEFAULT_MAX_PROMPT_TOKENS
+    from rumik_app.serve.scheduler import DEFAULT_MAX_PROMPT_TOKENS
     from rumik_app.serve.app import DEFAULT_SHUTDOWN_TIMEOUT_S
 
     p = argparse.ArgumentParser(prog="python -m rumik_app.serve", description=__doc__,
@@ -81,7 +81,7 @@ def build_server(args: argparse.Namespace):
     """Load the backend and wrap the app in a uvicorn server that drains on SIGTERM."""
     import uvicorn
 
-    from rumik_app.backend import load_backend
+    from rumik_app.serve.adapters import load_backend
     from rumik_app.serve.app import SpeechServer, create_app
     from rumik_app.serve.schema import parse_voice_map
 

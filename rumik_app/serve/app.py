@@ -32,8 +32,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rumik_app.backend import BackendFailed, ServerBusy, ShuttingDown, SpeechBackend
-from rumik_app.engine import resolve_seed
+from rumik_app.serve.adapters import BackendFailed, ServerBusy, ShuttingDown, SpeechBackend
+from rumik_app.engine.local import resolve_seed
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, PromptError
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics

@@ -218,7 +218,7 @@ def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tok
 
 
 def _language(name: str) -> None:
-    from rumik_app.languages import get_language
+    from rumik_app.text.languages import get_language
 
     try:
         get_language(name)

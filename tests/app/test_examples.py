@@ -5,7 +5,7 @@ Run: .venv/bin/python -m pytest tests/app/test_examples.py -q
 
 from __future__ import annotations
 
-from rumik_app.languages import LANGUAGES, dominant_script
+from rumik_app.text.languages import LANGUAGES, dominant_script
 from rumik_app.prompt import validate_text
 from webapp.examples import LANGUAGE_EXAMPLES, SHOWCASE, example_for, script_note
 

@@ -33,8 +33,8 @@ def test_decode_overhead_reports_all_paths():
 def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsys):
     from benchmarks import serve_load
     from rumik_app import TTSEngine
-    from rumik_app.backend import EngineBackend
-    from rumik_app.scheduler import BatchScheduler
+    from rumik_app.serve.adapters import EngineBackend
+    from rumik_app.serve.scheduler import BatchScheduler
     from tests.servers import ServerThread
 
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")

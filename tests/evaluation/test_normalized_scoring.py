@@ -20,7 +20,7 @@ from evaluation import run as runner
 from evaluation.systems import Synthesizer
 from evaluation.text import normalize, spoken_form
 from rumik_app.audio import Audio
-from rumik_app.normalize import normalize_text
+from rumik_app.text.normalize import normalize_text
 
 PROMPT_SET = Path(__file__).resolve().parents[2] / "evaluation" / "prompts" / "digits_dates.jsonl"
 COVERED = {"as", "bn", "en", "gu", "hi", "kn", "ml", "mr", "or", "pa", "ta", "te", "ur"}

@@ -19,7 +19,7 @@ import regex
 
 from evaluation import nova
 from evaluation.run import SAFE_ID, build_request, load_prompts
-from rumik_app.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
+from rumik_app.text.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
 from rumik_app.prompt import ALLOWED_TAGS, validate_text
 
 PROMPT_DIR = Path(__file__).resolve().parents[2] / "evaluation" / "prompts"

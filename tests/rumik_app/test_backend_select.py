@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rumik_app import TTSEngine
-from rumik_app.backend_args import add_backend_arguments, backend_kwargs
-from rumik_app.checkpoint import CheckpointError
+from rumik_app.cli_args import add_backend_arguments, backend_kwargs
+from rumik_app.checkpoint.load import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

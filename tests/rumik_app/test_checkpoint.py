@@ -8,9 +8,9 @@ import torch
 from safetensors import safe_open
 
 from rumik_app import CheckpointError, SynthesisRequest, TTSEngine
-from rumik_app.checkpoint import resolve_checkpoint, save_checkpoint
-from rumik_app.config import RumikOSSConfig
-from rumik_app.tiny import TinySpec, config_dict
+from rumik_app.checkpoint.load import resolve_checkpoint, save_checkpoint
+from rumik_app.model.config import RumikOSSConfig
+from rumik_app.checkpoint.tiny import TinySpec, config_dict
 
 
 def test_folder_has_published_files_and_keys(tiny_checkpoint):
@@ -59,7 +59,7 @@ def test_weights_round_trip_through_loader(tiny_checkpoint, tiny_engine):
 
 def test_parameter_count_of_published_shape_matches_design():
     cfg = RumikOSSConfig.from_dict(config_dict(TinySpec.real_width(layers=36)))
-    from rumik_app.model import RumikOSSForCausalLM
+    from rumik_app.model.lm import RumikOSSForCausalLM
 
     with torch.device("meta"):
         model = RumikOSSForCausalLM(cfg.lm)

@@ -3,8 +3,8 @@
 import numpy as np
 
 from rumik_app.audio import CrossfadeStream, crossfade_concat
-from rumik_app.chunking import sentences, split_text
-from rumik_app.languages import expected_seconds
+from rumik_app.text.chunking import sentences, split_text
+from rumik_app.text.languages import expected_seconds
 
 
 def test_sentences_split_on_danda_and_latin_punctuation():

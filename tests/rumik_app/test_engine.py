@@ -9,9 +9,9 @@ import torch
 
 from rumik_app import SynthesisRequest
 from rumik_app.audio import Audio
-from rumik_app.engine import FIRST_STREAM_FRAMES, STREAM_ATOL, STREAM_FRAMES
-from rumik_app.generation import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, ReferenceDecoder, RowParams
-from rumik_app.model import AudioHead
+from rumik_app.engine.local import FIRST_STREAM_FRAMES, STREAM_ATOL, STREAM_FRAMES
+from rumik_app.decode.reference import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, ReferenceDecoder, RowParams
+from rumik_app.model.lm import AudioHead
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 
 

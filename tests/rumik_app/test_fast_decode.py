@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.fast_decode import SlotDecoder
-from rumik_app.generation import BatchDecoder, ReferenceDecoder
-from rumik_app.static_body import StaticBody
-from rumik_app.tiny import TinySpec, build_tiny_checkpoint
+from rumik_app.decode.slots import SlotDecoder
+from rumik_app.decode.reference import BatchDecoder, ReferenceDecoder
+from rumik_app.model.static_body import StaticBody
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
 
 WINDOW = 12
 
@@ -194,7 +194,7 @@ def test_from_pretrained_compiles_and_warms_up_at_load(tiny_checkpoint, monkeypa
     """compile=True builds, compiles and runs the batch-1 step at load, with one log line."""
     import logging
 
-    from rumik_app import fast_decode
+    from rumik_app.decode import slots as fast_decode
 
     monkeypatch.setattr(fast_decode, "COMPILE_BACKEND", "eager")  # trace only: no C++ code generation
     torch._dynamo.reset()
@@ -273,7 +273,7 @@ def test_a_compiled_engine_follows_modules_swapped_after_load(tiny_checkpoint, m
     """GRPO wraps modules in LoRA layers after the engine has compiled its step at load: the
     next generation must run the new modules, not the graph traced before (whose guards a
     compiled decoder stops checking after its first frame)."""
-    from rumik_app import fast_decode
+    from rumik_app.decode import slots as fast_decode
 
     monkeypatch.setattr(fast_decode, "COMPILE_BACKEND", "eager")  # dynamo's guards and graphs, no codegen
     torch._dynamo.reset()

@@ -1,4 +1,4 @@
-"""No network, no minute of retries: the hub probe (rumik_app.hub) and the commands that use it.
+"""No network, no minute of retries: the hub probe (rumik_app.checkpoint.hub) and the commands that use it.
 
 The machine the tests run on may or may not reach huggingface.co, so each test points
 HF_ENDPOINT at a local socket whose behaviour it controls: a port nobody listens on (refused
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rumik_app import hub
+from rumik_app.checkpoint import hub
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_LIMIT_S = 15.0  # the issue's bound for a failed command, start to exit

@@ -1,7 +1,7 @@
-"""Text normalisation (`rumik_app.normalize`): hand-checked cases per category and language.
+"""Text normalisation (`rumik_app.text.normalize`): hand-checked cases per category and language.
 
 Expected strings were written from indic-numtowords' words and each language's conventions
-(CLDR for month, unit and currency names; `rumik_app.normalize_data` for the rest) and read
+(CLDR for month, unit and currency names; `rumik_app.text.data` for the rest) and read
 by eye; forms we are unsure of are marked in a comment next to the case. Each case is
 typed inside a short native sentence ("total ...") so the clause decides the language as it
 does for real text.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rumik_app import numwords as nw
-from rumik_app.normalize import coverage, normalize_text, reset_warnings
+from rumik_app.text import numwords as nw
+from rumik_app.text.normalize import coverage, normalize_text, reset_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 # "total" in each language: the native clause around the case.
@@ -264,7 +264,7 @@ def test_leading_zeros_ids_and_leftovers_are_read_digit_by_digit():
 
 def test_unsupported_language_leaves_the_number_and_warns_once(caplog):
     reset_warnings()
-    with caplog.at_level(logging.WARNING, logger="rumik_app.normalize"):
+    with caplog.at_level(logging.WARNING, logger="rumik_app.text.normalize"):
         assert normalize_text("ڪالهه 5 ماڻهو", "sd") == "ڪالهه 5 ماڻهو"
         assert normalize_text("ٻيا 7 ماڻهو", "sd") == "ٻيا 7 ماڻهو"
     warnings = [r for r in caplog.records if "sd" in r.getMessage()]
@@ -273,7 +273,7 @@ def test_unsupported_language_leaves_the_number_and_warns_once(caplog):
 
 def test_a_pattern_is_read_completely_or_left_as_typed(caplog):
     reset_warnings()
-    with caplog.at_level(logging.WARNING, logger="rumik_app.normalize"):
+    with caplog.at_level(logging.WARNING, logger="rumik_app.text.normalize"):
         out = normalize_text("ಒಟ್ಟು 10-12 ಜನ", "kn")  # no verified Kannada range: the whole range stays
     assert out == "ಒಟ್ಟು 10-12 ಜನ" and any("range" in r.getMessage() for r in caplog.records)
     assert normalize_text("মুঠ 7:30 pm", "as") == "মুঠ 7:30 pm"  # Assamese clock phrasing not verified

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.backend import BackendFailed, ServerBusy, ShuttingDown
+from rumik_app.serve.adapters import BackendFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
-from rumik_app.scheduler import BatchScheduler, JobCancelled
+from rumik_app.serve.scheduler import BatchScheduler, JobCancelled
 from rumik_app.serve.encoding import to_s16
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 from tests.servers import wait_for
@@ -172,7 +172,7 @@ def test_a_compiled_decode_step_runs_in_the_scheduler_thread(tiny_checkpoint, mo
     covered by test_fast_decode; CUDA graphs need a GPU.)"""
     import torch
 
-    from rumik_app import fast_decode
+    from rumik_app.decode import slots as fast_decode
 
     torch._dynamo.reset()
     monkeypatch.setattr(fast_decode, "COMPILE_BACKEND", "eager")

@@ -21,8 +21,8 @@ import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.backend import EngineBackend
-from rumik_app.scheduler import BatchScheduler
+from rumik_app.serve.adapters import EngineBackend
+from rumik_app.serve.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from rumik_app.serve.schema import SpeechRequest, parse_voice_map, to_synthesis_request
 from tests.conftest import NEVER_STOP, stop_head_bias

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.backend import EngineBackend
-from rumik_app.scheduler import BatchScheduler
+from rumik_app.serve.adapters import EngineBackend
+from rumik_app.serve.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from tests.servers import ServerThread, fetch_speech
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rumik_app.tokens import FrameParser, TokenLayout
+from rumik_app.model.tokens import FrameParser, TokenLayout
 
 # The published layout (docs/ARCHITECTURE.md §2), written out here only to check the formula against it.
 PUBLISHED = TokenLayout(first_unit_id=261008, num_quantizers=8, codebook_size=2048,

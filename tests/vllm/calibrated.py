@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.checkpoint import save_checkpoint
-from rumik_app.tiny import TinySpec, build_tiny_checkpoint
+from rumik_app.checkpoint.load import save_checkpoint
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
 
 # Head size 256 / 4 = 64: vLLM's CPU attention supports it (the default tiny's 16 is not).
 SPEC = TinySpec(hidden=256, heads=4, kv_heads=2, ffn=512, layers=2)

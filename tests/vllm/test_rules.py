@@ -23,7 +23,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext  # noqa: E402
 
-from rumik_app.generation import draw_uniforms  # noqa: E402
+from rumik_app.decode.reference import draw_uniforms  # noqa: E402
 from rumik_vllm.logits import AudioRulesV1, AudioRulesV2  # noqa: E402
 from rumik_vllm.rules import STOP_SEED_OFFSET, AudioColumns, RequestRules, audio_logits  # noqa: E402
 
@@ -46,7 +46,7 @@ ROWS = [
 
 
 def _reference(raw: torch.Tensor, n: int, rules: RequestRules) -> torch.Tensor:
-    """The engine's rule for one row, written out plainly (rumik_app.generation / model)."""
+    """The engine's rule for one row, written out plainly (rumik_app.decode.reference / model)."""
     out = torch.full_like(raw, -math.inf)
     phase, stop_logit = n % Q, raw[COLS.stop_column]
     eligible = phase == 0 and n >= max(rules.min_new_tokens, Q)

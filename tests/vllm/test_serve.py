@@ -27,7 +27,7 @@ import openai  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.backend import AstreamBackend, ShuttingDown  # noqa: E402
+from rumik_app.serve.adapters import AstreamBackend, ShuttingDown  # noqa: E402
 from rumik_app.prompt import PromptError  # noqa: E402
 from rumik_app.serve.encoding import to_s16  # noqa: E402
 from tests.servers import (  # noqa: E402

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from rumik_app.errors import ConfigError
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.tokens import TokenLayout
 
 DEFAULT_ADV_EPS = 1e-4
 DEFAULT_CLIP_EPS = 0.2

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rumik_app.generation import Rollouts
-from rumik_app.model import AudioHead
-from rumik_app.tokens import TokenLayout
+from rumik_app.decode.reference import Rollouts
+from rumik_app.model.lm import AudioHead
+from rumik_app.model.tokens import TokenLayout
 
 
 @dataclass

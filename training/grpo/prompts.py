@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rumik_app.errors import ConfigError, PromptError
-from rumik_app.languages import get_language
+from rumik_app.text.languages import get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 from training.grpo.config import PromptSet, RolloutConfig
 

@@ -29,7 +29,7 @@ plain-string prompt through `evaluation.text.spoken_form`; the transcript throug
   when the language is outside `languages`, and when the text normalises to nothing.
 - `duration`: d = -|ln(t_gen / t_exp)|, t_gen = frames / frame rate (at least one frame),
   t_exp = speakable characters / rate. Rates are chars/s per language, looked up as
-  `rates["<code>:<voice>"]`, then `rates["<code>"]`, then `rumik_app.languages`; times the
+  `rates["<code>:<voice>"]`, then `rates["<code>"]`, then `rumik_app.text.languages`; times the
   pace multiplier of the request's pace (slow 0.8, fast 1.2). Abstains on empty text.
 - `codebook0_low`: the fraction of codebook-0 codes below `threshold` (default half the
   codebook) in each rollout; deterministic and ASR-free, it is the smoke-test reward.
@@ -51,7 +51,7 @@ import torch
 from evaluation.metrics import DEFAULT_WER_WEIGHT, content_error
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize, spoken_form
 from rumik_app.errors import ConfigError
-from rumik_app.languages import PACE_RATE, get_language, rate_for_text, speakable_length
+from rumik_app.text.languages import PACE_RATE, get_language, rate_for_text, speakable_length
 
 RewardFn = Callable[..., list]
 DEFAULT_ASR = "pocketsphinx"

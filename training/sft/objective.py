@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from rumik_app.model import AudioHead, RumikOSSForCausalLM
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.lm import AudioHead, RumikOSSForCausalLM
+from rumik_app.model.tokens import TokenLayout
 from training.sft.config import CE_CHUNK_TOKENS, HEADS
 
 

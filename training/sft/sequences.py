@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.tokens import TokenLayout
 
 IGNORE_INDEX = -100
 

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from rumik_app.engine import TTSEngine
+from rumik_app.engine.local import TTSEngine
 from rumik_app.request import SynthesisRequest
 from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
 from training.prepare import codec_fingerprint

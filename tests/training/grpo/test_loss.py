@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.tokens import TokenLayout
 from training.grpo.loss import (
     PAD_COLUMN, action_columns, clipped_objective, concat_actions, group_advantages, k3_kl, route_advantages,
     routing_matrix,

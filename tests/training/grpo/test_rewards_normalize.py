@@ -1,4 +1,4 @@
-"""GRPO rewards compare against the spoken text the engine synthesised (rumik_app.normalize).
+"""GRPO rewards compare against the spoken text the engine synthesised (rumik_app.text.normalize).
 
 Run: .venv/bin/python -m pytest tests/training/test_rewards_normalize.py -q
 """
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest
-from rumik_app.languages import speakable_length
+from rumik_app.text.languages import speakable_length
 from training.grpo.config import RolloutConfig
 from training.grpo.prompts import build_request
 from training.grpo.rewards import ContentReward, DurationReward

@@ -6,7 +6,7 @@
     dec.release(slot)              # e.g. a client went away
 
 One step (`decode_step`) takes every slot through the rules of the reference sampler
-(`rumik_app.generation`), in this order, as tensors on the device:
+(`rumik_app.decode.reference`), in this order, as tensors on the device:
   1. a row at its `max_new_tokens` finishes ("max_tokens");
   2. at a frame boundary (t mod Q == 0) after `max(min_new_tokens, Q)` tokens the stop head
      decides on the final hidden state (> 0.5, or a Bernoulli draw with the row's own
@@ -26,7 +26,7 @@ continuous batching (`rumik_app.serve`) relies on.
 
 Compilation: `torch.compile(decode_step, fullgraph=True)`, with `mode="reduce-overhead"`
 (CUDA graphs) on CUDA and inductor's default on CPU. The eager `BatchDecoder` reference
-loop in `rumik_app.generation` is what this path is tested against (same tokens).
+loop in `rumik_app.decode.reference` is what this path is tested against (same tokens).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from rumik_app.model import STOP_THRESHOLD, AudioHead
+from rumik_app.model.lm import STOP_THRESHOLD, AudioHead
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
-from rumik_app.static_body import StaticBody
+from rumik_app.decode.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
+from rumik_app.model.static_body import StaticBody
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from transformers import Cohere2Config
 
-from rumik_app.compat import patch_cache_keyword
+from rumik_app.model.compat import patch_cache_keyword
 from rumik_app.errors import CheckpointConfigError
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.tokens import TokenLayout
 
 # Every path that builds or loads the model reads the config first: this is where the
-# transformers-5.19 Cohere2 body learns the `cache=` keyword (see rumik_app.compat).
+# transformers-5.19 Cohere2 body learns the `cache=` keyword (see rumik_app.model.compat).
 patch_cache_keyword()
 
 MODEL_TYPE = "rumik_oss"

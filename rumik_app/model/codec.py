@@ -20,7 +20,7 @@ from torch import nn
 from transformers.cache_utils import DynamicCache
 from transformers.models.mimi.modeling_mimi import MimiConv1d, MimiConvTranspose1d, MimiResnetBlock
 
-from rumik_app.compat import cache_keyword, mimi_decoder_parts
+from rumik_app.model.compat import cache_keyword, mimi_decoder_parts
 
 
 class _StreamingConv1d:

@@ -44,17 +44,17 @@ import numpy as np
 import torch
 
 from rumik_app.audio import CrossfadeStream
-from rumik_app.backend import (
+from rumik_app.serve.adapters import (
     DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, BackendFailed, BackendStats, ServerBusy,
     ShuttingDown,
 )
-from rumik_app.engine import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
-from rumik_app.fast_decode import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
-from rumik_app.generation import FINISH_MAX_TOKENS
+from rumik_app.engine.local import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
+from rumik_app.decode.slots import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
+from rumik_app.decode.reference import FINISH_MAX_TOKENS
 from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, validate_text
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
-from rumik_app.sampling import RowParams
-from rumik_app.tokens import FrameParser
+from rumik_app.decode.sampling import RowParams
+from rumik_app.model.tokens import FrameParser
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""The patterns of `rumik_app.normalize` and how each is read aloud (library module).
+"""The patterns of `rumik_app.text.normalize` and how each is read aloud (library module).
 
 Each entry of `PATTERNS` is (category, compiled regex); `HANDLERS[category](match, language,
 text)` returns the words for one match, raises `NotThis` when the match is not that pattern
 after all (a 4-digit "phone", month 13; later passes see it again), or
 `rumik_app.numwords.Unsupported` when the language has no verified words for it (the span is
-then left as typed). Words come from `rumik_app.numwords` and `rumik_app.normalize_data`.
+then left as typed). Words come from `rumik_app.text.numwords` and `rumik_app.text.data`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from rumik_app import normalize_data as data
-from rumik_app import numwords as nw
-from rumik_app.numwords import Unsupported
+from rumik_app.text import data
+from rumik_app.text import numwords as nw
+from rumik_app.text.numwords import Unsupported
 
 _SENTENCE_FOLLOWS = re.compile(r"\s*(?:$|\n|[A-Z])")
 ANY_WORK = re.compile(r"\d|[A-Za-z]\.|[\u0900-\u0D7F]\.|ডঃ")

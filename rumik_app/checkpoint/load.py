@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rumik_app.config import RumikOSSConfig
+from rumik_app.model.config import RumikOSSConfig
 from rumik_app.errors import CheckpointError
 from rumik_app.files import fsync_tree, replace_dir
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL
@@ -62,7 +62,7 @@ def cache_root() -> Path:
 
 def tiny_checkpoint_path() -> Path:
     """Build (once) and return the cached tiny checkpoint used by `--model tiny`."""
-    from rumik_app import tiny
+    from rumik_app.checkpoint import tiny
 
     path = cache_root() / "tiny-v1"
     if not (path / "codec" / "model.safetensors").exists():
@@ -97,10 +97,10 @@ def resolve_checkpoint(model: str | os.PathLike) -> Path:
 
 def _download(repo_id: str) -> Path:
     """The hub snapshot of `repo_id` (config, tokenizer, weights, codec only), through the HF
-    cache; offline or with the hub out of reach it fails at once (`rumik_app.hub`)."""
+    cache; offline or with the hub out of reach it fails at once (`rumik_app.checkpoint.hub`)."""
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    from rumik_app.hub import HubUnavailable, hub_snapshot
+    from rumik_app.checkpoint.hub import HubUnavailable, hub_snapshot
 
     try:
         return hub_snapshot(repo_id, allow_patterns=HUB_PATTERNS)
@@ -171,7 +171,7 @@ def load_model(path: Path, config: RumikOSSConfig, device: torch.device, dtype: 
     """Our own RumikOSSForCausalLM with the checkpoint's weights (tied embeddings)."""
     from safetensors import SafetensorError
 
-    from rumik_app.model import RumikOSSForCausalLM
+    from rumik_app.model.lm import RumikOSSForCausalLM
 
     try:
         model = RumikOSSForCausalLM.from_pretrained(

@@ -43,22 +43,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rumik_app.async_bridge import LoopThread
+from rumik_app.engine.async_bridge import LoopThread
 from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
-from rumik_app.checkpoint import (
+from rumik_app.checkpoint.load import (
     DEFAULT_MODEL, CheckpointError, auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint,
 )
-from rumik_app.codec import MimiCodec
-from rumik_app.config import RumikOSSConfig
-from rumik_app.engine import (
+from rumik_app.model.codec import MimiCodec
+from rumik_app.model.config import RumikOSSConfig
+from rumik_app.engine.local import (
     CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine, resolve_seed,
 )
-from rumik_app.generation import (
+from rumik_app.decode.reference import (
     FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_MODES, Rollouts, RowParams,
 )
 from rumik_app.prompt import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
-from rumik_app.tokens import FrameParser, TokenLayout
+from rumik_app.model.tokens import FrameParser, TokenLayout
 
 PLUGIN_GROUP, PLUGIN_NAME = "vllm.general_plugins", "rumik_oss"
 INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it installs requirements-vllm.txt and this "

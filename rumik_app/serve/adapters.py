@@ -129,8 +129,8 @@ class EngineBackend:
     def load(cls, model: str, device: str | None = None, dtype: str | None = None, compile: bool | None = None,
              **scheduler_options) -> "EngineBackend":
         """Load the checkpoint (`TTSEngine.from_pretrained`) and build the scheduler around it."""
-        from rumik_app.engine import TTSEngine
-        from rumik_app.scheduler import BatchScheduler
+        from rumik_app.engine.local import TTSEngine
+        from rumik_app.serve.scheduler import BatchScheduler
 
         engine = TTSEngine.from_pretrained(model, device=device, dtype=dtype, compile=compile)
         return cls(BatchScheduler(engine, **scheduler_options))
@@ -218,7 +218,7 @@ class AstreamBackend:
         """Start vLLM on `model` with `max_num_seqs=max_batch`; engine_options go to
         `TTSEngine.from_pretrained(backend="vllm")` (device, dtype, compile,
         tensor_parallel_size, data_parallel_size, gpu_memory_utilization, ...)."""
-        from rumik_app.engine import TTSEngine
+        from rumik_app.engine.local import TTSEngine
 
         engine = TTSEngine.from_pretrained(model, backend="vllm", max_num_seqs=max_batch, **engine_options)
         return cls(engine, max_batch=max_batch, max_queue=max_queue, owns_engine=True)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Cohere2Config, Cohere2ForCausalLM
 
-from rumik_app.tokens import TokenLayout
+from rumik_app.model.tokens import TokenLayout
 
 STOP_THRESHOLD = 0.5
 

@@ -5,8 +5,8 @@
     args = parser.parse_args()
     engine = TTSEngine.from_pretrained(args.model, **backend_kwargs(args))
 
-`engine` is the in-process engine (rumik_app.engine); `vllm` is the same API on vLLM
-(rumik_app.vllm_backend; run from the vLLM environment, `./setup.sh --vllm`). Torch-free,
+`engine` is the in-process engine (rumik_app.engine.local); `vllm` is the same API on vLLM
+(rumik_app.engine.vllm; run from the vLLM environment, `./setup.sh --vllm`). Torch-free,
 so CLIs can parse arguments before loading anything heavy.
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from rumik_app.languages import CLAUSE_END, SENTENCE_END, expected_seconds
+from rumik_app.text.languages import CLAUSE_END, SENTENCE_END, expected_seconds
 
 MAX_CHUNK_SECONDS = 25.0
 _SENTENCE = re.compile(rf"[^{re.escape(SENTENCE_END)}]*(?:[{re.escape(SENTENCE_END)}]+[\"'”’)\]]*|$)")

@@ -1,6 +1,6 @@
 """Numbers as words in 21 Indian languages and English, from AI4Bharat's `indic-numtowords`.
 
-Library module, no command line; `rumik_app.normalize` is the caller::
+Library module, no command line; `rumik_app.text.normalize` is the caller::
 
     cardinal(250000, "hi")          # 'दो लाख पचास हज़ार'
     cardinal(1_000_000, "en", western=True)   # 'one million'
@@ -14,7 +14,7 @@ numbers digit by digit. On top of it this module adds, from the library's own wo
 numbers of 100 crore and more as "<n> crore <rest>" (when the language's crore word is a
 separate word), English in Western grouping (million, billion), years read in hundreds
 where that is the idiom (hi, ur, pa: उन्नीस सौ सैंतालीस; en: nineteen forty-seven),
-ordinals (rules per language, tables in `rumik_app.normalize_data`).
+ordinals (rules per language, tables in `rumik_app.text.data`).
 
 Not covered: Sindhi. The library writes Sindhi numbers in Devanagari (this project reads
 Sindhi in Perso-Arabic script) and fails on 100 and 1,000; `Unsupported` is raised.
@@ -33,7 +33,7 @@ import functools
 import re
 import unicodedata
 
-from rumik_app import normalize_data as data
+from rumik_app.text import data
 
 # Languages with number words (everything but Sindhi, see the module docstring).
 LANGUAGES = frozenset({"as", "bn", "brx", "doi", "en", "gu", "hi", "kn", "kok", "ks", "mai", "ml", "mni", "mr",

@@ -7,7 +7,7 @@
     async for item in loop.aiterate(lambda: agen()): ...  # ... or from another event loop
     loop.close()
 
-vLLM's AsyncLLM must live on one event loop; `rumik_app.vllm_backend` keeps it on one of
+vLLM's AsyncLLM must live on one event loop; `rumik_app.engine.vllm` keeps it on one of
 these, so threads (the sync API) and any number of other loops (a web server's) can use it
 at once. Stopping an iteration early cancels the producer on the loop, which is how an
 abandoned stream aborts its vLLM request. Library module, tested through tests/vllm.

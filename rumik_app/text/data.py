@@ -1,8 +1,8 @@
-"""Word tables for text normalisation (`rumik_app.normalize`): the words no library gives us.
+"""Word tables for text normalisation (`rumik_app.text.normalize`): the words no library gives us.
 
 Library module, no command line. Three sources, in this order of preference:
 
-1. **Number words** come from AI4Bharat's `indic-numtowords` (see `rumik_app.numwords`);
+1. **Number words** come from AI4Bharat's `indic-numtowords` (see `rumik_app.text.numwords`);
    nothing here spells a number.
 2. **CLDR via babel** (pinned in requirements.txt): month names, unit names (km, kg, °C, ...),
    "percent", "second" and the currency names (rupee, dollar, euro, pound). Accessors below

@@ -6,7 +6,7 @@
     rollouts = decoder.rollouts()       # token ids, log-probs, stop decisions, codes, lengths
 
 Two implementations of the same rules:
-  BatchDecoder       the fast path (`rumik_app.fast_decode`): a static KV cache, a fixed-shape
+  BatchDecoder       the fast path (`rumik_app.decode.slots`): a static KV cache, a fixed-shape
                      step with sampling and stopping on the device, compiled on request;
                      tokens reach the host once per frame (Q tokens).
   ReferenceDecoder   the eager reference it is tested against: transformers' Cohere2 forward
@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
-from rumik_app.fast_decode import FINISH_NAMES, SlotDecoder, batch_bucket, cache_length
-from rumik_app.model import STOP_THRESHOLD, AudioHead, RumikOSSForCausalLM
+from rumik_app.decode.slots import FINISH_NAMES, SlotDecoder, batch_bucket, cache_length
+from rumik_app.model.lm import STOP_THRESHOLD, AudioHead, RumikOSSForCausalLM
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
+from rumik_app.decode.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
 
 __all__ = ["BatchDecoder", "ReferenceDecoder", "Rollouts", "RowParams", "Step", "draw_uniforms", "sample_tokens"]
 

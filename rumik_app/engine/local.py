@@ -23,19 +23,19 @@ import numpy as np
 import torch
 
 from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
-from rumik_app.backend_args import BACKENDS
-from rumik_app.checkpoint import (
+from rumik_app.cli_args import BACKENDS
+from rumik_app.checkpoint.load import (
     DEFAULT_MODEL, auto_device, auto_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
 )
-from rumik_app.chunking import MAX_CHUNK_SECONDS, split_text
-from rumik_app.codec import MimiCodec
-from rumik_app.config import RumikOSSConfig
-from rumik_app.fast_decode import SlotDecoder, batch_bucket, cache_length
-from rumik_app.generation import BatchDecoder, ReferenceDecoder, Rollouts, RowParams
-from rumik_app.languages import expected_seconds
-from rumik_app.model import AudioHead
+from rumik_app.text.chunking import MAX_CHUNK_SECONDS, split_text
+from rumik_app.model.codec import MimiCodec
+from rumik_app.model.config import RumikOSSConfig
+from rumik_app.decode.slots import SlotDecoder, batch_bucket, cache_length
+from rumik_app.decode.reference import BatchDecoder, ReferenceDecoder, Rollouts, RowParams
+from rumik_app.text.languages import expected_seconds
+from rumik_app.model.lm import AudioHead
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS_CAP, SynthesisRequest, resolve_seed
-from rumik_app.tokens import FrameParser
+from rumik_app.model.tokens import FrameParser
 
 __all__ = ["TTSEngine", "SynthesisRequest", "BACKENDS"]
 
@@ -99,7 +99,7 @@ class TTSEngine:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if backend == "vllm":
-            from rumik_app.vllm_backend import VLLMEngine
+            from rumik_app.engine.vllm import VLLMEngine
 
             return VLLMEngine.from_pretrained(model, device=device, dtype=dtype, restrict_phase=restrict_phase,
                                               compile=compile, decoder=decoder, **vllm_args)

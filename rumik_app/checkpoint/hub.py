@@ -1,6 +1,6 @@
 """Is the Hugging Face Hub reachable? One short probe, shared by every hub download.
 
-    from rumik_app.hub import HubUnavailable, hub_snapshot
+    from rumik_app.checkpoint.hub import HubUnavailable, hub_snapshot
     try:
         folder = hub_snapshot("rumik-ai/rumik-oss-1", allow_patterns=["config.json", "*.safetensors"])
     except HubUnavailable as exc:      # exc.repo_id, exc.reason: the caller words the fix
@@ -16,7 +16,7 @@ is used as it is, and anything else raises `HubUnavailable` at once. With a work
 nothing changes: `snapshot_download` runs as before. The probe's answer is kept for
 `PROBE_TTL_S`, so a long-running app notices when the network comes back.
 
-Used by `rumik_app.checkpoint` (the model loader) and `evaluation.asr` (Hugging Face ASR
+Used by `rumik_app.checkpoint.load` (the model loader) and `evaluation.asr` (Hugging Face ASR
 judges); each turns `HubUnavailable` into a message that names the fix in its caller's terms
 (command-line flags, or the app's form fields).
 """
