@@ -30,7 +30,7 @@ import os
 
 import gradio as gr
 
-from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs
+from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
@@ -65,22 +65,22 @@ INTRO = (
 )
 
 
-def build_demo(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-               data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
+def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
-               compile: bool | None = None, backend_args: dict | None = None) -> gr.Blocks:
+               engine_options: dict | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
     `admin` guards results and exports (default: $RUMIK_ADMIN_PASSWORD if set, else open);
     `served` is the folder visitors' files are served from (default: a fresh temp folder);
-    `backend_args`: `TTSEngine.from_pretrained`'s backend ("engine" | "vllm") and vLLM options.
+    `engine_options`: `load_engine`'s (device, dtype, compile, backend "engine" | "vllm", vLLM's
+    options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags.
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
     """
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
     admin = admin if admin is not None else AdminGate.from_sources()
-    registry = SystemRegistry(model=model, device=device, dtype=dtype, compile=compile, backend_args=backend_args)
+    registry = SystemRegistry(model=model, **(engine_options or {}))
     if preload:
         registry.preload(SYSTEM_RUMIK)
     store = RatingStore(layout.database)
@@ -135,10 +135,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=os.environ.get("RUMIK_MODEL", DEFAULT_MODEL),
                    help="rumik-oss-1 checkpoint: hub id, local folder, or 'tiny' (default: %(default)s)")
-    p.add_argument("--device", default=None, help="cuda | cpu | cuda:1 ... (default: CUDA if available)")
-    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="compile the decode step (CUDA graphs on CUDA) before serving (default: on for CUDA)")
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="address to listen on; 0.0.0.0 for other machines (default: %(default)s)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)))
@@ -153,9 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="require this login for the whole app (repeatable; Gradio's login page)")
     p.add_argument("--auth-file", default=None, metavar="FILE",
                    help=f"logins, one USER:PASS a line (# comments); also read from ${AUTH_ENV}")
-    add_backend_arguments(p)  # --backend vllm: rumik-oss-1 on vLLM (run from .venv-vllm)
+    add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM (from .venv-vllm)
     args = p.parse_args(argv)
-    args.backend_kwargs = parsed_backend_kwargs(p, args)
+    args.engine_options = engine_options(p, args)
     return args
 
 
@@ -165,8 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         logins = read_logins(args.auth, args.auth_file)
         admin = AdminGate.from_sources(args.admin_password)
-        demo = build_demo(args.model, args.device, args.dtype, args.data_dir, admin=admin, compile=args.compile,
-                          backend_args=args.backend_kwargs)
+        demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options)
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)

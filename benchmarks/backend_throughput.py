@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
-from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
+from rumik_app import SynthesisRequest  # noqa: E402
 from rumik_app.cli_args import quiet_vllm_logs  # noqa: E402
 from rumik_app.checkpoint.load import cache_root  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
+from rumik_app.engine.loading import load_engine  # noqa: E402
 
 GOAL_RATIO, GOAL_CONCURRENCY = 3.0, 64
 TEXTS = ("Hello there, how are you today?", "आज की मीटिंग बहुत अच्छी रही।", "<laugh> That was really funny!",
@@ -69,8 +70,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     quiet_vllm_logs()
     path = str(build_checkpoint(args.preset, args.layers))
-    engine = TTSEngine.from_pretrained(path)
-    vllm = TTSEngine.from_pretrained(path, backend="vllm")
+    engine = load_engine(path)
+    vllm = load_engine(path, backend="vllm")
     print(f"{engine}\n{vllm}", flush=True)
     tokens_per_second = engine.layout.tokens_per_second
     results = []

@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
-from rumik_app.checkpoint.load import cache_root, load_tokenizer  # noqa: E402
+from rumik_app.checkpoint.load import auto_dtype, cache_root, load_tokenizer  # noqa: E402
+from rumik_app.cli_args import add_engine_arguments  # noqa: E402
 from rumik_app.model.codec import MimiCodec  # noqa: E402
 from rumik_app.model.config import RumikOSSConfig  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
@@ -115,12 +116,11 @@ def section(results: dict, name: str, fn) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtype", default=None, help="bf16 (default on CUDA) | fp32 (default on CPU)")
+    add_engine_arguments(parser, backend=False)  # --device --dtype --compile, as every entry point
+    parser.set_defaults(device="cuda", compile=True)
     parser.add_argument("--tokens", type=int, default=500, help="tokens per row (min = max); 100 = 1 s of audio")
     parser.add_argument("--published-tokens", type=int, default=200, help="tokens for the (slow) published loop")
     parser.add_argument("--batches", default="8,32", help="batch sizes for the throughput rows")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--smoke", action="store_true", help="tiny width, 4 layers, few tokens: checks the script")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("unmeasured: no CUDA device here (use --smoke --device cpu for a dry run)")
         return {"error": "no CUDA device"}
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, None: None}[args.dtype] or (
-        torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = auto_dtype(device, args.dtype)
     tokens = 24 if args.smoke else args.tokens
     published_tokens = 16 if args.smoke else args.published_tokens
     batches = [int(b) for b in args.batches.split(",") if b]

@@ -69,7 +69,7 @@ from evaluation.text import (
     spoken_form,
 )
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
+from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
@@ -445,7 +445,6 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
                         "'none' disables)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="cap on generated tokens per clip for rumik systems (100 tokens = 1 s; default 2048)")
-    parser.add_argument("--device", default=None, help="cuda / cpu for the rumik system and HF ASR (default: auto)")
     parser.add_argument("--gcer-segmentation", choices=SEGMENTATIONS, default=DEFAULT_SEGMENTATION,
                         help="clusters behind the `gcer` column and the content error: 'grapheme' (the grapheme "
                         "package, Unicode 13.0 rules, comparable with the release's GCER; default) or 'unicode' "
@@ -453,12 +452,12 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--no-normalize", action="store_true",
                         help="systems read the text as typed and references are scored as typed "
                              "(default: numbers, money, dates, times become words for both)")
-    add_backend_arguments(parser)  # --backend vllm: rumik systems on vLLM (raise --batch-size to use it)
+    add_engine_arguments(parser)  # --device (also for HF ASR) --dtype --compile --backend vllm (raise --batch-size)
     args = parser.parse_args(argv)
     normalize = not args.no_normalize
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
         parser.error("--runs, --limit, --batch-size and --max-new-tokens must be at least 1")
-    backend_args = parsed_backend_kwargs(parser, args)
+    engine_opts = engine_options(parser, args)
     if args.backend == "vllm":
         quiet_vllm_logs()
     out = Path(args.out)
@@ -466,7 +465,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     cache = None if str(cache).lower() == "none" else cache
     try:
         prompts = load_prompts(args.prompts, args.limit)
-        system = system or load_system(args.system, device=args.device, backend_args=backend_args)
+        system = system or load_system(args.system, **engine_opts)
         if missing_clips(out, prompts, args.runs):
             system.load()  # the model before the judge: both are checked before any synthesis
         judge = load_asr(args.asr, cache=cache, device=args.device)

@@ -19,7 +19,7 @@ _LAZY = {
     "TTSEngine": "rumik_app.engine.local",
     "SynthesisRequest": "rumik_app.request",
     "Audio": "rumik_app.audio",
-    "Rollouts": "rumik_app.decode.reference",
+    "Rollouts": "rumik_app.decode.rollouts",
     "RumikError": "rumik_app.errors",
     "CheckpointError": "rumik_app.errors",
     "PromptError": "rumik_app.errors",
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rumik_app.audio import Audio
     from rumik_app.engine.local import TTSEngine
     from rumik_app.errors import CheckpointError, PromptError, RumikError
-    from rumik_app.decode.reference import Rollouts
+    from rumik_app.decode.rollouts import Rollouts
     from rumik_app.text.normalize import normalize_text
     from rumik_app.request import SynthesisRequest
 

@@ -1,13 +1,16 @@
-"""The `--backend` command-line flags, shared by every entry point that loads the model.
+"""The engine-load flags, defined once for every entry point that loads the model.
 
     parser = argparse.ArgumentParser()
-    add_backend_arguments(parser)        # --backend, --tensor-parallel-size, ...
+    add_engine_arguments(parser)                  # --device --dtype --compile --backend + vLLM's flags
     args = parser.parse_args()
-    engine = TTSEngine.from_pretrained(args.model, **backend_kwargs(args))
+    engine = load_engine(args.model, **engine_options(parser, args))   # rumik_app.engine.loading
 
-`engine` is the in-process engine (rumik_app.engine.local); `vllm` is the same API on vLLM
-(rumik_app.engine.vllm; run from the vLLM environment, `./setup.sh --vllm`). Torch-free,
-so CLIs can parse arguments before loading anything heavy.
+`backend` "engine" is the in-process engine (`rumik_app.engine.local`); "vllm" the same API
+on vLLM (`rumik_app.engine.vllm`; run from the vLLM environment, `./setup.sh --vllm`).
+`python -m rumik_app.synthesize`, `.serve`, `app.py`, `evaluation.run`, the campaign CLI and
+the benchmarks use these flags; an entry point with other defaults (a GPU benchmark) sets
+them with `parser.set_defaults`. Torch-free, so CLIs parse their arguments before loading
+anything heavy.
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ import argparse
 import os
 
 BACKENDS = ("engine", "vllm")
-VLLM_ONLY = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "distributed_executor_backend",
-             "gpu_memory_utilization")
+# vLLM's own engine options, as `load_engine(backend="vllm")` keywords and --kebab-case flags.
+VLLM_OPTIONS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+                "distributed_executor_backend", "gpu_memory_utilization")
+LOAD_OPTIONS = ("device", "dtype", "compile")
 
 
-def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("backend")
+def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) -> None:
+    """--device, --dtype, --compile/--no-compile, and (backend=True) --backend with vLLM's flags."""
+    group = parser.add_argument_group("model loading")
+    group.add_argument("--device", default=None, help="cuda | cpu | cuda:1 ... (default: CUDA if available)")
+    group.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="compile the decode step at load (CUDA graphs on CUDA; default: on for CUDA, off for "
+                            "CPU); vllm: torch.compile + CUDA graphs, --no-compile = vLLM's enforce_eager")
+    if not backend:
+        return
     group.add_argument("--backend", choices=BACKENDS, default="engine",
                        help="engine: in-process (default); vllm: vLLM's engine (continuous batching, several "
                             "GPUs; needs the vLLM environment, ./setup.sh --vllm)")
@@ -37,20 +50,23 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vllm: share of each GPU's memory vLLM may take (default 0.8; Mimi needs the rest)")
 
 
-def backend_kwargs(args: argparse.Namespace) -> dict:
-    """Keyword arguments for `TTSEngine.from_pretrained`: backend, plus vLLM's options when
-    given. ValueError when vLLM options come with the engine backend."""
-    options = {name: getattr(args, name) for name in VLLM_ONLY if getattr(args, name, None) is not None}
-    if options and args.backend != "vllm":
-        flags = ", ".join("--" + name.replace("_", "-") for name in options)
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    """Keyword arguments for `load_engine(model, **kwargs)` from parsed flags: backend (when the
+    parser has it), device/dtype/compile when given, and vLLM's options when given.
+    ValueError when vLLM options come with the engine backend."""
+    backend = getattr(args, "backend", "engine")
+    vllm = {name: getattr(args, name) for name in VLLM_OPTIONS if getattr(args, name, None) is not None}
+    if vllm and backend != "vllm":
+        flags = ", ".join("--" + name.replace("_", "-") for name in vllm)
         raise ValueError(f"{flags} apply to --backend vllm only")
-    return {"backend": args.backend, **options}
+    load = {name: getattr(args, name) for name in LOAD_OPTIONS if getattr(args, name, None) is not None}
+    return {"backend": backend, **load, **vllm}
 
 
-def parsed_backend_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
-    """`backend_kwargs(args)`, a conflict reported as the parser's usage error (exit 2)."""
+def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """`engine_kwargs(args)`, a conflict reported as the parser's usage error (exit 2)."""
     try:
-        return backend_kwargs(args)
+        return engine_kwargs(args)
     except ValueError as exc:
         parser.error(str(exc))
 

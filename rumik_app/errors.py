@@ -47,7 +47,14 @@ class CheckpointConfigError(CheckpointError, ValueError):
 
 
 class PromptError(RumikError, ValueError):
-    """User input that cannot become a prompt; the message says how to fix it."""
+    """User input that cannot become a request or a prompt; the message says how to fix it.
+
+    field: the request field at fault ("temperature", "voice", ...), when one is; the speech
+    server reports it as OpenAI's `param`."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class ConfigError(RumikError, ValueError):

@@ -44,7 +44,7 @@ def _match_choice(value: str, choices: tuple[str, ...], what: str) -> str:
     for choice in choices:
         if choice.lower() == wanted:
             return choice
-    raise PromptError(f"Unknown {what} {value!r}. Choose one of: {', '.join(choices)}.")
+    raise PromptError(f"Unknown {what} {value!r}. Choose one of: {', '.join(choices)}.", field=what)
 
 
 def normalize_voice(voice: str, voices: Sequence[str] = VOICES) -> str:
@@ -54,7 +54,7 @@ def normalize_voice(voice: str, voices: Sequence[str] = VOICES) -> str:
     with its own voices validates against those.
     """
     if not voice or not str(voice).strip():
-        raise PromptError(f"No voice given. Choose one of: {', '.join(voices)}.")
+        raise PromptError(f"No voice given. Choose one of: {', '.join(voices)}.", field="voice")
     return _match_choice(str(voice), tuple(voices), "voice")
 
 
@@ -65,21 +65,21 @@ def validate_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
     `<laugh>`, `<chuckle>`, `<sigh>`, or a stray `<`/`>` that is not part of a tag.
     """
     if text is None or not str(text).strip():
-        raise PromptError("Text is empty. Type something for the voice to say.")
+        raise PromptError("Text is empty. Type something for the voice to say.", field="text")
     text = unicodedata.normalize("NFC", str(text)).strip()
     if len(text) > max_chars:
         raise PromptError(
-            f"Text is {len(text):,} characters; the limit is {max_chars:,}. Split it into smaller parts."
-        )
+            f"Text is {len(text):,} characters; the limit is {max_chars:,}. Split it into smaller parts.",
+            field="text")
     unknown = [tag for tag in TAG_PATTERN.findall(text) if tag not in ALLOWED_TAGS]
     if unknown:
         raise PromptError(
-            f"Unknown tag {unknown[0]}. Allowed inline tags: {', '.join(ALLOWED_TAGS)} (lower case)."
-        )
+            f"Unknown tag {unknown[0]}. Allowed inline tags: {', '.join(ALLOWED_TAGS)} (lower case).",
+            field="text")
     if STRAY_BRACKET.search(TAG_PATTERN.sub("", text)):
         raise PromptError(
-            f"Stray '<' or '>' in the text. Only the tags {', '.join(ALLOWED_TAGS)} may use angle brackets."
-        )
+            f"Stray '<' or '>' in the text. Only the tags {', '.join(ALLOWED_TAGS)} may use angle brackets.",
+            field="text")
     return text
 
 
@@ -97,12 +97,14 @@ def format_description(
     structured = [v for v in (tone, accent, pace) if v not in (None, "")]
     free = (description or "").strip()
     if structured and free:
-        raise PromptError("Give either tone/accent/pace or a free-form description, not both.")
+        raise PromptError("Give either tone/accent/pace or a free-form description, not both.", field="description")
     if free:
         if len(free) > MAX_DESCRIPTION_CHARS:
-            raise PromptError(f"Description is longer than {MAX_DESCRIPTION_CHARS} characters; shorten it.")
+            raise PromptError(f"Description is longer than {MAX_DESCRIPTION_CHARS} characters; shorten it.",
+                              field="description")
         if any(ch in free for ch in '"<>'):
-            raise PromptError('A description cannot contain double quotes or angle brackets (" < >).')
+            raise PromptError('A description cannot contain double quotes or angle brackets (" < >).',
+                              field="description")
         return unicodedata.normalize("NFC", free)
     parts = []
     if tone not in (None, ""):

@@ -30,14 +30,14 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs, quiet_vllm_logs
+from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS,
-    TINY_MODEL, SynthesisRequest, resolve_seed,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS,
+    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, resolve_seed,
 )
 
-FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.reference's finish reason for a row cut at max_new_tokens
+FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
 TINY_NOTE = ("note: --model tiny has random weights, so this audio is noise: it exercises the pipeline only. "
              f"Use --model {DEFAULT_MODEL} (or a checkpoint folder) for speech.")
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [{elapsed}<{remaining}]"
@@ -61,19 +61,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
     p.add_argument("--max-seconds", type=float, default=None,
-                   help=f"cap per utterance (per chunk for long text), at most ~30 (default {DEFAULT_MAX_SECONDS:g}; "
-                        f"{TINY_MAX_SECONDS:g} for --model tiny)")
+                   help=f"cap per utterance (per chunk for long text), at most {MAX_SECONDS:g} "
+                        f"(default {DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
     p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no summary lines (errors and warnings still print)")
-    p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
-    p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="compile the decode step at load (CUDA graphs on CUDA; default: on for CUDA, off for CPU)")
     p.add_argument("--out", required=True, help="output .wav path")
-    add_backend_arguments(p)
+    add_engine_arguments(p)  # --device --dtype --compile --backend and vLLM's flags
     args = p.parse_args(argv)
-    args.backend_kwargs = parsed_backend_kwargs(p, args)
+    args.engine_options = engine_options(p, args)
     return args
 
 
@@ -107,10 +103,13 @@ class AudioProgress:
 
 
 def build_request(args: argparse.Namespace) -> SynthesisRequest:
-    """The request from the flags; its text, tone, accent, pace and description are checked
-    here (PromptError), before any model is touched. The voice is checked against the model."""
+    """The request from the flags; its text, tone, accent, pace, description, sampling settings
+    and --max-seconds are checked here (PromptError), before any model is touched. The voice is
+    checked against the model."""
     from rumik_app.prompt import VOICES
 
+    if args.max_seconds is not None:
+        check_max_seconds(args.max_seconds)
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
@@ -123,8 +122,8 @@ def build_request(args: argparse.Namespace) -> SynthesisRequest:
 
 def run(args: argparse.Namespace) -> Audio:
     from rumik_app.checkpoint.load import resolve_checkpoint
+    from rumik_app.engine.loading import load_engine
     from rumik_app.model.config import RumikOSSConfig
-    from rumik_app.engine.local import TTSEngine
     from rumik_app.prompt import validate_text
 
     req = build_request(args)  # fail fast, before fetching or loading a 7 GB model
@@ -132,8 +131,7 @@ def run(args: argparse.Namespace) -> Audio:
     req.prompt(voices=RumikOSSConfig.from_file(path).speakers)  # the voice, against this checkpoint's
     if args.backend == "vllm":
         quiet_vllm_logs()
-    engine = TTSEngine.from_pretrained(str(path), device=args.device, dtype=args.dtype, compile=args.compile,
-                                       **args.backend_kwargs)
+    engine = load_engine(str(path), **args.engine_options)
     max_seconds = args.max_seconds or (TINY_MAX_SECONDS if args.model == TINY_MODEL else DEFAULT_MAX_SECONDS)
     req = req.with_(max_new_tokens=engine.max_new_tokens_for(max_seconds))
     spoken = req.spoken_text()
@@ -176,7 +174,7 @@ def warn_if_capped(finish_reasons: list[str], max_seconds: float) -> None:
     if capped:
         where = "" if len(finish_reasons) == 1 else f" in {capped} of {len(finish_reasons)} chunks"
         print(f"warning: generation stopped at the length cap (--max-seconds {max_seconds:g}){where} instead of "
-              f"ending by itself, so the speech may be cut off; raise --max-seconds (at most 30).",
+              f"ending by itself, so the speech may be cut off; raise --max-seconds (at most {MAX_SECONDS:g}).",
               file=sys.stderr, flush=True)
 
 

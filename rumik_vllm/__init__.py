@@ -13,7 +13,7 @@ The sampling rules (codebook phase, `</audio>` at frame boundaries, the stop hea
 the logits processors of rumik_vllm.logits, which `rumik_app.engine.vllm` passes to the
 engine. Use the backend, not this package, directly:
 
-    engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1", backend="vllm")
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # rumik_app.engine.loading
 """
 
 from __future__ import annotations

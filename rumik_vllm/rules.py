@@ -37,10 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rumik_app.decode.reference import STOP_MODES
-from rumik_app.model.lm import STOP_THRESHOLD
 from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.decode.sampling import STOP_SEED_OFFSET, draw_uniforms
+from rumik_app.decode.sampling import STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms
 
 EXTRA_ARGS_KEY = "rumik"
 NEG_INF = float("-inf")
@@ -119,7 +117,7 @@ class RequestRules:
             raise ValueError(
                 "rumik-oss-1 on vLLM needs SamplingParams.extra_args['rumik'] (temperature, min_new_tokens, "
                 "stop_mode, seed); build requests with rumik_app's vLLM backend "
-                "(TTSEngine.from_pretrained(..., backend='vllm'))"
+                "(rumik_app.engine.loading.load_engine(..., backend='vllm'))"
             )
         try:
             rules = cls(float(args["temperature"]), int(args["min_new_tokens"]), str(args["stop_mode"]),

@@ -1,6 +1,6 @@
 """Speech servers for tests: in this process (a uvicorn thread) or as a subprocess.
 
-    with ServerThread(backend, api_key="k") as server:      # the real app, on a free port
+    with ServerThread(adapter, api_key="k") as server:      # the real app, on a free port
         httpx.get(server.url + "/health")
     proc, url = start_server_process(checkpoint, "--max-batch", "1")   # `python -m rumik_app.serve`
     BAD_INPUTS                                             # bad requests and the error each must get
@@ -65,18 +65,18 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
 class ServerThread:
     """The speech app on a uvicorn server in a daemon thread (no signal handling)."""
 
-    def __init__(self, backend, model_name: str = "tiny", shutdown_timeout: float = 10.0, **app_options):
+    def __init__(self, adapter, model_name: str = "tiny", shutdown_timeout: float = 10.0, **app_options):
         import uvicorn
 
         from rumik_app.serve.app import SpeechServer, create_app
 
-        self.backend = backend
+        self.adapter = adapter
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(backend, model_name=model_name, shutdown_timeout=shutdown_timeout, **app_options)
+        app = create_app(adapter, model_name=model_name, shutdown_timeout=shutdown_timeout, **app_options)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=shutdown_timeout)
-        self.server = SpeechServer(config, backend)
+        self.server = SpeechServer(config, adapter)
         self.thread = threading.Thread(target=self.server.run, name=f"speech-server-{self.port}", daemon=True)
 
     def __enter__(self) -> "ServerThread":

@@ -2,7 +2,7 @@
 
 Library module for `app.py` (no command line)::
 
-    registry = SystemRegistry(model="rumik-ai/rumik-oss-1", device=None)
+    registry = SystemRegistry(model="rumik-ai/rumik-oss-1", device=None)   # any load_engine option
     registry.preload(SYSTEM_RUMIK)          # never raises; a failure becomes the banner
     print(registry.banner_markdown())
     system = registry.get("tiny")           # raises SystemUnavailable with reason and fix
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rumik_app.audio import Audio
+from rumik_app.cli_args import BACKENDS, LOAD_OPTIONS
 from rumik_app.errors import RumikError
 from rumik_app.prompt import VOICES
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
@@ -117,15 +118,15 @@ def _entry_lock(key: tuple) -> threading.Lock:
         return _ENTRY_LOCKS.setdefault(key, threading.Lock())
 
 
-def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
-                options: tuple = ()) -> LoadedSystem:
+def load_cached(kind: str, spec: str, options: tuple = ()) -> LoadedSystem:
     """Load (once per process) and return a system; raise SystemUnavailable (also cached).
-    options: sorted (name, value) pairs of engine settings: `compile`, and vLLM's for kind "vllm"."""
-    key = (kind, spec, device, dtype, options)
+    kind: "engine", "vllm" (the engine backends) or "espeak"; options: sorted (name, value)
+    pairs of `load_engine` options (device, dtype, compile, vLLM's)."""
+    key = (kind, spec, options)
     with _entry_lock(key):
         if key not in _CACHE:
             try:
-                _CACHE[key] = _load(kind, spec, device, dtype, options)
+                _CACHE[key] = _load(kind, spec, options)
             except SystemUnavailable as exc:
                 _CACHE[key] = exc
         found = _CACHE[key]
@@ -134,36 +135,31 @@ def load_cached(kind: str, spec: str, device: str | None = None, dtype: str | No
     return found
 
 
-def cached(kind: str, spec: str, device: str | None = None, dtype: str | None = None,
-           options: tuple = ()) -> LoadedSystem | SystemUnavailable | None:
+def cached(kind: str, spec: str, options: tuple = ()) -> LoadedSystem | SystemUnavailable | None:
     """What the cache holds for this entry, without loading: a system, its failure, or None."""
     with _CACHE_LOCK:
-        return _CACHE.get((kind, spec, device, dtype, options))
+        return _CACHE.get((kind, spec, options))
 
 
-def _load(kind: str, spec: str, device: str | None, dtype: str | None, options: tuple = ()) -> LoadedSystem:
-    if kind == "engine":
-        return _load_engine(spec, device, dtype, dict(options))
-    if kind == "vllm":  # the same checkpoint on vLLM's engine (app.py --backend vllm)
-        return _load_engine(spec, device, dtype, {"backend": "vllm", **dict(options)})
+def _load(kind: str, spec: str, options: tuple = ()) -> LoadedSystem:
+    if kind in BACKENDS:  # the in-process engine, or the same checkpoint on vLLM (app.py --backend vllm)
+        return _load_engine(spec, backend=kind, **dict(options))
     if kind == "espeak":
         return _load_espeak()
     raise ValueError(f"unknown system kind {kind!r}")
 
 
-def _load_engine(spec: str, device: str | None, dtype: str | None, backend_args: dict | None = None) -> LoadedSystem:
+def _load_engine(spec: str, **engine_options) -> LoadedSystem:
     """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming.
 
-    backend_args: `compile` (None = on for CUDA; the compiled step is built and warmed up
-    here, before serving), `backend` and vLLM's options.
+    engine_options: `load_engine`'s (backend, device, dtype, compile: None = on for CUDA, the
+    compiled step built and warmed up here, before serving; vLLM's options).
     """
     from evaluation.systems import RumikSystem, SynthesisError
     from rumik_app.checkpoint.load import ModelUnavailable
 
     key = SYSTEM_TINY if spec == TINY_MODEL else SYSTEM_RUMIK
-    backend_args = dict(backend_args or {})
-    compile = backend_args.pop("compile", None)
-    system = RumikSystem(spec, device=device, dtype=dtype, compile=compile, backend_args=backend_args)
+    system = RumikSystem(spec, **engine_options)
     try:
         engine = system.load()
     except SynthesisError as exc:  # wraps CheckpointError (with its fixes), CUDA and memory errors
@@ -215,22 +211,23 @@ class SystemStatus:
 
 
 class SystemRegistry:
-    """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path)."""
+    """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path).
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-                 compile: bool | None = None, backend_args: dict | None = None):
-        """compile: the engine's decode step (None = on for CUDA). backend_args:
-        `rumik_app.backend_args.backend_kwargs` for rumik-oss-1 (tiny always runs on the
-        in-process engine: vLLM cannot serve its head size)."""
-        self.model, self.device, self.dtype, self.compile = model, device, dtype, compile
-        backend_args = dict(backend_args or {})
-        kind = backend_args.pop("backend", "engine")
-        self._engine_options = (("compile", compile),)
-        self._vllm_options = tuple(sorted({**backend_args, "compile": compile}.items()))
+    engine_options: `load_engine`'s (`rumik_app.cli_args.engine_kwargs` of app.py's flags):
+    backend, device, dtype, compile (None = on for CUDA) and vLLM's options for rumik-oss-1;
+    tiny always runs on the in-process engine (vLLM cannot serve its head size) with the
+    same device, dtype and compile.
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, **engine_options):
+        self.model = model
+        options = {k: v for k, v in engine_options.items() if v is not None}
+        kind = options.pop("backend", "engine")
+        local = tuple(sorted((k, v) for k, v in options.items() if k in LOAD_OPTIONS))
         self._specs = {
-            SYSTEM_RUMIK: (kind, str(model)),
-            SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK),
-            SYSTEM_TINY: ("engine", TINY_MODEL),
+            SYSTEM_RUMIK: (kind, str(model), tuple(sorted(options.items())) if kind == "vllm" else local),
+            SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK, ()),
+            SYSTEM_TINY: ("engine", TINY_MODEL, local),
         }
 
     def resolve_key(self, name: str | None) -> str:
@@ -242,12 +239,7 @@ class SystemRegistry:
         raise SystemUnavailable(f"Unknown system {name!r}. Choose one of: {', '.join(SYSTEM_KEYS)}.")
 
     def _args(self, key: str) -> tuple:
-        kind, spec = self._specs[key]
-        if kind == "vllm":
-            return (kind, spec, self.device, self.dtype, self._vllm_options)
-        if kind == "engine":
-            return (kind, spec, self.device, self.dtype, self._engine_options)
-        return (kind, spec, None, None, ())
+        return self._specs[key]
 
     def get(self, name: str | None) -> LoadedSystem:
         """The loaded system (loading it on first use); SystemUnavailable with reason and fix."""

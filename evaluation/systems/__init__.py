@@ -30,19 +30,19 @@ VALID_SPECS = (
 )
 
 
-def load_system(spec: str, device: str | None = None, backend_args: dict | None = None) -> Synthesizer:
+def load_system(spec: str, **engine_options) -> Synthesizer:
     """Build a system from a spec (see VALID_SPECS); SynthesisError listing them otherwise.
-    `device` and `backend_args` (`TTSEngine.from_pretrained`'s backend=..., e.g. from
-    `rumik_app.backend_args.backend_kwargs`) apply to rumik systems."""
+    engine_options (`load_engine`'s: device, dtype, compile, backend, ...; e.g. from
+    `rumik_app.cli_args.engine_kwargs`) apply to rumik systems."""
     spec = (spec or "").strip()
     kind, sep, arg = spec.partition(":")
     kind = kind.lower()
     if kind == "rumik" and not sep:
-        return RumikSystem(DEFAULT_MODEL, device=device, backend_args=backend_args)
+        return RumikSystem(DEFAULT_MODEL, **engine_options)
     if kind == "rumik" and arg:
-        return RumikSystem(arg, device=device, backend_args=backend_args)
+        return RumikSystem(arg, **engine_options)
     if kind == TINY_MODEL and not sep:
-        return RumikSystem(TINY_MODEL, device=device, backend_args=backend_args)
+        return RumikSystem(TINY_MODEL, **engine_options)
     if kind in ("espeak", "espeak-ng") and not sep:
         return EspeakSystem()
     if kind == "folder" and arg:

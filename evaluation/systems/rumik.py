@@ -1,8 +1,9 @@
-"""`RumikSystem`: rumik-oss-1 through the one inference core (`rumik_app.TTSEngine`).
+"""`RumikSystem`: rumik-oss-1 through the one inference core (`rumik_app.engine.loading.load_engine`).
 
     system = RumikSystem()                       # the hub checkpoint rumik-ai/rumik-oss-1
     system = RumikSystem("/ckpt/sft-step-2000")  # a local checkpoint folder (docs/ARCHITECTURE.md §2 format)
-    system = RumikSystem("tiny")                 # the random tiny checkpoint used by tests
+    system = RumikSystem("tiny", device="cpu")   # the random tiny checkpoint used by tests
+    system = RumikSystem(path, backend="vllm")   # any load_engine option (rumik_app.cli_args flags)
     audio = system.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", seed=7))
 
 The engine (torch, transformers, the codec) is loaded once, on the first `synthesize` (or
@@ -25,16 +26,15 @@ SYSTEM_FLAGS = {"flag": "--system rumik:", "tiny": "--system tiny"}
 
 
 class RumikSystem(Synthesizer):
-    """rumik-oss-1 (or any checkpoint in its format) via `TTSEngine.from_pretrained`."""
+    """rumik-oss-1 (or any checkpoint in its format) via `load_engine`.
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None,
-                 compile: bool | None = None, backend_args: dict | None = None) -> None:
+    engine_options: `load_engine`'s keywords (backend, device, dtype, compile, vLLM's options;
+    `rumik_app.cli_args.engine_kwargs` builds them from the shared flags).
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, **engine_options) -> None:
         self.model = str(model)
-        self.device = device
-        self.dtype = dtype
-        self.compile = compile  # None: on for CUDA, off for CPU (TTSEngine.from_pretrained)
-        # TTSEngine.from_pretrained's backend="engine" | "vllm" and vLLM's options
-        self.backend_args = dict(backend_args or {})
+        self.engine_options = {k: v for k, v in engine_options.items() if v is not None}
         self._engine = None
         self.name = "rumik" if self.model == DEFAULT_MODEL else f"rumik:{self.model}"
         if self.model == DEFAULT_MODEL:
@@ -47,13 +47,11 @@ class RumikSystem(Synthesizer):
     def load(self):
         """Load the engine once (returns it); loader errors become SynthesisError."""
         if self._engine is None:
-            from rumik_app import TTSEngine
-
             from rumik_app.checkpoint.load import ModelUnavailable
+            from rumik_app.engine.loading import load_engine
 
             try:
-                self._engine = TTSEngine.from_pretrained(self.model, device=self.device, dtype=self.dtype,
-                                                         compile=self.compile, **self.backend_args)
+                self._engine = load_engine(self.model, **self.engine_options)
             except ModelUnavailable as exc:  # the fixes in the runner's terms (--system), not --model
                 raise SynthesisError(exc.with_flags(**SYSTEM_FLAGS)) from exc
             except (OSError, ValueError, RuntimeError) as exc:
@@ -69,7 +67,7 @@ class RumikSystem(Synthesizer):
 
     def synthesize_many(self, requests: Sequence[SynthesisRequest], clip_ids: Sequence[str | None] | None = None,
                         run: int | None = None) -> list[Audio | Exception]:
-        """Batched through `TTSEngine.synthesize_many`; if the batch fails (e.g. one invalid
+        """Batched through the engine's `synthesize_many`; if the batch fails (e.g. one invalid
         prompt), each request is retried alone so only the bad one carries the error."""
         engine = self.engine
         try:
@@ -82,5 +80,6 @@ class RumikSystem(Synthesizer):
         return {**super().request_settings(request), **{k: getattr(request, k) for k in sampling}}
 
     def settings(self) -> dict:
-        return {**super().settings(), "model": self.model, "device": self.device, "dtype": self.dtype,
-                "backend": self.backend_args.get("backend", "engine")}
+        opts = self.engine_options
+        return {**super().settings(), "model": self.model, "device": opts.get("device"), "dtype": opts.get("dtype"),
+                "backend": opts.get("backend", "engine")}

@@ -1,8 +1,15 @@
-"""Sampling primitives shared by both decode paths: pre-drawn uniforms, inverse-CDF sampling.
+"""The sampling rules every decoder shares (docs/ARCHITECTURE.md §5): row settings, stop modes,
+finish codes, pre-drawn uniforms and inverse-CDF sampling.
+
+    row = RowParams(seed=7, temperature=0.8, top_k=30)
+    index, log_prob = sample_tokens(logits, temperature, top_k, top_p, uniform)   # [B] each
 
 Each row draws its uniforms up front from a CPU `torch.Generator` seeded with the row's
 seed, so a (request, seed) pair samples the same tokens alone or in a batch, on any device,
-and on the reference and the fast path alike (up to float rounding of the logits).
+and on the reference, the fast path and vLLM alike (up to float rounding of the logits).
+
+Torch only, no transformers: the vLLM plugin's logits processors (`rumik_vllm.rules`) read
+the same rules from here.
 """
 
 from __future__ import annotations
@@ -13,7 +20,48 @@ import torch
 
 from rumik_app.request import (
     DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P,
+    MAX_NEW_TOKENS_CAP,
 )
+
+# How the stop head decides at a frame boundary: "threshold" stops when sigmoid(logit) >
+# STOP_THRESHOLD (inference); "sample" stops with probability sigmoid(logit) (GRPO rollouts:
+# the decision is then a policy action).
+STOP_MODES = ("threshold", "sample")
+STOP_THRESHOLD = 0.5
+# Why a row ended: its own `</audio>`, the stop head, or its max_new_tokens. The fast path
+# keeps them as codes on the device (0 while running); FINISH_NAMES maps codes to names.
+FINISH_END_TOKEN, FINISH_STOP_HEAD, FINISH_MAX_TOKENS = "end_token", "stop_head", "max_tokens"
+RUNNING, END_TOKEN, STOP_HEAD, MAX_TOKENS = 0, 1, 2, 3
+FINISH_NAMES = {END_TOKEN: FINISH_END_TOKEN, STOP_HEAD: FINISH_STOP_HEAD, MAX_TOKENS: FINISH_MAX_TOKENS}
+# The stop-head decisions of "sample" mode draw their uniforms from seed + this offset (every
+# sampler: the reference, the fast path and the vLLM processors), so a seed reproduces them.
+STOP_SEED_OFFSET = 1_000_003
+
+
+def check_stop_mode(stop_mode: str) -> str:
+    """`stop_mode`, or ValueError naming the choices."""
+    if stop_mode not in STOP_MODES:
+        raise ValueError(f"stop_mode must be one of {STOP_MODES}, not {stop_mode!r}")
+    return stop_mode
+
+
+def stop_floor(min_new_tokens: int, num_quantizers: int) -> int:
+    """The first generated position where a row may end (stop head or `</audio>`): its
+    min_new_tokens, and never before one whole frame."""
+    return max(int(min_new_tokens), num_quantizers)
+
+
+def is_greedy(temperature):
+    """Temperature 0 (or below) means greedy: the most likely token, no draw. Floats or tensors."""
+    return temperature <= 0
+
+
+def scoring_temperature(temperature):
+    """What a row's logits are divided by for its log-probs: its temperature, or 1 when greedy.
+    Floats or tensors (every sampler and GRPO's rescoring use this one rule)."""
+    if isinstance(temperature, torch.Tensor):
+        return torch.where(is_greedy(temperature), torch.ones_like(temperature), temperature)
+    return 1.0 if is_greedy(temperature) else float(temperature)
 
 
 @dataclass(frozen=True)
@@ -27,10 +75,11 @@ class RowParams:
     min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
 
-
-# The stop-head decisions of "sample" mode draw their uniforms from seed + this offset (every
-# sampler: the reference, the fast path and the vLLM processors), so a seed reproduces them.
-STOP_SEED_OFFSET = 1_000_003
+    def __post_init__(self) -> None:
+        # Every decoder sizes its per-row buffers (pre-drawn uniforms, stop slots) by the cap;
+        # requests are checked against it where they are made (`rumik_app.request`).
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:
+            raise ValueError(f"max_new_tokens must be 1 to {MAX_NEW_TOKENS_CAP}, not {self.max_new_tokens}")
 
 
 def draw_uniforms(seed: int, count: int) -> torch.Tensor:
@@ -47,9 +96,8 @@ def sample_tokens(
     top_k: [B] long (0 = off). Temperature 0 means greedy.
     Returns (index [B] long, log-prob [B] float32 of the index under softmax(logits / T)).
     """
-    greedy = temperature <= 0
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature)
-    scaled = logits / temp[:, None]
+    greedy = is_greedy(temperature)
+    scaled = logits / scoring_temperature(temperature)[:, None]
     log_probs = torch.log_softmax(scaled, dim=-1)
     # A full-width topk is a descending sort (values and order), ~3x faster than sort on CPU.
     sorted_logits, order = scaled.topk(scaled.shape[-1], dim=-1)

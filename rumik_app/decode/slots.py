@@ -1,12 +1,17 @@
 """The fast decode path: a fixed-shape step with everything on the device, compiled.
 
-    dec = SlotDecoder(model, head, batch=8, max_len=2560, compile=True)
+    decoder = BatchDecoder(model, head, prompt_ids, [RowParams(seed=1), RowParams(seed=2)])
+    for step in decoder.steps():   # step.tokens: [B] ids, -1 where a row has finished
+        ...
+    rollouts = decoder.rollouts()  # the same Rollouts as the reference decoder
+
+    dec = SlotDecoder(model, head, batch=8, max_len=2560, compile=True)   # the slots underneath
     slots = dec.add([prompt_ids], [RowParams(seed=7)])   # prefill into free slots (between frames)
     frame = dec.run_frame()        # Q steps, then one copy to the host: FrameResult
     dec.release(slot)              # e.g. a client went away
 
-One step (`decode_step`) takes every slot through the rules of the reference sampler
-(`rumik_app.decode.reference`), in this order, as tensors on the device:
+One step (`decode_step`) takes every slot through the rules of `rumik_app.decode.sampling`
+(written out plainly in `rumik_app.decode.reference.ReferenceDecoder`), in this order, as tensors on the device:
   1. a row at its `max_new_tokens` finishes ("max_tokens");
   2. at a frame boundary (t mod Q == 0) after `max(min_new_tokens, Q)` tokens the stop head
      decides on the final hidden state (> 0.5, or a Bernoulli draw with the row's own
@@ -22,11 +27,11 @@ small frame buffers that `run_frame` copies to the host once per frame (Q tokens
 bucket (`batch_bucket`) so one compiled graph serves many batch sizes.
 
 All rows share the phase t mod Q, because rows join only at frame boundaries: that is what
-continuous batching (`rumik_app.serve`) relies on.
+continuous batching (`rumik_app.serve.scheduler`) relies on.
 
 Compilation: `torch.compile(decode_step, fullgraph=True)`, with `mode="reduce-overhead"`
-(CUDA graphs) on CUDA and inductor's default on CPU. The eager `BatchDecoder` reference
-loop in `rumik_app.decode.reference` is what this path is tested against (same tokens).
+(CUDA graphs) on CUDA and inductor's default on CPU. The eager `ReferenceDecoder` in
+`rumik_app.decode.reference` is what this path is tested against (same tokens).
 """
 
 from __future__ import annotations
@@ -36,20 +41,21 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from rumik_app.model.lm import STOP_THRESHOLD, AudioHead
-from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.decode.sampling import STOP_SEED_OFFSET, RowParams, draw_uniforms, sample_tokens
+from rumik_app.decode.rollouts import DecoderBase, Step
+from rumik_app.decode.sampling import (
+    END_TOKEN, FINISH_MAX_TOKENS, FINISH_NAMES, MAX_TOKENS, RUNNING, STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD,
+    RowParams, draw_uniforms, sample_tokens, stop_floor,
+)
+from rumik_app.model.lm import AudioHead
 from rumik_app.model.static_body import StaticBody
+from rumik_app.request import MAX_NEW_TOKENS_CAP
 
 log = logging.getLogger(__name__)
-
-RUNNING, END_TOKEN, STOP_HEAD, MAX_TOKENS = 0, 1, 2, 3
-FINISH_NAMES = {END_TOKEN: "end_token", STOP_HEAD: "stop_head", MAX_TOKENS: "max_tokens"}
 # Cache lengths are rounded up to a multiple of this, so a few compiled shapes serve all.
 CACHE_LENGTH_QUANTUM = 512
 # Each distinct (batch, cache length, mode) is one compiled graph; allow plenty of them.
@@ -230,7 +236,7 @@ class SlotDecoder:
             raise ValueError("need one RowParams per prompt, and at least one prompt")
         if len(rows) > len(self.free):
             raise ValueError(f"{len(rows)} rows do not fit in {len(self.free)} free slots")
-        longest = max(len(p) for p in prompt_ids) + max(min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows)
+        longest = max(len(p) for p in prompt_ids) + max(r.max_new_tokens for r in rows)
         if longest >= self.max_len:
             raise ValueError(f"prompt + max_new_tokens = {longest} does not fit a cache of {self.max_len}")
         slots = [self.free.pop(0) for _ in rows]
@@ -253,8 +259,8 @@ class SlotDecoder:
         put(s.temperature, [r.temperature for r in rows])
         put(s.top_k, [r.top_k for r in rows])
         put(s.top_p, [r.top_p for r in rows])
-        put(s.floor, [max(r.min_new_tokens, q) for r in rows])
-        put(s.max_new, [min(r.max_new_tokens, MAX_NEW_TOKENS_CAP) for r in rows])
+        put(s.floor, [stop_floor(r.min_new_tokens, q) for r in rows])
+        put(s.max_new, [r.max_new_tokens for r in rows])
         s.u_token[idx] = torch.stack([draw_uniforms(r.seed, s.u_token.shape[1]) for r in rows]).to(dev)
         s.u_stop[idx] = torch.stack([draw_uniforms(r.seed + STOP_SEED_OFFSET, s.u_stop.shape[1]) for r in rows]).to(dev)
 
@@ -314,3 +320,67 @@ class SlotDecoder:
         self.reset()
         return time.perf_counter() - start
 
+
+class BatchDecoder(DecoderBase):
+    """The fast sampler: the rows run in the slots of a `SlotDecoder` (static cache, fixed
+    shapes, compiled on request), a frame at a time; see the module docstring.
+
+    slots: a SlotDecoder to reuse (the engine keeps one per shape, so a compiled step is
+    reused); None builds one sized for these rows (batch bucket, cache length bucket).
+    compile: when building one, compile its step.
+    """
+
+    def __init__(self, model, head: AudioHead, prompt_ids: list[list[int]],
+                 rows: list[RowParams], pad_id: int = 0, stop_mode: str = "threshold",
+                 request_index: list[int] | None = None, slots: SlotDecoder | None = None, compile: bool = False):
+        super().__init__(model, head, prompt_ids, rows, pad_id, stop_mode, request_index)
+        longest = max(len(p) for p in prompt_ids)
+        if slots is None:
+            slots = SlotDecoder(model, head, batch_bucket(len(rows)), cache_length(longest, self.max_steps),
+                                stop_mode=stop_mode, pad_id=pad_id, compile=compile)
+        if slots.batch < len(rows) or slots.stop_mode != stop_mode or slots.head is not head:
+            raise ValueError("the SlotDecoder given does not fit these rows (batch, stop mode or head)")
+        self.slots = slots
+
+    @torch.no_grad()
+    def steps(self) -> Iterator[Step]:
+        """Run the decode loop, yielding each step's tokens (full batch order, -1 = finished).
+
+        Tokens arrive a frame (Q steps) at a time: the device runs a whole frame before the
+        host sees it.
+        """
+        start = time.perf_counter()
+        dec, q = self.slots, self.layout.num_quantizers
+        if dec.in_use:  # taken by another caller since we were built: use a private one
+            dec = self.slots = SlotDecoder(self.model, self.head, dec.batch, dec.max_len, stop_mode=self.stop_mode,
+                                           pad_id=self.pad_id, compile=dec.compiled)
+        dec.reset()
+        dec.in_use = True
+        try:
+            ids = dec.add(self.prompt_ids, self.rows)
+            self.timings["prefill_s"] = time.perf_counter() - start
+            t = 0
+            for frame_index in range(self.stop_slots):
+                frame = dec.run_frame()
+                self._record_stops(frame, ids, frame_index)
+                for k in range(q):
+                    tokens = frame.tokens[ids, k]
+                    if bool((tokens >= 0).any()):
+                        self._tokens.append(tokens)
+                        self._log_probs.append(frame.log_probs[ids, k])
+                        yield Step(t=t, tokens=tokens)
+                        t += 1
+                if not bool(frame.alive[ids].any()):
+                    break
+            reasons = frame.reason[ids].tolist()
+            self.finish = [FINISH_NAMES.get(code, FINISH_MAX_TOKENS) for code in reasons]
+        finally:
+            dec.reset()
+            dec.in_use = False
+        self.timings["total_s"] = time.perf_counter() - start
+
+    def _record_stops(self, frame, ids: list[int], frame_index: int) -> None:
+        """The stop head's decision at this frame's start (slot = frames generated so far)."""
+        self.stops.mask[:, frame_index] = frame.stop_eligible[ids]
+        self.stops.decisions[:, frame_index] = frame.stop_decision[ids]
+        self.stops.log_probs[:, frame_index] = frame.stop_log_prob[ids]

@@ -1,7 +1,7 @@
-"""`VLLMEngine`: the `TTSEngine` API served by vLLM's engine (issue 11).
+"""`VLLMEngine`: the engine API (`BaseEngine`) served by vLLM's engine (docs/ARCHITECTURE.md §12).
 
-    engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1", backend="vllm",
-                                       tensor_parallel_size=2, gpu_memory_utilization=0.8)
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm",       # rumik_app.engine.loading
+                         tensor_parallel_size=2, gpu_memory_utilization=0.8)
     audio = engine.synthesize(SynthesisRequest("नमस्ते! <laugh>", seed=7))   # same API as the engine
     rollouts = engine.generate_batch(requests, num_samples=4)               # same Rollouts (GRPO)
     async for piece in engine.astream(req):      # from any asyncio loop: a server's request handler
@@ -43,29 +43,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rumik_app.engine.async_bridge import LoopThread
-from rumik_app.audio import Audio, CrossfadeStream, crossfade_concat
-from rumik_app.checkpoint.load import (
-    DEFAULT_MODEL, CheckpointError, auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint,
+from rumik_app.audio import Audio
+from rumik_app.checkpoint.load import auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint
+from rumik_app.decode.rollouts import Rollouts, StopRecord, pack_rollouts
+from rumik_app.decode.sampling import (
+    FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, RowParams, check_stop_mode, is_greedy, stop_floor,
 )
+from rumik_app.engine.async_bridge import LoopThread
+from rumik_app.engine.base import BaseEngine
+from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
+from rumik_app.errors import CheckpointError, PromptError
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
-from rumik_app.engine.local import (
-    CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine, resolve_seed,
-)
-from rumik_app.decode.reference import (
-    FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_MODES, Rollouts, RowParams,
-)
-from rumik_app.prompt import PromptError
-from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
-from rumik_app.model.tokens import FrameParser, TokenLayout
+from rumik_app.model.tokens import TokenLayout
+from rumik_app.request import DEFAULT_MODEL, SynthesisRequest
 
 PLUGIN_GROUP, PLUGIN_NAME = "vllm.general_plugins", "rumik_oss"
 INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it installs requirements-vllm.txt and this "
                "project into .venv-vllm) and run with .venv-vllm/bin/python.")
-# Requests synthesize_many hands to vLLM at once (vLLM's scheduler decides how many run);
-# also bounds the rows Mimi decodes in one call.
-VLLM_MAX_BATCH = 64
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
 WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
 
@@ -81,7 +76,7 @@ def _require_vllm():
 
 
 @dataclass
-class _Row:
+class RequestOutput:
     """One vLLM request's output so far: generated ids and their log-probs."""
 
     tokens: list[int] = field(default_factory=list)
@@ -112,23 +107,19 @@ class _Row:
             raise RuntimeError(f"vLLM ended a row with finish_reason={completion.finish_reason!r}")
 
 
-class VLLMEngine(TTSEngine):
-    """`TTSEngine`'s API on vLLM. Request planning, chunking, streaming pieces, crossfades
-    and `Rollouts` are shared with the engine backend; token generation is vLLM's."""
+class VLLMEngine(BaseEngine):
+    """The engine API on vLLM. Request planning, chunking, the stream assembler, crossfades
+    and `Rollouts` are shared with the in-process engine (`BaseEngine`); token generation is vLLM's."""
 
     backend = "vllm"
+    # Chunks synthesize_many hands to vLLM at once (vLLM's scheduler decides how many run);
+    # also bounds the rows Mimi decodes in one call.
+    synth_batch_size = 64
 
     def __init__(self, engine_loop: LoopThread, tokenizer, codec: MimiCodec, config: RumikOSSConfig,
                  checkpoint_dir: Path, dtype: torch.dtype, compile: bool = False):
-        # Not TTSEngine.__init__: there is no in-process model or audio head here.
-        self.model, self.head = None, None
-        self.compile, self.decoder = compile, "vllm"  # what the engine backend reports in these
-        self.tokenizer, self.codec, self.config = tokenizer, codec, config
-        self.layout = config.layout
-        self.checkpoint_dir = Path(checkpoint_dir)
-        self.bos_id = self._bos_id()
-        self.pad_id = config.lm.pad_token_id if config.lm.pad_token_id is not None else self.bos_id
-        self.dtype = dtype
+        super().__init__(tokenizer, codec, config, checkpoint_dir)
+        self.compile, self.dtype = compile, dtype
         self.engine_loop = engine_loop
         weakref.finalize(self, engine_loop.close)  # at garbage collection or interpreter exit
         from rumik_vllm.rules import AudioColumns  # vLLM-free: the column layout the plugin uses
@@ -242,12 +233,10 @@ class VLLMEngine(TTSEngine):
 
         from rumik_vllm.rules import RequestRules
 
-        if stop_mode not in STOP_MODES:
-            raise ValueError(f"stop_mode must be one of {STOP_MODES}")
-        rules = RequestRules(row.temperature, row.min_new_tokens, stop_mode, row.seed)
+        rules = RequestRules(row.temperature, row.min_new_tokens, check_stop_mode(stop_mode), row.seed)
         return SamplingParams(
-            temperature=0.0 if row.temperature <= 0 else 1.0, top_k=max(row.top_k, 0), top_p=row.top_p,
-            seed=row.seed, max_tokens=min(row.max_new_tokens, MAX_NEW_TOKENS_CAP),
+            temperature=0.0 if is_greedy(row.temperature) else 1.0, top_k=row.top_k, top_p=row.top_p,
+            seed=row.seed, max_tokens=row.max_new_tokens,
             stop_token_ids=[self.layout.audio_end_token_id, self.stop_column], ignore_eos=True, logprobs=0,
             detokenize=False, skip_special_tokens=False, extra_args=rules.to_extra_args(),
             output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
@@ -263,10 +252,10 @@ class VLLMEngine(TTSEngine):
                 f"{max_new_tokens:,} new tokens); vLLM holds {limit:,} per request (max_model_len). Shorten the "
                 "sentence or the description, or lower max_seconds.")
 
-    async def _deltas(self, prompt_ids: list[int], params) -> AsyncIterator[tuple[_Row, list[int]]]:
+    async def _deltas(self, prompt_ids: list[int], params) -> AsyncIterator[tuple[RequestOutput, list[int]]]:
         """On the engine loop: (row so far, new ids) per vLLM output; the row is finished last."""
         self.check_length(prompt_ids, params.max_tokens)
-        row = _Row()
+        row = RequestOutput()
         completion = None
         async for out in self._llm().generate({"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex):
             completion = out.outputs[0]
@@ -277,7 +266,8 @@ class VLLMEngine(TTSEngine):
         if completion is None or not row.reason:
             raise RuntimeError("vLLM returned no output for a request")
 
-    async def _generate_rows(self, prompts: list[list[int]], rows: list[RowParams], stop_mode: str) -> list[_Row]:
+    async def _generate_rows(self, prompts: list[list[int]], rows: list[RowParams],
+                             stop_mode: str) -> list[RequestOutput]:
         """All rows as concurrent vLLM requests; if one fails (or we are cancelled), the
         others are cancelled too, which aborts them in vLLM."""
 
@@ -296,16 +286,6 @@ class VLLMEngine(TTSEngine):
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def _batch_rows(self, requests: Sequence[SynthesisRequest], num_samples: int):
-        prompts, rows, owners = [], [], []
-        for i, req in enumerate(requests):
-            ids, base = self.prompt_ids(req), resolve_seed(req.seed)
-            for j in range(num_samples):
-                prompts.append(ids)
-                rows.append(self.row_params(req, base + j))
-                owners.append(i)
-        return prompts, rows, owners
-
     def generate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
                        stop_mode: str = "threshold", progress: Callable[[int], None] | None = None) -> Rollouts:
         """As `TTSEngine.generate_batch` (row order, seeds seed + j), sampled by vLLM.
@@ -319,18 +299,12 @@ class VLLMEngine(TTSEngine):
         return await self.engine_loop.acall(self._rollouts(requests, num_samples, stop_mode))
 
     async def _rollouts(self, requests, num_samples: int, stop_mode: str) -> Rollouts:
-        if stop_mode not in STOP_MODES:
-            raise ValueError(f"stop_mode must be one of {STOP_MODES}")
-        prompts, rows, owners = self._batch_rows(requests, num_samples)
+        check_stop_mode(stop_mode)
+        prompts, rows, owners = self.batch_rows(requests, num_samples)
         start = time.perf_counter()
         results = await self._generate_rows(prompts, rows, stop_mode)
         return build_rollouts(results, prompts, rows, owners, stop_mode, self.layout,
                               {"total_s": time.perf_counter() - start})
-
-    def synthesize_many(self, requests: Sequence[SynthesisRequest], max_batch: int = VLLM_MAX_BATCH,
-                        progress: Callable[[int, int], None] | None = None) -> list[Audio]:
-        """As `TTSEngine.synthesize_many`; all chunks go to vLLM at once by default."""
-        return super().synthesize_many(requests, max_batch=max_batch, progress=progress)
 
     async def asynthesize(self, req: SynthesisRequest) -> Audio:
         """`synthesize` for coroutines: chunks generated concurrently, decoded off the loop."""
@@ -338,21 +312,18 @@ class VLLMEngine(TTSEngine):
         plan = self.plan(req)
         rollouts = await self.agenerate_batch(plan)
         waves = await asyncio.to_thread(self.decode, rollouts.codes, rollouts.num_frames)
-        audio = Audio(crossfade_concat(waves, int(CROSSFADE_SECONDS * self.sample_rate)), self.sample_rate,
-                      seed=plan[0].seed)
-        audio.info = self._info(int(rollouts.lengths.sum()), audio.duration, time.perf_counter() - start,
-                                len(plan), rollouts.finish_reasons)
-        return audio
+        return self.joined_audio(waves, plan, int(rollouts.lengths.sum()), time.perf_counter() - start,
+                                 rollouts.finish_reasons)
 
     # ------------------------------------------------------------------ streaming
 
-    def stream(self, req: SynthesisRequest, first_frames: int = FIRST_STREAM_FRAMES,
-               frames_per_chunk: int = STREAM_FRAMES, stats: dict | None = None) -> Iterator[np.ndarray]:
+    def stream(self, req: SynthesisRequest, first_frames: int = FIRST_PIECE_FRAMES,
+               frames_per_piece: int = PIECE_FRAMES, stats: dict | None = None) -> Iterator[np.ndarray]:
         """As `TTSEngine.stream`: pieces whose concatenation equals `synthesize(req)`."""
-        yield from self.engine_loop.iterate(lambda: self.astream(req, first_frames, frames_per_chunk, stats))
+        yield from self.engine_loop.iterate(lambda: self.astream(req, first_frames, frames_per_piece, stats))
 
-    async def astream(self, req: SynthesisRequest, first_frames: int = FIRST_STREAM_FRAMES,
-                      frames_per_chunk: int = STREAM_FRAMES, stats: dict | None = None) -> AsyncIterator[np.ndarray]:
+    async def astream(self, req: SynthesisRequest, first_frames: int = FIRST_PIECE_FRAMES,
+                      frames_per_piece: int = PIECE_FRAMES, stats: dict | None = None) -> AsyncIterator[np.ndarray]:
         """Float32 audio pieces as tokens arrive, from any event loop (see `stream`).
 
         Mimi decodes in a worker thread, so neither the caller's loop nor vLLM's waits on it.
@@ -362,62 +333,31 @@ class VLLMEngine(TTSEngine):
         prompt_tokens, updated as the request runs.
         """
         plan = self.plan(req)
-        stats = stats if stats is not None else {}
-        stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[], prompt_tokens=0,
-                     max_tokens=sum(self.token_budget(chunk) for chunk in plan))
-        if len(plan) == 1:  # nothing to crossfade: no hold-back, lowest latency
-            async with contextlib.aclosing(self._astream_chunk(plan[0], first_frames, frames_per_chunk,
-                                                               stats)) as pieces:
-                async for piece in pieces:
-                    yield piece
-            return
-        joiner = CrossfadeStream(int(CROSSFADE_SECONDS * self.sample_rate))
+        asm = self.assembler(plan, stats, first_frames, frames_per_piece)
+        asm.stats["prompt_tokens"] = 0
         for chunk in plan:
-            joiner.start_chunk()
-            async with contextlib.aclosing(self._astream_chunk(chunk, first_frames, frames_per_chunk,
-                                                               stats)) as pieces:
-                async for piece in pieces:
-                    out = joiner.push(piece)
-                    if len(out):
-                        yield out
-            tail = joiner.end_chunk()
-            if len(tail):
-                yield tail
-        rest = joiner.finish()
-        if len(rest):
+            asm.start_chunk()
+            reason = FINISH_MAX_TOKENS
+            async with contextlib.aclosing(self._chunk_tokens(chunk, asm.stats)) as deltas:
+                async for new, reason in deltas:
+                    for token in new:
+                        if asm.push(token) and len(piece := await asyncio.to_thread(asm.piece)):
+                            yield piece
+            if len(rest := await asyncio.to_thread(asm.end_chunk, reason)):
+                yield rest
+        if len(rest := asm.finish()):
             yield rest
 
-    async def aframes(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[list[int]]:
-        """One chunk request's frames (Q codes each) as vLLM generates them, on any loop."""
-        params = self.sampling_params(self.row_params(req, req.seed), stream=True)
+    async def _chunk_tokens(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[tuple[list[int], str]]:
+        """One chunk request's generated ids as vLLM streams them, on any loop: (new ids, finish
+        reason so far); the stop column is dropped (the row's end is reported as "stop_head")."""
+        params = self.sampling_params(self.row_params(req), stream=True)
         prompt_ids = self.prompt_ids(req)
         stats["prompt_tokens"] = stats.get("prompt_tokens", 0) + len(prompt_ids)
-        parser = FrameParser(self.layout)
         deltas = self.engine_loop.aiterate(lambda: self._deltas(prompt_ids, params))
         async with contextlib.aclosing(deltas):
             async for row, new in deltas:
-                for token in new:
-                    if token == self.stop_column:
-                        continue
-                    stats["tokens"] += 1
-                    if (frame := parser.push(token)) is not None:
-                        yield frame
-                if row.reason:
-                    stats["finish_reasons"].append(row.reason)
-
-    async def _astream_chunk(self, req: SynthesisRequest, first_frames: int, frames_per_chunk: int,
-                             stats: dict) -> AsyncIterator[np.ndarray]:
-        codec_stream = self.codec.streaming_decoder(batch=1)
-        pending: list[list[int]] = []
-        want = first_frames
-        async with contextlib.aclosing(self.aframes(req, stats)) as frames:
-            async for frame in frames:
-                pending.append(frame)
-                if len(pending) >= want:
-                    yield await asyncio.to_thread(self._decode_frames, codec_stream, pending)
-                    pending, want = [], frames_per_chunk
-        if pending:
-            yield await asyncio.to_thread(self._decode_frames, codec_stream, pending)
+                yield [t for t in new if t != self.stop_column], row.reason
 
     def __repr__(self) -> str:
         lm = self.config.lm
@@ -439,42 +379,30 @@ def _start_async_llm(args):
                     log_requests=False)
 
 
-def build_rollouts(results: list[_Row], prompts: list[list[int]], rows: list[RowParams], owners: list[int],
-                   stop_mode: str, layout: TokenLayout, timings: dict) -> Rollouts:
-    """`Rollouts` exactly as `BatchDecoder.rollouts()` lays them out, from vLLM's rows.
+def build_rollouts(results: list[RequestOutput], prompts: list[list[int]], rows: list[RowParams],
+                   owners: list[int], stop_mode: str, layout: TokenLayout, timings: dict) -> Rollouts:
+    """`Rollouts` exactly as the in-process decoders lay them out (`pack_rollouts`), from vLLM's rows.
 
     The stop head was checked at every boundary t = kQ with max(min_new_tokens, Q) <= t up
     to the row's end: the stop position (stop head), the `</audio>` position, or the last
-    generated position (max_new_tokens). vLLM reports only the stopping decision's log-prob.
+    generated position (max_new_tokens). vLLM reports only the stopping decision's log-prob;
+    the others are NaN.
     """
     batch, q = len(results), layout.num_quantizers
     width = max((len(r.tokens) for r in results), default=0)
     token_ids = torch.full((batch, width), -1, dtype=torch.long)
     log_probs = torch.zeros(batch, width)
-    slots = width // q + 1
-    stop_mask = torch.zeros(batch, slots, dtype=torch.bool)
-    stop_decisions = torch.zeros(batch, slots, dtype=torch.bool)
-    stop_log_probs = torch.zeros(batch, slots)
+    stops = StopRecord.empty(batch, width // q + 1)
     for i, (res, row) in enumerate(zip(results, rows)):
         n = len(res.tokens)
         token_ids[i, :n] = torch.tensor(res.tokens, dtype=torch.long)
         log_probs[i, :n] = torch.tensor(res.log_probs, dtype=torch.float32)
         last_check = n if res.reason == FINISH_STOP_HEAD else n - 1
-        floor = max(row.min_new_tokens, q)
+        floor = stop_floor(row.min_new_tokens, q)
         for k in range(1, last_check // q + 1):
             if k * q >= floor:
-                stop_mask[i, k], stop_log_probs[i, k] = True, math.nan
+                stops.mask[i, k], stops.log_probs[i, k] = True, math.nan
         if res.reason == FINISH_STOP_HEAD:
-            stop_decisions[i, n // q], stop_log_probs[i, n // q] = True, res.stop_log_prob
-    parsed = [torch.from_numpy(layout.parse(r.tokens)[0]) for r in results]
-    num_frames = torch.tensor([c.shape[-1] for c in parsed], dtype=torch.long)
-    codes = torch.zeros(batch, q, int(num_frames.max()) if batch else 0, dtype=torch.long)
-    for i, c in enumerate(parsed):
-        codes[i, :, : c.shape[-1]] = c
-    return Rollouts(
-        token_ids=token_ids, token_mask=token_ids >= 0, log_probs=log_probs, stop_mask=stop_mask,
-        stop_decisions=stop_decisions, stop_log_probs=stop_log_probs, codes=codes, num_frames=num_frames,
-        lengths=(token_ids >= 0).sum(1), finish_reasons=[r.reason for r in results], prompt_ids=prompts,
-        request_index=owners, seeds=[r.seed for r in rows], params=list(rows), restrict_phase=True,
-        stop_mode=stop_mode, timings=timings,
-    )
+            stops.decisions[i, n // q], stops.log_probs[i, n // q] = True, res.stop_log_prob
+    return pack_rollouts(token_ids, log_probs, stops, [r.reason for r in results], prompts, rows, owners, layout,
+                         restrict_phase=True, stop_mode=stop_mode, timings=timings)

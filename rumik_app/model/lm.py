@@ -24,8 +24,6 @@ from transformers import Cohere2Config, Cohere2ForCausalLM
 
 from rumik_app.model.tokens import TokenLayout
 
-STOP_THRESHOLD = 0.5
-
 
 def build_stop_predictor(hidden_size: int) -> nn.Sequential:
     """LayerNorm(h) -> Linear(h, max(64, h//4)) -> GELU -> Linear(., 1): logit of 'ends here'."""

@@ -22,9 +22,12 @@ import os
 import sys
 from pathlib import Path
 
-from rumik_app.serve.adapters import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE
-from rumik_app.cli_args import add_backend_arguments, parsed_backend_kwargs
-from rumik_app.checkpoint.load import DEFAULT_MODEL, CheckpointError
+from rumik_app.cli_args import add_engine_arguments, engine_options
+from rumik_app.errors import CheckpointError
+from rumik_app.request import DEFAULT_MODEL
+from rumik_app.serve.protocol import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, DEFAULT_SHUTDOWN_TIMEOUT_S,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -32,18 +35,10 @@ API_KEY_ENV = "RUMIK_API_KEY"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from rumik_app.serve.scheduler import DEFAULT_MAX_PROMPT_TOKENS
-    from rumik_app.serve.app import DEFAULT_SHUTDOWN_TIMEOUT_S
-
     p = argparse.ArgumentParser(prog="python -m rumik_app.serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
-    add_backend_arguments(p)  # --backend engine|vllm, --tensor-parallel-size, --data-parallel-size, ...
-    p.add_argument("--device", help="cuda | cpu | cuda:1 ... (default: auto)")
-    p.add_argument("--dtype", help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="compile the decode step at start-up (CUDA graphs on CUDA; default: on for CUDA, off for "
-                        "CPU); vllm: torch.compile + CUDA graphs, --no-compile = vLLM's enforce_eager")
+    add_engine_arguments(p)  # --device --dtype --compile --backend engine|vllm, --tensor-parallel-size, ...
     p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
@@ -65,10 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
         p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
-    args.backend_options = parsed_backend_kwargs(p, args)  # {"backend": ..., vLLM's options when given}
-    args.backend_options.pop("backend")
-    if args.backend == "engine":
-        args.backend_options["max_prompt_tokens"] = args.max_prompt_tokens
+    args.engine_options = engine_options(p, args)  # {"backend": ..., device/dtype/compile and vLLM's, when given}
+    args.engine_options.pop("backend")
     return args
 
 
@@ -78,22 +71,23 @@ def served_name(model: str) -> str:
 
 
 def build_server(args: argparse.Namespace):
-    """Load the backend and wrap the app in a uvicorn server that drains on SIGTERM."""
+    """Load the adapter and wrap the app in a uvicorn server that drains on SIGTERM."""
     import uvicorn
 
-    from rumik_app.serve.adapters import load_backend
+    from rumik_app.serve.adapters import load_adapter
     from rumik_app.serve.app import SpeechServer, create_app
     from rumik_app.serve.schema import parse_voice_map
 
-    backend = load_backend(args.backend, args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                           max_batch=args.max_batch, max_queue=args.max_queue, **args.backend_options)
+    sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
+    adapter = load_adapter(args.backend, args.model, max_batch=args.max_batch, max_queue=args.max_queue, **sizes,
+                           **args.engine_options)
     name = args.served_model_name or served_name(args.model)
-    voice_map = parse_voice_map(args.voice_map, backend.voices)
-    app = create_app(backend, model_name=name, aliases=(args.model,), api_key=args.api_key,
+    voice_map = parse_voice_map(args.voice_map, adapter.voices)
+    app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_key,
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout)
-    return SpeechServer(config, backend)
+    return SpeechServer(config, adapter)
 
 
 def main(argv: list[str] | None = None) -> int:

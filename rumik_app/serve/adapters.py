@@ -1,26 +1,23 @@
-"""What the speech server needs from a model backend, and the two backends it can run on.
+"""The speech server's two adapters between its HTTP app and an engine, and `load_adapter`.
 
-    backend = load_backend("engine", "rumik-ai/rumik-oss-1", max_batch=16)   # or "vllm" (.venv-vllm)
-    await backend.start()                          # load done; warm-up (and compile) before serving
+    adapter = load_adapter("engine", "rumik-ai/rumik-oss-1", max_batch=16)   # or "vllm" (.venv-vllm)
+    await adapter.start()                          # load done; warm-up (and compile) before serving
     info = {}
-    async for piece in backend.stream(SynthesisRequest("Hello.", seed=7), info):
-        send(piece)                                # float32 [n] mono at backend.sample_rate
+    async for piece in adapter.stream(SynthesisRequest("Hello.", seed=7), info):
+        send(piece)                                # float32 [n] mono at adapter.sample_rate
     info   # {"seed": 7, "tokens": 312, "chunks": 1, "finish_reasons": ["stop_head"]}
-    backend.stats()                                # BackendStats: queue depth, rows, tokens/s
-    backend.begin_shutdown()                       # refuse new requests, let running ones finish
-    await backend.stop(timeout=30)
+    adapter.stats()                                # AdapterStats: queue depth, rows, tokens/s
+    adapter.begin_shutdown()                       # refuse new requests, let running ones finish
+    await adapter.stop(timeout=30)
 
-A backend is anything with the `SpeechBackend` methods. `stream()` raises, before its first
-piece, `PromptError` (bad input: HTTP 400), `ServerBusy` (queue full: 503 + Retry-After) or
-`ShuttingDown` (503); abandoning the iteration (`aclose()`, a cancelled task: the client
-hung up) frees whatever the request held. Two implementations:
+Both implement `rumik_app.serve.protocol.SpeechAdapter`:
 
-  EngineBackend    this process's engine with cross-request continuous batching
-                   (`rumik_app.scheduler.BatchScheduler`: one thread, one SlotDecoder).
-  AstreamBackend   the vLLM engine (`TTSEngine.from_pretrained(..., backend="vllm")`, or
-                   any engine with an async `astream(req, stats=...)`), which batches on its
-                   own (continuous batching in vLLM); this adapter adds the admission
-                   limit, drain and stats.
+  SchedulerAdapter    the in-process engine (backend "engine") behind cross-request continuous
+                      batching (`rumik_app.serve.scheduler.BatchScheduler`: one thread, one
+                      SlotDecoder).
+  AsyncEngineAdapter  an engine with an async `astream(req, stats=...)` that batches
+                      concurrent calls itself: the vLLM engine (backend "vllm", continuous
+                      batching in vLLM); the adapter adds the admission limit, drain and stats.
 
 No torch at import time: the server parses its arguments before anything heavy loads.
 """
@@ -32,91 +29,20 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from rumik_app.request import SynthesisRequest
-
-BACKENDS = ("engine", "vllm")
-DEFAULT_MAX_BATCH = 16
-DEFAULT_MAX_QUEUE = 256
-# Suggested wait for a client refused because the queue is full (seconds; the Retry-After header).
-RETRY_AFTER_S = 2
-# tokens/s in stats() is measured over this many recent seconds.
-RATE_WINDOW_S = 10.0
-STOP_POLL_S = 0.05
+from rumik_app.serve.protocol import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats, EngineFailed, ServerBusy,
+    ShuttingDown, SpeechAdapter,
+)
 
 
-class ServerBusy(RuntimeError):
-    """The admission queue is full; retry after `retry_after` seconds."""
-
-    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class ShuttingDown(RuntimeError):
-    """The backend is shutting down and takes no new requests."""
-
-    retry_after = RETRY_AFTER_S
-
-
-class BackendFailed(RuntimeError):
-    """The backend's decode loop died; the message names the cause (see the server log)."""
-
-
-@dataclass
-class BackendStats:
-    """A snapshot for /health and /metrics.
-
-    queue_depth: requests admitted but not yet decoding; active: requests decoding now
-    (batch rows in use); max_batch: rows decoded together at most; tokens_total: tokens
-    generated since start; tokens_per_second: over the last few seconds; audio_seconds_total:
-    audio produced since start; healthy: False once the decode loop has died; draining: True
-    after begin_shutdown().
-    """
-
-    queue_depth: int = 0
-    active: int = 0
-    max_batch: int = 0
-    tokens_total: int = 0
-    tokens_per_second: float = 0.0
-    audio_seconds_total: float = 0.0
-    healthy: bool = True
-    draining: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@runtime_checkable
-class SpeechBackend(Protocol):
-    """The server's view of a model backend (see the module docstring)."""
-
-    name: str
-    sample_rate: int
-    voices: tuple[str, ...]
-    max_batch: int
-
-    async def start(self) -> None: ...
-
-    def stream(self, req: SynthesisRequest, info: dict | None = None) -> AsyncIterator[np.ndarray]: ...
-
-    def max_new_tokens_for(self, seconds: float) -> int: ...
-
-    def stats(self) -> BackendStats: ...
-
-    def begin_shutdown(self) -> None: ...
-
-    async def stop(self, timeout: float) -> None: ...
-
-
-class EngineBackend:
+class SchedulerAdapter:
     """This process's `TTSEngine` behind a `BatchScheduler` (continuous batching, one thread)."""
 
-    name = "engine"
+    backend = "engine"
 
     def __init__(self, scheduler):
         self.scheduler = scheduler
@@ -126,14 +52,15 @@ class EngineBackend:
         self.max_batch = scheduler.max_batch
 
     @classmethod
-    def load(cls, model: str, device: str | None = None, dtype: str | None = None, compile: bool | None = None,
-             **scheduler_options) -> "EngineBackend":
-        """Load the checkpoint (`TTSEngine.from_pretrained`) and build the scheduler around it."""
-        from rumik_app.engine.local import TTSEngine
+    def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
+             max_prompt_tokens: int | None = None, **engine_options) -> "SchedulerAdapter":
+        """Load the checkpoint (`load_engine`, backend "engine") and build the scheduler around it."""
+        from rumik_app.engine.loading import load_engine
         from rumik_app.serve.scheduler import BatchScheduler
 
-        engine = TTSEngine.from_pretrained(model, device=device, dtype=dtype, compile=compile)
-        return cls(BatchScheduler(engine, **scheduler_options))
+        engine = load_engine(model, backend="engine", **engine_options)
+        sizes = {} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens}
+        return cls(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue, **sizes))
 
     async def start(self) -> None:
         await asyncio.to_thread(self.scheduler.start)
@@ -166,7 +93,7 @@ class EngineBackend:
     def max_new_tokens_for(self, seconds: float) -> int:
         return self.engine.max_new_tokens_for(seconds)
 
-    def stats(self) -> BackendStats:
+    def stats(self) -> AdapterStats:
         return self.scheduler.stats()
 
     def begin_shutdown(self) -> None:
@@ -176,10 +103,10 @@ class EngineBackend:
         await asyncio.to_thread(self.scheduler.stop, timeout)
 
 
-class AstreamBackend:
+class AsyncEngineAdapter:
     """An engine with an async `astream(req, stats=...)` that batches concurrent calls itself:
-    the vLLM engine (`TTSEngine.from_pretrained(..., backend="vllm")`, continuous batching in
-    vLLM's scheduler). This adapter adds the server's admission limit, drain and stats.
+    the vLLM engine (`load_engine(..., backend="vllm")`, continuous batching in vLLM's
+    scheduler). This adapter adds the server's admission limit, drain and stats.
 
     Admission: at most `max_batch + max_queue` requests at once, counting both this server's
     requests and every unfinished vLLM request of the engine (`num_unfinished_requests()`,
@@ -193,7 +120,7 @@ class AstreamBackend:
     sent, a client can retry elsewhere); streaming ones run to their end.
     """
 
-    name = "vllm"
+    backend = "vllm"
 
     def __init__(self, engine, max_batch: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  owns_engine: bool = False):
@@ -214,13 +141,13 @@ class AstreamBackend:
 
     @classmethod
     def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
-             **engine_options) -> "AstreamBackend":
+             **engine_options) -> "AsyncEngineAdapter":
         """Start vLLM on `model` with `max_num_seqs=max_batch`; engine_options go to
-        `TTSEngine.from_pretrained(backend="vllm")` (device, dtype, compile,
-        tensor_parallel_size, data_parallel_size, gpu_memory_utilization, ...)."""
-        from rumik_app.engine.local import TTSEngine
+        `load_engine(backend="vllm")` (device, dtype, compile, tensor_parallel_size,
+        data_parallel_size, gpu_memory_utilization, ...)."""
+        from rumik_app.engine.loading import load_engine
 
-        engine = TTSEngine.from_pretrained(model, backend="vllm", max_num_seqs=max_batch, **engine_options)
+        engine = load_engine(model, backend="vllm", max_num_seqs=max_batch, **engine_options)
         return cls(engine, max_batch=max_batch, max_queue=max_queue, owns_engine=True)
 
     async def start(self) -> None:
@@ -234,7 +161,7 @@ class AstreamBackend:
         if self._draining:
             raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
         if not self._healthy():
-            raise BackendFailed("vLLM's engine core is not running (see the server log; restart the server)")
+            raise EngineFailed("vLLM's engine core is not running (see the server log; restart the server)")
         busy = max(self._in_flight, self._unfinished())
         if busy >= self.max_batch + self.max_queue:
             raise ServerBusy(f"The server is busy: {busy} requests are decoding or waiting (at most "
@@ -256,7 +183,7 @@ class AstreamBackend:
                     piece = await anext(pieces, None)
         except Exception as exc:
             if _is_engine_dead(exc):
-                raise BackendFailed(f"vLLM's engine core died ({type(exc).__name__}: {exc})") from exc
+                raise EngineFailed(f"vLLM's engine core died ({type(exc).__name__}: {exc})") from exc
             raise
         finally:
             self._in_flight -= 1
@@ -298,7 +225,7 @@ class AstreamBackend:
     def max_new_tokens_for(self, seconds: float) -> int:
         return self.engine.max_new_tokens_for(seconds)
 
-    def stats(self) -> BackendStats:
+    def stats(self) -> AdapterStats:
         healthy = self._healthy()
         unfinished = self._unfinished() if healthy else 0
         active = min(unfinished, self.max_batch)
@@ -306,7 +233,7 @@ class AstreamBackend:
         now = time.monotonic()
         window = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
         rate = (total - window[0][1]) / (now - window[0][0]) if window and now > window[0][0] else 0.0
-        return BackendStats(queue_depth=unfinished - active, active=active, max_batch=self.max_batch,
+        return AdapterStats(queue_depth=unfinished - active, active=active, max_batch=self.max_batch,
                             tokens_total=total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.sample_rate, healthy=healthy,
                             draining=self._draining)
@@ -339,20 +266,17 @@ def _is_engine_dead(exc: BaseException) -> bool:
     return any(cls.__name__ == "EngineDeadError" for cls in type(exc).__mro__)
 
 
-def load_backend(name: str, model: str, device: str | None = None, dtype: str | None = None,
-                 compile: bool | None = None, max_batch: int = DEFAULT_MAX_BATCH,
-                 max_queue: int = DEFAULT_MAX_QUEUE, **options) -> SpeechBackend:
-    """Load `model` on backend `name` ("engine" or "vllm"); options go to that backend.
+def load_adapter(backend: str, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
+                 max_prompt_tokens: int | None = None, **engine_options) -> SpeechAdapter:
+    """Load `model` on `backend` ("engine" or "vllm") behind its adapter.
 
-    engine: `max_prompt_tokens` (decode-cache size). vllm: `tensor_parallel_size`,
-    `data_parallel_size`, `gpu_memory_utilization` and other keywords of
-    `TTSEngine.from_pretrained(backend="vllm")`; `max_batch` becomes vLLM's `max_num_seqs`.
+    max_prompt_tokens: the scheduler's decode-cache size (engine only; vLLM sizes its paged
+    cache itself). engine_options: `load_engine`'s (device, dtype, compile; vLLM's
+    tensor_parallel_size, ...); for vLLM `max_batch` becomes its `max_num_seqs`.
     """
-    if name == "engine":
-        return EngineBackend.load(model, device=device, dtype=dtype, compile=compile, max_batch=max_batch,
-                                  max_queue=max_queue, **options)
-    if name == "vllm":
-        given = dict(device=device, dtype=dtype, compile=compile, **options)
-        return AstreamBackend.load(model, max_batch=max_batch, max_queue=max_queue,
-                                   **{k: v for k, v in given.items() if v is not None})
-    raise ValueError(f"Unknown backend {name!r}. Choose one of: {', '.join(BACKENDS)}.")
+    from rumik_app.engine.loading import check_backend
+
+    if check_backend(backend) == "engine":
+        return SchedulerAdapter.load(model, max_batch=max_batch, max_queue=max_queue,
+                                     max_prompt_tokens=max_prompt_tokens, **engine_options)
+    return AsyncEngineAdapter.load(model, max_batch=max_batch, max_queue=max_queue, **engine_options)

@@ -1,16 +1,16 @@
-"""The speech server's FastAPI app: OpenAI's `/v1/audio/speech` and friends over a backend.
+"""The speech server's FastAPI app: OpenAI's `/v1/audio/speech` and friends over an adapter.
 
-    app = create_app(backend, model_name="rumik-oss-1", api_key=None)
-    SpeechServer(uvicorn.Config(app, port=8000), backend).run()   # what `python -m rumik_app.serve` does
+    app = create_app(adapter, model_name="rumik-oss-1", api_key=None)
+    SpeechServer(uvicorn.Config(app, port=8000), adapter).run()   # what `python -m rumik_app.serve` does
 
 Routes: POST /v1/audio/speech (streamed), GET /v1/audio/voices, GET /v1/models,
 GET /health, GET /metrics. With an API key, the /v1 routes need `Authorization: Bearer KEY`
 (/health and /metrics stay open for load balancers and scrapers).
 
 A speech request is checked field by field (400 with OpenAI's error body), submitted to
-the backend, and answered once its first audio is ready, so queue-full (503 +
-Retry-After), shutting-down (503) and backend errors still get a status code; the
-body then streams (chunked) as the backend produces audio. A client that hangs up while
+the adapter, and answered once its first audio is ready, so queue-full (503 +
+Retry-After), shutting-down (503) and engine errors still get a status code; the
+body then streams (chunked) as the engine produces audio. A client that hangs up while
 waiting or mid-stream cancels its request, which frees its batch row.
 """
 
@@ -32,11 +32,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rumik_app.serve.adapters import BackendFailed, ServerBusy, ShuttingDown, SpeechBackend
-from rumik_app.engine.local import resolve_seed
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, PromptError
+from rumik_app.request import resolve_seed
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics
+from rumik_app.serve.protocol import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S, EngineFailed, ServerBusy, ShuttingDown, SpeechAdapter,
+)
 from rumik_app.serve.schema import (
     SERVER_MAX_TEXT_CHARS, ApiError, SpeechJob, SpeechRequest, check_model, to_synthesis_request, validation_error,
 )
@@ -45,7 +47,6 @@ log = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.25  # how often a request still waiting for its first audio checks its client
 SEED_HEADER = "x-rumik-seed"  # the seed used (a random one when the request gave none): reproduces the audio
-DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request" (logged only; nobody receives it)
 
 
@@ -53,16 +54,16 @@ def _error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _backend_error(exc: Exception) -> ApiError:
-    """The ApiError for what a backend raises before the first audio."""
+def _engine_error(exc: Exception) -> ApiError:
+    """The ApiError for what an adapter raises before the first audio."""
     if isinstance(exc, PromptError):
-        return ApiError(400, str(exc), param="input")
+        return ApiError(400, str(exc), param=exc.field or "input")
     if isinstance(exc, (ServerBusy, ShuttingDown)):
         code = "server_busy" if isinstance(exc, ServerBusy) else "shutting_down"
         return ApiError(503, str(exc), type="server_error", code=code,
                         headers={"Retry-After": str(exc.retry_after)})
-    if isinstance(exc, BackendFailed):
-        return ApiError(500, f"The speech backend failed ({exc}); see the server log.", type="server_error",
+    if isinstance(exc, EngineFailed):
+        return ApiError(500, f"The speech engine failed ({exc}); see the server log.", type="server_error",
                         code="backend_failed")
     log.error("speech request failed", exc_info=exc)
     return ApiError(500, f"Synthesis failed ({type(exc).__name__}: {exc}); see the server log.", type="server_error",
@@ -98,26 +99,26 @@ async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> n
             return None
 
 
-def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
+def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
                max_text_chars: int = SERVER_MAX_TEXT_CHARS, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
                voice_map: dict[str, str] | None = None) -> FastAPI:
-    """The app for one backend. model_name: what /v1/models lists (aliases are accepted too);
+    """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `schema.parse_voice_map`)."""
-    metrics = ServerMetrics(backend)
+    metrics = ServerMetrics(adapter)
     accepted = (model_name, *aliases)
     created = int(time.time())
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        await backend.start()
+        await adapter.start()
         try:
             yield
         finally:
-            backend.begin_shutdown()
-            await backend.stop(shutdown_timeout)
+            adapter.begin_shutdown()
+            await adapter.stop(shutdown_timeout)
 
     app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan)
-    app.state.backend, app.state.metrics = backend, metrics
+    app.state.adapter, app.state.metrics = adapter, metrics
     auth = [Depends(_api_key_check(api_key))]
 
     @app.exception_handler(ApiError)
@@ -141,28 +142,28 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
     async def speech(body: SpeechRequest, request: Request) -> Response:
         started = time.perf_counter()
         check_model(body.model, accepted)
-        spec = to_synthesis_request(body, backend.voices, backend.max_new_tokens_for, max_text_chars, voice_map)
+        spec = to_synthesis_request(body, adapter.voices, adapter.max_new_tokens_for, max_text_chars, voice_map)
         req = spec.request.with_(seed=resolve_seed(spec.request.seed))  # known now: sent back in a header
         info: dict = {}
-        pieces = backend.stream(req, info)
+        pieces = adapter.stream(req, info)
         try:
             first = await _first_piece(pieces, request)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one readable error body
             await pieces.aclose()
-            raise _backend_error(exc) from None
+            raise _engine_error(exc) from None
         if first is None:
             await pieces.aclose()
             metrics.error("client_disconnected")
             metrics.request_done(CLIENT_CLOSED, spec.response_format)
             return Response(status_code=CLIENT_CLOSED)
         metrics.first_audio.observe(time.perf_counter() - started)
-        media = "text/event-stream" if spec.sse else make_encoder(spec.response_format, backend.sample_rate).media_type
+        media = "text/event-stream" if spec.sse else make_encoder(spec.response_format, adapter.sample_rate).media_type
         return StreamingResponse(_body(spec, first, pieces, info, started), media_type=media,
                                  headers={SEED_HEADER: str(req.seed), "Cache-Control": "no-store"})
 
     async def _body(spec: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray], info: dict,
                     started: float) -> AsyncIterator[bytes]:
-        encoder = make_encoder(spec.response_format, backend.sample_rate)
+        encoder = make_encoder(spec.response_format, adapter.sample_rate)
         frame = _sse_event if spec.sse else (lambda data: data)
         finished = False
         try:
@@ -195,18 +196,18 @@ def create_app(backend: SpeechBackend, model_name: str, aliases: tuple[str, ...]
     @app.get("/v1/models", dependencies=auth)
     async def models() -> dict:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
-                                            "owned_by": "rumik-ai", "backend": backend.name}]}
+                                            "owned_by": "rumik-ai", "backend": adapter.backend}]}
 
     @app.get("/v1/audio/voices", dependencies=auth)
     async def voices() -> dict:
-        return {"voices": list(backend.voices), "aliases": dict(voice_map or {}), "note": VOICE_NOTE,
+        return {"voices": list(adapter.voices), "aliases": dict(voice_map or {}), "note": VOICE_NOTE,
                 "tones": list(TONES), "accents": list(ACCENTS), "paces": list(PACES), "tags": list(ALLOWED_TAGS)}
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        s = backend.stats()
+        s = adapter.stats()
         status = "ok" if s.healthy and not s.draining else "draining" if s.healthy else "failed"
-        body = {"status": status, "model": model_name, "backend": backend.name, **s.to_dict()}
+        body = {"status": status, "model": model_name, "backend": adapter.backend, **s.to_dict()}
         return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics")
@@ -230,14 +231,14 @@ def _sse_done(info: dict) -> bytes:
 
 
 class SpeechServer(uvicorn.Server):
-    """uvicorn's server that tells the backend to drain as soon as shutdown begins (SIGTERM):
+    """uvicorn's server that tells the adapter to drain as soon as shutdown begins (SIGTERM):
     requests still waiting for a batch row get 503, streaming ones run to their end (within
-    `timeout_graceful_shutdown`), then the lifespan stops the backend."""
+    `timeout_graceful_shutdown`), then the lifespan stops the adapter."""
 
-    def __init__(self, config: uvicorn.Config, backend: SpeechBackend):
+    def __init__(self, config: uvicorn.Config, adapter: SpeechAdapter):
         super().__init__(config)
-        self.backend = backend
+        self.adapter = adapter
 
     async def shutdown(self, sockets=None) -> None:
-        self.backend.begin_shutdown()
+        self.adapter.begin_shutdown()
         await super().shutdown(sockets=sockets)

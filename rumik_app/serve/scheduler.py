@@ -8,7 +8,7 @@
     job.cancel()                                         # the client went away: its row is freed
     scheduler.stop(timeout=30)
 
-The speech server's engine backend (`rumik_app.backend.EngineBackend`); no HTTP here.
+The speech server's engine adapter (`rumik_app.serve.adapters.SchedulerAdapter`); no HTTP here.
 
 One thread owns the model through a dedicated `SlotDecoder` with `max_batch` slots over a
 static KV cache of `max_prompt_tokens + MAX_NEW_TOKENS_CAP` positions. It loops:
@@ -17,14 +17,15 @@ static KV cache of `max_prompt_tokens + MAX_NEW_TOKENS_CAP` positions. It loops:
      continuous batching, a request that arrives while others decode joins at the next
      frame boundary (at most one frame, 80 ms of audio, later), not after the batch;
   2. `run_frame()`: Q tokens for every slot, one host copy;
-  3. each row's tokens go through its own `FrameParser`; every 2 frames first (low time to
-     first audio), then every 5, its own streaming Mimi decoder turns them into audio that
-     goes to the request's sink; a finished row frees its slot at once.
+  3. each row's tokens go to its request's `StreamAssembler` (`rumik_app.engine.stream`, the
+     one every streaming path uses): every 2 frames first (low time to first audio), then
+     every 5, its streaming Mimi decoder turns them into audio that goes to the request's
+     sink; a finished row frees its slot at once.
 Long text is planned as `TTSEngine.plan` does (chunks of ~16 s with seeds seed, seed+1, ...);
 the chunks of one request run one after another (the next is queued ahead of new requests
-when the previous finishes) and are joined with the engine's crossfade
-(`CrossfadeStream`), so a request's audio equals `TTSEngine.stream` of it up to float
-rounding of the logits (different cache and batch shapes) and of nothing else.
+when the previous finishes) and the assembler joins them with the engine's crossfade, so a
+request's audio equals `TTSEngine.stream` of it up to float rounding of the logits
+(different cache and batch shapes) and of nothing else.
 
 Batch invariance: every row is prefilled alone and then decoded in a step of fixed shape
 (all slots, the whole cache) whose rows never mix, so a request's tokens and audio are
@@ -38,31 +39,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rumik_app.audio import CrossfadeStream
-from rumik_app.serve.adapters import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, BackendFailed, BackendStats, ServerBusy,
-    ShuttingDown,
-)
-from rumik_app.engine.local import CROSSFADE_SECONDS, FIRST_STREAM_FRAMES, STREAM_FRAMES, TTSEngine
-from rumik_app.decode.slots import FINISH_NAMES, FrameResult, SlotDecoder, cache_length
-from rumik_app.decode.reference import FINISH_MAX_TOKENS
+from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_NAMES, RowParams
+from rumik_app.decode.slots import FrameResult, SlotDecoder, cache_length
+from rumik_app.engine.local import TTSEngine
+from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, validate_text
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
-from rumik_app.decode.sampling import RowParams
-from rumik_app.model.tokens import FrameParser
+from rumik_app.serve.protocol import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats,
+    EngineFailed, ServerBusy, ShuttingDown,
+)
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens one chunk may take (it sizes the decode cache: this + MAX_NEW_TOKENS_CAP).
-# A chunk holds ~16 s of expected speech (~300 characters at the fastest rate) plus a
-# description of up to 300 characters: a few hundred tokens with the published tokenizer,
-# ~1,000 with the tiny test checkpoint's byte-level one.
-DEFAULT_MAX_PROMPT_TOKENS = 1024
 
 
 class JobCancelled(RuntimeError):
@@ -71,7 +65,7 @@ class JobCancelled(RuntimeError):
 
 @dataclass
 class Chunk:
-    """One planned chunk of a request: the chunk request, its prompt ids and sampling row."""
+    """One planned text chunk of a request: the chunk request, its prompt ids and sampling row."""
 
     request: SynthesisRequest
     prompt_ids: list[int]
@@ -84,18 +78,18 @@ class Job:
     Output events, in order: float32 audio pieces, then one end marker, `None` on success or
     an Exception. They go to `sink` (called on the scheduler's thread; must not block), or,
     without a sink, to an internal queue read by iterating the job.
+    assembler: the request's `StreamAssembler` (its audio, across chunks).
     stats: seed, tokens, chunks, finish_reasons (as `TTSEngine.stream` fills them), plus
     prompt_tokens, audio_samples, queued_s (submit -> first prefill) and first_audio_s (submit -> first piece).
     """
 
-    def __init__(self, request: SynthesisRequest, chunks: list[Chunk], sample_rate: int,
+    def __init__(self, request: SynthesisRequest, chunks: list[Chunk], assembler: StreamAssembler,
                  sink: Callable[[object], None] | None, wake: Callable[[], None]):
-        self.request, self.chunks = request, chunks
-        self.stats: dict = dict(seed=chunks[0].request.seed, tokens=0, chunks=len(chunks), finish_reasons=[],
-                                prompt_tokens=sum(len(c.prompt_ids) for c in chunks), audio_samples=0,
-                                queued_s=None, first_audio_s=None)
+        self.request, self.chunks, self.assembler = request, chunks, assembler
+        self.stats: dict = assembler.stats
+        self.stats.update(prompt_tokens=sum(len(c.prompt_ids) for c in chunks), audio_samples=0, queued_s=None,
+                          first_audio_s=None)
         self.submitted = time.perf_counter()
-        self.joiner = CrossfadeStream(int(CROSSFADE_SECONDS * sample_rate)) if len(chunks) > 1 else None
         self.cancelled = False
         self.closed = False
         self._events: deque = deque()
@@ -143,15 +137,11 @@ class Job:
 
 
 @dataclass
-class _Row:
-    """A chunk decoding in a slot: its parser, streaming codec and frames not yet decoded."""
+class SlotRow:
+    """A text chunk decoding in a slot: its job and which of the job's chunks it is."""
 
     job: Job
     index: int
-    parser: FrameParser
-    codec: object
-    want: int
-    pending: list[list[int]] = field(default_factory=list)
 
 
 class BatchScheduler:
@@ -159,20 +149,20 @@ class BatchScheduler:
 
     max_batch: slots decoded together; max_queue: requests waiting for a slot before
     `submit` raises ServerBusy; max_prompt_tokens: prompt tokens a chunk may take (sizes
-    the cache); max_text_chars: longest text accepted; first_frames / frames_per_chunk:
+    the cache); max_text_chars: longest text accepted; first_frames / frames_per_piece:
     frames per streamed piece (first, then the rest), as `TTSEngine.stream`.
     """
 
     def __init__(self, engine: TTSEngine, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, max_text_chars: int = MAX_TEXT_CHARS,
-                 first_frames: int = FIRST_STREAM_FRAMES, frames_per_chunk: int = STREAM_FRAMES):
+                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
         if engine.decoder != "fast":
             raise ValueError("the scheduler needs the fast decode path (TTSEngine(decoder='fast'))")
         if max_batch < 1 or max_queue < 0:
             raise ValueError("max_batch must be >= 1 and max_queue >= 0")
         self.engine, self.layout = engine, engine.layout
         self.max_batch, self.max_queue, self.max_text_chars = max_batch, max_queue, max_text_chars
-        self.first_frames, self.frames_per_chunk = first_frames, frames_per_chunk
+        self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
         cache = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
         self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache, pad_id=engine.pad_id,
                                    compile=engine.compile)
@@ -180,7 +170,7 @@ class BatchScheduler:
         self.warmup_s: float | None = None
         self._cond = threading.Condition()
         self._waiting: deque[tuple[Job, int]] = deque()  # (job, chunk index); continuations at the front
-        self._rows: dict[int, _Row] = {}  # slot -> row; touched by the scheduler thread only
+        self._rows: dict[int, SlotRow] = {}  # slot -> row; touched by the scheduler thread only
         self._closing = False  # no new requests
         self._stopping = False  # end the loop; fail what is left
         self._error: BaseException | None = None
@@ -200,7 +190,7 @@ class BatchScheduler:
         self._thread.start()
         self._started.wait()
         if self._error is not None:
-            raise BackendFailed(f"warm-up failed: {self._error!r}") from self._error
+            raise EngineFailed(f"warm-up failed: {self._error!r}") from self._error
 
     def prepare(self, req: SynthesisRequest) -> list[Chunk]:
         """Validate a request and plan its chunks; PromptError says what to fix."""
@@ -208,7 +198,7 @@ class BatchScheduler:
         chunks = []
         for chunk in self.engine.plan(req):
             ids = self.engine.prompt_ids(chunk)
-            row = self.engine.row_params(chunk, chunk.seed)
+            row = self.engine.row_params(chunk)
             need = len(ids) + row.max_new_tokens
             if need >= self.max_len:
                 raise PromptError(
@@ -220,28 +210,29 @@ class BatchScheduler:
         return chunks
 
     def submit(self, req: SynthesisRequest, sink: Callable[[object], None] | None = None) -> Job:
-        """Queue a request; raises PromptError, ServerBusy (queue full), ShuttingDown, BackendFailed."""
+        """Queue a request; raises PromptError, ServerBusy (queue full), ShuttingDown, EngineFailed."""
         chunks = self.prepare(req)
+        assembler = self.engine.assembler([c.request for c in chunks], None, self.first_frames, self.frames_per_piece)
         with self._cond:
             if self._error is not None:
-                raise BackendFailed(f"the decode loop stopped: {self._error!r}")
+                raise EngineFailed(f"the decode loop stopped: {self._error!r}")
             if self._closing:
                 raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
             if self._queued() >= self.max_queue:
                 raise ServerBusy(f"The server is busy: {self.max_queue} requests are already waiting; retry shortly.")
-            job = Job(req, chunks, self.engine.sample_rate, sink, self._wake)
+            job = Job(req, chunks, assembler, sink, self._wake)
             self._waiting.append((job, 0))
             self._cond.notify()
         return job
 
-    def stats(self) -> BackendStats:
+    def stats(self) -> AdapterStats:
         now = time.perf_counter()
         with self._cond:
             queued = self._queued()
             recent = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
         span = now - recent[0][0] if len(recent) > 1 else 0.0
         rate = sum(n for _, n in recent[1:]) / span if span > 0 else 0.0
-        return BackendStats(queue_depth=queued, active=len(self._rows), max_batch=self.max_batch,
+        return AdapterStats(queue_depth=queued, active=len(self._rows), max_batch=self.max_batch,
                             tokens_total=self._tokens_total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.engine.sample_rate,
                             healthy=self._error is None, draining=self._closing)
@@ -332,26 +323,19 @@ class BatchScheduler:
             return
         if job.stats["queued_s"] is None:
             job.stats["queued_s"] = time.perf_counter() - job.submitted
-        if job.joiner is not None:
-            job.joiner.start_chunk()
-        self._rows[slot] = _Row(job, index, FrameParser(self.layout), self.engine.codec.streaming_decoder(batch=1),
-                                self.first_frames)
+        job.assembler.start_chunk()
+        self._rows[slot] = SlotRow(job, index)
 
     def _deliver(self, frame: FrameResult) -> None:
-        """Parse each row's tokens, stream decoded audio out, finish rows that ended."""
+        """Each row's tokens to its assembler, decoded audio out, rows that ended finished."""
         tokens, alive, reasons = frame.tokens.tolist(), frame.alive.tolist(), frame.reason.tolist()
         produced = 0
         for slot, row in list(self._rows.items()):
             new = [t for t in tokens[slot] if t >= 0]
             produced += len(new)
-            row.job.stats["tokens"] += len(new)
             for token in new:
-                parsed = row.parser.push(token)
-                if parsed is not None:
-                    row.pending.append(parsed)
-            if len(row.pending) >= row.want:
-                self._emit(row.job, self._decode(row))
-                row.want = self.frames_per_chunk
+                if row.job.assembler.push(token):
+                    self._emit(row.job, row.job.assembler.piece())
             if not alive[slot]:
                 self._finish_chunk(slot, FINISH_NAMES.get(reasons[slot], FINISH_MAX_TOKENS))
         self._tokens_total += produced
@@ -361,44 +345,28 @@ class BatchScheduler:
             while self._rate and now - self._rate[0][0] > RATE_WINDOW_S:
                 self._rate.popleft()
 
-    def _decode(self, row: _Row) -> np.ndarray:
-        codes = torch.tensor(row.pending, dtype=torch.long, device=self.engine.codec.device).T[None]  # [1, Q, t]
-        row.pending = []
-        return row.codec.decode(codes)[0].cpu().numpy().astype(np.float32)
-
     def _emit(self, job: Job, audio: np.ndarray) -> None:
-        if job.joiner is not None:
-            audio = job.joiner.push(audio)
         self._audio_samples += len(audio)
         job.push(audio)
 
-    def _release(self, slot: int) -> _Row:
+    def _release(self, slot: int) -> SlotRow:
         self.decoder.release(slot)
         return self._rows.pop(slot)
 
     def _finish_chunk(self, slot: int, reason: str) -> None:
         row = self._release(slot)
         job = row.job
-        if row.pending:
-            self._emit(job, self._decode(row))
-        job.stats["finish_reasons"].append(reason)
-        if job.joiner is not None:
-            tail = job.joiner.end_chunk()
-            self._audio_samples += len(tail)
-            job.push(tail)
+        self._emit(job, job.assembler.end_chunk(reason))
         if row.index + 1 < len(job.chunks) and not job.cancelled:
             with self._cond:
                 self._waiting.appendleft((job, row.index + 1))  # ahead of new requests: it is mid-stream
             return
-        if job.joiner is not None:
-            rest = job.joiner.finish()
-            self._audio_samples += len(rest)
-            job.push(rest)
+        self._emit(job, job.assembler.finish())
         job.close(JobCancelled("cancelled") if job.cancelled else None)
 
     def _fail_all(self, error: BaseException | None) -> None:
         """End every job still here: with the loop's error, or ShuttingDown after stop()."""
-        reason = (BackendFailed(f"the decode loop stopped: {error!r}") if error is not None
+        reason = (EngineFailed(f"the decode loop stopped: {error!r}") if error is not None
                   else ShuttingDown("The server shut down before this request finished."))
         with self._cond:
             jobs = [row.job for row in self._rows.values()] + [job for job, _ in self._waiting]

@@ -16,8 +16,9 @@ at most 0.9 -> "slow", at least 1.1 -> "fast", in between -> the pace is left as
 (none = the voice's natural pace). The audio is never time-stretched. Outside OpenAI's
 range 0.25-4.0, or together with a different `pace`, it is an error.
 
-Messages are the project's own: the same `PromptError` texts as the CLI and the app, and
-the app's wording for sampling ranges.
+Messages are the project's own: every range and its message comes from
+`rumik_app.request` (and the text, voice and description checks from `rumik_app.prompt`),
+so the CLI, the app and this server say the same thing about the same bad value.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from rumik_app.prompt import PromptError, format_description, normalize_voice, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SynthesisRequest
+from rumik_app.request import SynthesisRequest, check_seed
 from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 
 # Longest `input` the server takes: OpenAI's documented limit for this endpoint, which
@@ -40,9 +41,6 @@ from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 SERVER_MAX_TEXT_CHARS = 4_096
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
-MAX_TEMPERATURE = 2.0
-MAX_TOP_K = 200
-MAX_SECONDS_LIMIT = 30.0  # the engine caps one utterance (chunk) at ~30 s
 # `model` values accepted besides the served name: OpenAI's TTS model names, which clients
 # send by default (they all mean "this server's model").
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -141,26 +139,16 @@ def pace_for_speed(speed: float | None, pace: str | None, instructions: str | No
     return wanted
 
 
-def check_sampling(body: SpeechRequest) -> dict:
-    """temperature / top_k / top_p with the app's ranges and messages; defaults when unset."""
-    temperature = DEFAULT_TEMPERATURE if body.temperature is None else body.temperature
-    top_k = DEFAULT_TOP_K if body.top_k is None else body.top_k
-    top_p = DEFAULT_TOP_P if body.top_p is None else body.top_p
-    if not 0.0 <= temperature <= MAX_TEMPERATURE:
-        raise ApiError(400, f"Temperature {temperature} is out of range: use 0 (greedy) to {MAX_TEMPERATURE:g}.",
-                       param="temperature")
-    if not 0 <= top_k <= MAX_TOP_K:
-        raise ApiError(400, f"Top-k {top_k} is out of range: use a whole number 0 (off) to {MAX_TOP_K}.", param="top_k")
-    if not 0.0 < top_p <= 1.0:
-        raise ApiError(400, f"Top-p {top_p} is out of range: use a value above 0 and at most 1.", param="top_p")
-    return dict(temperature=temperature, top_k=top_k, top_p=top_p)
+# A request field under its name in this API (OpenAI's), where the two differ.
+API_PARAMS = {"text": "input", "description": "instructions"}
 
 
 def _prompt_check(check: Callable[[], object], param: str):
+    """check(), a PromptError answered as a 400 naming the field (the error's own, else `param`)."""
     try:
         return check()
     except PromptError as exc:
-        raise ApiError(400, str(exc), param=param) from None
+        raise ApiError(400, str(exc), param=API_PARAMS.get(exc.field, exc.field) or param) from None
 
 
 def parse_voice_map(spec: str | None, voices: Sequence[str]) -> dict[str, str]:
@@ -198,32 +186,16 @@ def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tok
         if value:
             _prompt_check(lambda: format_description(**{name: value}), name)
     _prompt_check(lambda: format_description(body.tone, body.accent, pace, body.instructions), "instructions")
-    if body.seed is not None and body.seed < -1:
-        raise ApiError(400, f"Seed {body.seed} is not valid. Use -1 for a random seed or a whole number >= 0.",
-                       param="seed")
-    options = check_sampling(body)
-    if body.max_seconds is not None:
-        if not 0.0 < body.max_seconds <= MAX_SECONDS_LIMIT:
-            raise ApiError(400, f"Max seconds {body.max_seconds} is out of range: use more than 0 and at most "
-                                f"{MAX_SECONDS_LIMIT:g}.", param="max_seconds")
-        options["max_new_tokens"] = max_new_tokens_for(body.max_seconds)
-    if body.language:
-        _language(body.language)
-    req = SynthesisRequest(text=text, voice=voice, tone=body.tone or None, accent=body.accent or None,
-                           pace=pace or None,
-                           description=body.instructions or None,
-                           seed=None if body.seed is None or body.seed < 0 else body.seed,
-                           language=body.language or None, normalize=body.normalize, **options)
+    seed = _prompt_check(lambda: check_seed(body.seed), "seed")
+    options = {name: value for name, value in (("temperature", body.temperature), ("top_k", body.top_k),
+                                               ("top_p", body.top_p)) if value is not None}
+    if body.max_seconds is not None:  # PromptError outside 0-30 s (rumik_app.request.check_max_seconds)
+        options["max_new_tokens"] = _prompt_check(lambda: max_new_tokens_for(body.max_seconds), "max_seconds")
+    req = _prompt_check(lambda: SynthesisRequest(
+        text=text, voice=voice, tone=body.tone or None, accent=body.accent or None, pace=pace or None,
+        description=body.instructions or None, seed=seed, language=body.language or None, normalize=body.normalize,
+        **options), "input")
     return SpeechJob(req, fmt, sse)
-
-
-def _language(name: str) -> None:
-    from rumik_app.text.languages import get_language
-
-    try:
-        get_language(name)
-    except ValueError as exc:
-        raise ApiError(400, str(exc), param="language") from None
 
 
 def validation_error(errors: Sequence[dict]) -> ApiError:

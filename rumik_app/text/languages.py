@@ -90,7 +90,8 @@ def get_language(code_or_name: str) -> Language:
     lang = LANGUAGE_BY_CODE.get(key.lower()) or LANGUAGE_BY_NAME.get(key.lower())
     if lang is None:
         names = ", ".join(f"{lang.name} ({lang.code})" for lang in LANGUAGES)
-        raise PromptError(f"Unknown language {code_or_name!r}. Supported: {names}.")  # a ValueError too
+        raise PromptError(f"Unknown language {code_or_name!r}. Supported: {names}.",  # a ValueError too
+                          field="language")
     return lang
 
 

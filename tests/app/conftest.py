@@ -66,7 +66,7 @@ def app_server(tiny_checkpoint, tmp_path_factory):
     from webapp.access import AdminGate
 
     data_dir = tmp_path_factory.mktemp("app-data")
-    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir, admin=AdminGate())  # open
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir, admin=AdminGate())  # open
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     wait_until_up(url)

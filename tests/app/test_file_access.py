@@ -145,7 +145,7 @@ def guarded(tiny_checkpoint, tmp_path_factory):
     RatersFile(raters_path(campaign_layout)).add("asha")
     data_dir = campaign_layout.root
     password = secrets.token_urlsafe(18)
-    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=data_dir, admin=AdminGate(password))
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir, admin=AdminGate(password))
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     wait_until_up(url)
@@ -314,7 +314,7 @@ def test_without_an_admin_password_results_stay_open(client, app_server):
 def test_auth_logins_close_everything_but_the_login(tiny_checkpoint, tmp_path):
     import app
 
-    demo = app.build_demo(model=str(tiny_checkpoint), device="cpu", data_dir=tmp_path / "data", admin=AdminGate(),
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=tmp_path / "data", admin=AdminGate(),
                           preload=False)
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True, logins=[("asha", "pass:word 1")])

@@ -33,9 +33,9 @@ def test_a_model_loads_once_per_process_even_when_visitors_race(tiny_checkpoint,
     calls = []
     real = systems._load_engine
 
-    def counting(spec, *args):
+    def counting(spec, **options):
         calls.append(spec)
-        return real(spec, *args)
+        return real(spec, **options)
 
     monkeypatch.setattr(systems, "_load_engine", counting)
     reg = SystemRegistry(model=str(tiny_checkpoint), device="cpu", dtype="fp32")  # a cache entry of its own

@@ -33,12 +33,12 @@ def test_decode_overhead_reports_all_paths():
 def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsys):
     from benchmarks import serve_load
     from rumik_app import TTSEngine
-    from rumik_app.serve.adapters import EngineBackend
+    from rumik_app.serve.adapters import SchedulerAdapter
     from rumik_app.serve.scheduler import BatchScheduler
     from tests.servers import ServerThread
 
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
-    backend = EngineBackend(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256))
+    backend = SchedulerAdapter(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256))
     with ServerThread(backend) as server:
         report = serve_load.main(["--url", server.url, "--concurrency", "1,2", "--rounds", "1",
                                   "--max-seconds", "0.3"])

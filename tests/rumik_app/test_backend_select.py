@@ -1,5 +1,6 @@
-"""Backend selection: `TTSEngine.from_pretrained(backend=...)`, the `--backend` flags of the
-CLI, evaluation.run and app.py, and the message when vLLM is not in this environment.
+"""Backend selection: `load_engine(backend=...)`, the shared engine flags of the CLI,
+evaluation.run and app.py (`rumik_app.cli_args`), and the message when vLLM is not in this
+environment.
 
 The vLLM backend itself is tested from the vLLM environment (tests/vllm).
 """
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rumik_app import TTSEngine
-from rumik_app.cli_args import add_backend_arguments, backend_kwargs
-from rumik_app.checkpoint.load import CheckpointError
+from rumik_app.cli_args import add_engine_arguments, engine_kwargs
+from rumik_app.engine import loading
+from rumik_app.engine.loading import load_engine
+from rumik_app.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -26,7 +28,7 @@ no_vllm_here = pytest.mark.skipif(HAVE_VLLM, reason="vLLM is installed here: tes
 
 def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_backend_arguments(parser)
+    add_engine_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -35,26 +37,28 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
 
 
-def test_backend_flags_become_from_pretrained_arguments():
-    assert backend_kwargs(_parse()) == {"backend": "engine"}
-    assert backend_kwargs(_parse("--backend", "vllm", "--tensor-parallel-size", "2",
-                                 "--gpu-memory-utilization", "0.7")) == {
+def test_engine_flags_become_load_engine_arguments():
+    assert engine_kwargs(_parse()) == {"backend": "engine"}
+    assert engine_kwargs(_parse("--device", "cpu", "--no-compile", "--dtype", "bf16")) == {
+        "backend": "engine", "device": "cpu", "dtype": "bf16", "compile": False}
+    assert engine_kwargs(_parse("--backend", "vllm", "--tensor-parallel-size", "2",
+                                "--gpu-memory-utilization", "0.7")) == {
         "backend": "vllm", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.7}
     with pytest.raises(ValueError, match="--tensor-parallel-size apply to --backend vllm only"):
-        backend_kwargs(_parse("--tensor-parallel-size", "2"))
+        engine_kwargs(_parse("--tensor-parallel-size", "2"))
 
 
-def test_from_pretrained_rejects_unknown_backends_and_misplaced_options(tiny_checkpoint):
-    with pytest.raises(ValueError, match="backend must be one of"):
-        TTSEngine.from_pretrained(str(tiny_checkpoint), backend="tensorrt")
+def test_load_engine_rejects_unknown_backends_and_misplaced_options(tiny_checkpoint):
+    with pytest.raises(ValueError, match="Unknown backend 'tensorrt'"):
+        load_engine(str(tiny_checkpoint), backend="tensorrt")
     with pytest.raises(TypeError, match="backend='vllm' only"):
-        TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu", tensor_parallel_size=2)
+        load_engine(str(tiny_checkpoint), device="cpu", tensor_parallel_size=2)
 
 
 @no_vllm_here
 def test_vllm_backend_without_vllm_names_the_fix(tiny_checkpoint):
     with pytest.raises(CheckpointError, match=r"setup\.sh --vllm"):
-        TTSEngine.from_pretrained(str(tiny_checkpoint), backend="vllm")
+        load_engine(str(tiny_checkpoint), backend="vllm")
 
 
 @pytest.mark.slow
@@ -78,7 +82,7 @@ def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_p
 def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint):
     from webapp.systems import SYSTEM_RUMIK, SYSTEM_TINY, SystemRegistry
 
-    reg = SystemRegistry(model=str(tiny_checkpoint), device="cpu", backend_args={"backend": "vllm"})
+    reg = SystemRegistry(model=str(tiny_checkpoint), device="cpu", backend="vllm")
     status = reg.preload(SYSTEM_RUMIK)
     assert status.state == "failed" and "./setup.sh --vllm" in status.message
     assert "./setup.sh --vllm" in reg.banner_markdown()
@@ -102,11 +106,11 @@ def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
 
     made = []
 
-    def fake_from_pretrained(model, **kwargs):
+    def fake_load_engine(model, **kwargs):
         made.append(_FakeVLLMEngine(model=model, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(TTSEngine, "from_pretrained", staticmethod(fake_from_pretrained))
+    monkeypatch.setattr(loading, "load_engine", fake_load_engine)
     args = parse_args(["--model", "m", "--backend", "vllm", "--max-batch", "48", "--max-queue", "5",
                        "--tensor-parallel-size", "2", "--data-parallel-size", "3", "--gpu-memory-utilization",
                        "0.7", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
@@ -116,8 +120,8 @@ def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
                               "data_parallel_size": 3, "pipeline_parallel_size": 2,
                               "distributed_executor_backend": "ray", "gpu_memory_utilization": 0.7, "compile": False,
                               "dtype": "bf16"}
-    backend = server.backend
-    assert (backend.name, backend.max_batch, backend.max_queue, backend.owns_engine) == ("vllm", 48, 5, True)
+    adapter = server.adapter
+    assert (adapter.backend, adapter.max_batch, adapter.max_queue, adapter.owns_engine) == ("vllm", 48, 5, True)
 
 
 def test_serve_refuses_vllm_flags_on_the_engine_backend(capsys):

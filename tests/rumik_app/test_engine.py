@@ -9,8 +9,10 @@ import torch
 
 from rumik_app import SynthesisRequest
 from rumik_app.audio import Audio
-from rumik_app.engine.local import FIRST_STREAM_FRAMES, STREAM_ATOL, STREAM_FRAMES
-from rumik_app.decode.reference import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, BatchDecoder, ReferenceDecoder, RowParams
+from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, STREAM_ATOL
+from rumik_app.decode.reference import ReferenceDecoder
+from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, RowParams
+from rumik_app.decode.slots import BatchDecoder
 from rumik_app.model.lm import AudioHead
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 
@@ -173,7 +175,7 @@ def _pcm16(samples: np.ndarray) -> np.ndarray:
 def test_stream_concatenates_to_offline_decode(tiny_engine):
     req = SynthesisRequest("streaming check", seed=31, max_new_tokens=200)
     stats = {}
-    pieces = list(tiny_engine.stream(req, first_frames=2, frames_per_chunk=3, stats=stats))
+    pieces = list(tiny_engine.stream(req, first_frames=2, frames_per_piece=3, stats=stats))
     offline = tiny_engine.synthesize(req)
     assert len(pieces) > 3 and pieces[0].shape[0] == 2 * 1920
     streamed = np.concatenate(pieces)
@@ -189,10 +191,10 @@ def test_streamed_decode_of_20_seconds_is_within_one_16_bit_step(tiny_engine):
     frames, q = 250, tiny_engine.layout.num_quantizers
     codes = torch.randint(0, tiny_engine.layout.codebook_size, (1, q, frames), generator=torch.Generator().manual_seed(0))
     offline = tiny_engine.decode(codes, [frames])[0]
-    stream, pieces, at, size = tiny_engine.codec.streaming_decoder(batch=1), [], 0, FIRST_STREAM_FRAMES
+    stream, pieces, at, size = tiny_engine.codec.streaming_decoder(batch=1), [], 0, FIRST_PIECE_FRAMES
     while at < frames:
         pieces.append(stream.decode(codes[..., at:at + size])[0].numpy())
-        at, size = at + size, STREAM_FRAMES
+        at, size = at + size, PIECE_FRAMES
     streamed = np.concatenate(pieces)
     assert streamed.shape == offline.shape == (frames * 1920,)
     assert np.abs(streamed - offline).max() <= STREAM_ATOL

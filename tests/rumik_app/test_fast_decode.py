@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.decode.slots import SlotDecoder
-from rumik_app.decode.reference import BatchDecoder, ReferenceDecoder
+from rumik_app.decode.reference import ReferenceDecoder
+from rumik_app.decode.slots import BatchDecoder, SlotDecoder
 from rumik_app.model.static_body import StaticBody
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
 

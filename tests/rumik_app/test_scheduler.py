@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.serve.adapters import BackendFailed, ServerBusy, ShuttingDown
+from rumik_app.serve.protocol import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
 from rumik_app.serve.scheduler import BatchScheduler, JobCancelled
 from rumik_app.serve.encoding import to_s16
@@ -157,10 +157,10 @@ def test_a_failing_decode_loop_fails_every_request_and_refuses_new_ones(engine, 
 
     monkeypatch.setattr(sched.decoder, "run_frame", broken)
     job = sched.submit(SynthesisRequest("doomed", seed=1))
-    with pytest.raises(BackendFailed, match="simulated"):
+    with pytest.raises(EngineFailed, match="simulated"):
         list(job)
     wait_for(lambda: not sched.stats().healthy, timeout=5, what="the scheduler to report the failure")
-    with pytest.raises(BackendFailed):
+    with pytest.raises(EngineFailed):
         sched.submit(SynthesisRequest("after the failure"))
     sched.stop(timeout=1)
 

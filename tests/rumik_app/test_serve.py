@@ -21,7 +21,7 @@ import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.serve.adapters import EngineBackend
+from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.serve.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from rumik_app.serve.schema import SpeechRequest, parse_voice_map, to_synthesis_request
@@ -45,8 +45,8 @@ def engine(tiny_checkpoint):
     return TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
 
 
-def make_backend(engine, max_batch: int, max_queue: int) -> EngineBackend:
-    return EngineBackend(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue,
+def make_backend(engine, max_batch: int, max_queue: int) -> SchedulerAdapter:
+    return SchedulerAdapter(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue,
                                         max_prompt_tokens=SMALL_PROMPTS))
 
 
@@ -278,7 +278,7 @@ def test_client_leaving_while_queued_never_takes_a_row(one_slot_server, engine):
             wait_for(lambda: one_slot_server.health()["queue_depth"] == 0, timeout=5, what="the queue to empty")
             assert one_slot_server.health()["active"] == 1
         wait_for(lambda: one_slot_server.health()["active"] == 0, timeout=10, what="the row to be freed")
-        tokens = one_slot_server.backend.stats().tokens_total
+        tokens = one_slot_server.adapter.stats().tokens_total
         time.sleep(0.5)
         assert one_slot_server.health()["active"] == 0  # the abandoned request never started
-        assert one_slot_server.backend.stats().tokens_total == tokens
+        assert one_slot_server.adapter.stats().tokens_total == tokens

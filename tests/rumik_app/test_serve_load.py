@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.serve.adapters import EngineBackend
+from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.serve.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from tests.servers import ServerThread, fetch_speech
@@ -32,7 +32,7 @@ def engine(tiny_checkpoint):
 
 @pytest.fixture(scope="module")
 def server(engine):
-    backend = EngineBackend(BatchScheduler(engine, max_batch=BATCH, max_queue=64, max_prompt_tokens=256))
+    backend = SchedulerAdapter(BatchScheduler(engine, max_batch=BATCH, max_queue=64, max_prompt_tokens=256))
     with ServerThread(backend) as srv:
         yield srv
 

@@ -47,8 +47,8 @@ def engine64(calibrated):
 @pytest.fixture(scope="session")
 def vllm_engine(calibrated):
     """The vLLM backend on the same checkpoint; shut down at the end of the session."""
-    from rumik_app import TTSEngine
+    from rumik_app.engine.loading import load_engine
 
-    engine = TTSEngine.from_pretrained(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32")
+    engine = load_engine(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32")
     yield engine
     engine.close()

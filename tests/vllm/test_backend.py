@@ -22,7 +22,7 @@ from tests.vllm.conftest import SKIP_REASON
 pytest.importorskip("vllm", reason=SKIP_REASON)
 
 from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.decode.reference import draw_uniforms  # noqa: E402
+from rumik_app.decode.sampling import draw_uniforms  # noqa: E402
 from rumik_vllm.rules import STOP_SEED_OFFSET  # noqa: E402
 from tests.vllm.calibrated import END_BOUNDARY, MAX_NEW_TOKENS, greedy_requests  # noqa: E402
 

@@ -23,7 +23,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext  # noqa: E402
 
-from rumik_app.decode.reference import draw_uniforms  # noqa: E402
+from rumik_app.decode.sampling import draw_uniforms  # noqa: E402
 from rumik_vllm.logits import AudioRulesV1, AudioRulesV2  # noqa: E402
 from rumik_vllm.rules import STOP_SEED_OFFSET, AudioColumns, RequestRules, audio_logits  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The speech server on the vLLM backend: the openai-client tests of the speech-server issue.
 
 The app runs in this process (uvicorn in a thread) over the session's vLLM engine
-(`AstreamBackend`, what `python -m rumik_app.serve --backend vllm` builds), so no extra
+(`AsyncEngineAdapter`, what `python -m rumik_app.serve --backend vllm` builds), so no extra
 engine starts; `test_serve_process.py` runs the real command once. The calibrated tiny
 checkpoint (head size 64) serves; its greedy rows of LONG never stop before max_seconds,
 which keeps a request running while a test looks at the server.
@@ -27,7 +27,8 @@ import openai  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.serve.adapters import AstreamBackend, ShuttingDown  # noqa: E402
+from rumik_app.serve.adapters import AsyncEngineAdapter
+from rumik_app.serve.protocol import ShuttingDown  # noqa: E402
 from rumik_app.prompt import PromptError  # noqa: E402
 from rumik_app.serve.encoding import to_s16  # noqa: E402
 from tests.servers import (  # noqa: E402
@@ -53,7 +54,7 @@ LONG = {"input": "Finishing what was started.", "voice": "Ira", "temperature": 0
 
 @pytest.fixture(scope="module")
 def server(vllm_engine):
-    backend = AstreamBackend(vllm_engine, max_batch=MAX_BATCH, max_queue=64)
+    backend = AsyncEngineAdapter(vllm_engine, max_batch=MAX_BATCH, max_queue=64)
     with ServerThread(backend, api_key=KEY, voice_map={"alloy": "Aisha"}) as srv:
         yield srv
     assert vllm_engine.is_healthy()  # the server's shutdown left the shared engine running
@@ -199,14 +200,14 @@ def test_disconnect_mid_stream_aborts_the_vllm_request(server, vllm_engine):
     start = time.monotonic()
     wait_for(lambda: vllm_engine.num_unfinished_requests() == 0, timeout=10, what="vLLM to drop the request")
     assert time.monotonic() - start < 5 and server.health()["active"] == 0
-    tokens = server.backend.stats().tokens_total
+    tokens = server.adapter.stats().tokens_total
     assert 0 < tokens
     time.sleep(0.3)
-    assert server.backend.stats().tokens_total == tokens  # nothing decodes for the gone client
+    assert server.adapter.stats().tokens_total == tokens  # nothing decodes for the gone client
 
 
 def test_too_many_unfinished_vllm_requests_get_503_with_retry_after(vllm_engine):
-    backend = AstreamBackend(vllm_engine, max_batch=1, max_queue=1)
+    backend = AsyncEngineAdapter(vllm_engine, max_batch=1, max_queue=1)
     with ServerThread(backend, api_key=KEY) as one_slot:
         first, first_chunks = _open_stream(one_slot.url, body(seed=1, max_seconds=30.0, **LONG))
         second, second_chunks = _open_stream(one_slot.url, body(seed=2, max_seconds=30.0, **LONG))
@@ -242,7 +243,7 @@ def test_metrics_count_requests_errors_tokens_and_first_audio(server):
 def test_drain_refuses_requests_without_audio_and_finishes_streaming_ones(vllm_engine):
     """What SIGTERM starts (`begin_shutdown`), on the backend; the signal itself is tested on
     the command in test_serve_process.py."""
-    backend = AstreamBackend(vllm_engine, max_batch=4, max_queue=4)
+    backend = AsyncEngineAdapter(vllm_engine, max_batch=4, max_queue=4)
     streaming_req = SynthesisRequest(LONG["input"], seed=4, temperature=0.0, max_new_tokens=300)
     waiting_req = streaming_req.with_(seed=5, max_new_tokens=3000)
 

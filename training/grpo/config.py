@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rumik_app.errors import ConfigError
-from rumik_app.decode.reference import STOP_MODES
+from rumik_app.decode.sampling import STOP_MODES
 from rumik_app.request import (
     DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_NEW_TOKENS_CAP,
 )

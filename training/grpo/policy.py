@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rumik_app.decode.reference import Rollouts
+from rumik_app.decode.rollouts import Rollouts
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.tokens import TokenLayout
 

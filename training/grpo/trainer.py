@@ -67,7 +67,8 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from rumik_app.engine.local import TTSEngine
-from rumik_app.decode.reference import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, Rollouts
+from rumik_app.decode.rollouts import Rollouts
+from rumik_app.decode.sampling import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD
 from rumik_app.request import SynthesisRequest
 from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig

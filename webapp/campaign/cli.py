@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 
 from evaluation.report import markdown_table
+from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import RumikError, report_user_error
 from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
 from webapp.campaign.definition import Campaign, CampaignError, raters_path
@@ -47,7 +48,7 @@ def cmd_create(args: argparse.Namespace) -> int:
                                args.repeat_fraction, args.seed, args.limit)
     print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(conditions)} conditions "
           f"({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, {campaign.rater_slots} rater slots")
-    counts = generate_clips(campaign, args.batch_size, args.device)
+    counts = generate_clips(campaign, args.batch_size, args.engine_options)
     print(f"clips: {counts['generated']} generated, {counts['kept']} kept from an earlier run, {counts['failed']} failed")
     if not ensure_assignment(campaign):
         missing = missing_clips(campaign)
@@ -175,7 +176,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c.add_argument("--seed", type=int, default=0, help="seed of the clip seeds, the order and the A/B positions")
     c.add_argument("--limit", type=int, default=None, help="only the first K prompts")
     c.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
-    c.add_argument("--device", default=None, help="cuda | cpu for rumik systems (default: CUDA if available)")
+    add_engine_arguments(c)  # --device --dtype --compile --backend: how rumik systems load
     r = command("add-rater", "create a rater login (prints a one-time password); --campaign also gives a slot")
     r.add_argument("name")
     r.add_argument("--campaign", default=None, help="give the rater the next free slot of this campaign now")
@@ -197,7 +198,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--share", action="store_true")
     s.add_argument("--admin-password", default=None,
                    help=f"the admin login's password (default: ${ADMIN_PASSWORD_ENV}; prefer the variable)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.command == "create":
+        args.engine_options = engine_options(c, args)
+    return args
 
 
 COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "remove-rater": cmd_remove_rater, "status": cmd_status,

@@ -2,7 +2,7 @@
 
 Library module (the command line is `python -m webapp.campaign create`)::
 
-    counts = generate_clips(campaign, batch_size=8, device=None)   # {"kept", "generated", "failed"}
+    counts = generate_clips(campaign, batch_size=8, engine_options={"device": "cpu"})   # {"kept", "generated", "failed"}
     ensure_assignment(campaign)                                    # after every clip exists
 
 Systems load through `evaluation.systems.load_system`, as `python -m evaluation.run` does
@@ -83,10 +83,11 @@ def _record(campaign: Campaign, prompt: dict, index: int, seed: int, request: Sy
     return rec
 
 
-def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, device: str | None = None,
+def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, engine_options: dict | None = None,
                    systems: dict[str, Synthesizer] | None = None) -> dict[str, int]:
     """Make every clip not on disk yet (see the module docstring); returns counts.
 
+    engine_options: `load_engine`'s, for rumik systems (`rumik_app.cli_args` flags);
     `systems` maps a system spec to a ready Synthesizer (tests inject their own)."""
     kept = _kept(campaign)
     pending: dict[int, list[dict]] = defaultdict(list)
@@ -106,7 +107,7 @@ def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, device: 
             condition = campaign.conditions[index]
             try:
                 if condition.system not in loaded:
-                    loaded[condition.system] = load_system(condition.system, device=device)
+                    loaded[condition.system] = load_system(condition.system, **(engine_options or {}))
                 system = loaded[condition.system]
                 system.load()  # a broken system fails here, once, before any of its clips
             except SynthesisError as exc:

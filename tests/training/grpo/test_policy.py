@@ -5,7 +5,8 @@ import copy
 import torch
 
 from rumik_app import SynthesisRequest
-from rumik_app.decode.reference import BatchDecoder, RowParams
+from rumik_app.decode.sampling import RowParams
+from rumik_app.decode.slots import BatchDecoder
 from rumik_app.model.lm import AudioHead
 from tests.conftest import stop_head_bias
 from training.grpo.policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict

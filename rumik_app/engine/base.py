@@ -1,0 +1,203 @@
+"""What every engine shares: prompts, rows, planning long text, batching, stats (docs/ARCHITECTURE.md §5).
+
+    engine = load_engine("tiny")                       # a TTSEngine or a VLLMEngine: both are a BaseEngine
+    plan = engine.plan(req)                            # chunk requests, seeds seed, seed+1, ...
+    prompts, rows, owners = engine.batch_rows(plan, num_samples=4)
+    audio = engine.synthesize(req)                     # chunks batched, decoded, crossfaded
+
+A subclass generates tokens (`generate_batch`, `stream`) and says where Mimi runs (`device`);
+everything before (validation, prompt ids, sampling rows, chunking) and after (decoding
+rows, crossfading, the info dict) is here, so both backends plan and join audio the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rumik_app.audio import Audio, crossfade_concat
+from rumik_app.decode.rollouts import Rollouts
+from rumik_app.decode.sampling import RowParams
+from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
+from rumik_app.model.config import RumikOSSConfig
+from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, SynthesisRequest, resolve_seed, tokens_for_seconds
+from rumik_app.text.chunking import MAX_CHUNK_SECONDS, split_text
+from rumik_app.text.languages import expected_seconds
+
+# A chunk's expected speech may use at most this share of its token budget, so normal
+# variation in speaking rate does not run into max_new_tokens.
+CHUNK_BUDGET_SHARE = 0.8
+
+# progress(tokens done, token budget), called once per frame by synthesize / synthesize_many.
+Progress = Callable[[int, int], None]
+
+
+class BaseEngine:
+    """One loaded checkpoint's tokenizer, codec and config, and what both backends do with them.
+
+    Subclasses set `synth_batch_size` (chunks `synthesize_many` hands over at once) and
+    implement `generate_batch`, `stream` and `device`.
+    """
+
+    backend = ""  # "engine" or "vllm" (rumik_app.cli_args.BACKENDS)
+    synth_batch_size = 8
+
+    def __init__(self, tokenizer, codec, config: RumikOSSConfig, checkpoint_dir: str | Path):
+        self.tokenizer, self.codec, self.config = tokenizer, codec, config
+        self.layout = config.layout
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.bos_id = self._bos_id()
+        self.pad_id = config.lm.pad_token_id if config.lm.pad_token_id is not None else self.bos_id
+
+    def _bos_id(self) -> int:
+        bos = self.tokenizer.convert_tokens_to_ids("<BOS_TOKEN>")
+        if bos is None or bos == self.tokenizer.unk_token_id:
+            bos = self.config.lm.bos_token_id
+        return int(bos)
+
+    # ------------------------------------------------------------------ what a subclass provides
+
+    @property
+    def device(self) -> torch.device:
+        raise NotImplementedError
+
+    def generate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
+                       stop_mode: str = "threshold", progress: Callable[[int], None] | None = None) -> Rollouts:
+        """Sample `num_samples` completions per request in one batch (the GRPO interface).
+
+        Row order: request 0 samples 0..n-1, request 1 samples 0..n-1, ... (`batch_rows`).
+        Texts are not chunked here. stop_mode: "threshold" (inference) or "sample" (RL).
+        """
+        raise NotImplementedError
+
+    def stream(self, req: SynthesisRequest, first_frames: int = FIRST_PIECE_FRAMES,
+               frames_per_piece: int = PIECE_FRAMES, stats: dict | None = None) -> Iterator[np.ndarray]:
+        """Float32 audio pieces as they are generated (see `rumik_app.engine.stream`)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return self.config.speakers
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    def prompt_text(self, req: SynthesisRequest) -> str:
+        """The exact prompt string (BOS shown as `[BOS]`); raises PromptError on bad input."""
+        return "[BOS]" + req.prompt(voices=self.voices)
+
+    def prompt_ids(self, req: SynthesisRequest) -> list[int]:
+        """[BOS] + tokens of the prompt string (docs/ARCHITECTURE.md §3)."""
+        text = req.prompt(voices=self.voices)
+        return [self.bos_id] + self.tokenizer.encode(text, add_special_tokens=False)
+
+    def row_params(self, req: SynthesisRequest, seed: int | None = None) -> RowParams:
+        """The sampling row of `req` (its seed unless `seed` is given)."""
+        return RowParams(seed=req.seed if seed is None else seed, temperature=req.temperature, top_k=req.top_k,
+                         top_p=req.top_p, min_new_tokens=req.min_new_tokens, max_new_tokens=req.max_new_tokens)
+
+    def batch_rows(self, requests: Sequence[SynthesisRequest],
+                   num_samples: int = 1) -> tuple[list[list[int]], list[RowParams], list[int]]:
+        """(prompt ids, rows, owning request) for every sample: sample j of a request uses seed
+        (the request's, or a random one) + j."""
+        prompts, rows, owners = [], [], []
+        for i, req in enumerate(requests):
+            ids, base = self.prompt_ids(req), resolve_seed(req.seed)
+            for j in range(num_samples):
+                prompts.append(ids)
+                rows.append(self.row_params(req, base + j))
+                owners.append(i)
+        return prompts, rows, owners
+
+    def max_new_tokens_for(self, seconds: float) -> int:
+        """Token budget for at most `seconds` of audio, in whole frames (PromptError outside 0-30 s)."""
+        return tokens_for_seconds(seconds, self.layout.frame_rate_hz, self.layout.num_quantizers)
+
+    def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
+        """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
+        of expected speech (docs/ARCHITECTURE.md §5). `max_new_tokens` caps each chunk.
+
+        Chunks keep voice, description and sampling settings; chunk i uses seed + i. The text
+        is normalised first (`req.spoken_text()`), so chunking and the expected durations see
+        the spoken words; the chunk requests carry that text with `normalize=False`.
+        """
+        text = req.spoken_text()
+        seed = resolve_seed(req.seed)
+        # Chunk size follows the default budget (or a larger one the caller set), never a
+        # smaller one: max_new_tokens below the default truncates each chunk as asked,
+        # rather than shredding the text into many tiny chunks.
+        budget = max(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS)
+        limit = min(MAX_CHUNK_SECONDS, CHUNK_BUDGET_SHARE * budget / self.layout.tokens_per_second)
+        if expected_seconds(text, req.language, req.pace) <= limit:
+            return [req.with_(text=text, seed=seed, normalize=False)]
+        chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
+        return [req.with_(text=chunk, seed=seed + i, normalize=False) for i, chunk in enumerate(chunks)]
+
+    def assembler(self, plan: Sequence[SynthesisRequest], stats: dict | None = None,
+                  first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES) -> StreamAssembler:
+        """The stream assembler for one planned request (fills `stats`)."""
+        return StreamAssembler(self.codec, self.layout, plan, stats, first_frames, frames_per_piece)
+
+    def decode(self, codes: torch.Tensor, num_frames: torch.Tensor | Sequence[int]) -> list[np.ndarray]:
+        """codes: [B, Q, T] -> one float32 waveform per row, cut to its own frame count."""
+        audio = self.codec.decode(codes).cpu().numpy()
+        return [audio[i, : int(n) * self.codec.frame_size].astype(np.float32) for i, n in enumerate(num_frames)]
+
+    def synthesize(self, req: SynthesisRequest, progress: Progress | None = None) -> Audio:
+        """Synthesise any length of text; long text is chunked and crossfaded.
+
+        progress: called once per frame as `progress(tokens_done, token_budget)` (see
+        `synthesize_many`); 100 tokens = 1 s of audio.
+        """
+        return self.synthesize_many([req], progress=progress)[0]
+
+    def synthesize_many(self, requests: Sequence[SynthesisRequest], batch_size: int | None = None,
+                        progress: Progress | None = None) -> list[Audio]:
+        """Synthesise several requests, batching their chunks `batch_size` at a time
+        (default `synth_batch_size`: 8 in-process, 64 on vLLM, whose scheduler decides the rest).
+
+        progress: called once per frame with (tokens done, token budget): the budget is the
+        sum over batches of the largest `max_new_tokens` in each, the most the call can
+        generate; a batch that stops early jumps `tokens done` to its budget.
+        """
+        start = time.perf_counter()
+        size = batch_size or self.synth_batch_size
+        plans = [self.plan(req) for req in requests]
+        flat = [(i, chunk) for i, plan in enumerate(plans) for chunk in plan]
+        waves: list[list[np.ndarray]] = [[] for _ in requests]
+        stats = {"tokens": [0] * len(requests), "finish": [[] for _ in requests]}
+        batches = [flat[lo : lo + size] for lo in range(0, len(flat), size)]
+        budgets = [max(chunk.max_new_tokens for _, chunk in part) for part in batches]
+        for k, part in enumerate(batches):
+            done = sum(budgets[:k])
+            report = None if progress is None else (lambda t, done=done: progress(done + t, sum(budgets)))
+            rollouts = self.generate_batch([chunk for _, chunk in part], progress=report)
+            if progress is not None:
+                progress(done + budgets[k], sum(budgets))
+            for (i, _), wave, n_tok, why in zip(part, self.decode(rollouts.codes, rollouts.num_frames),
+                                                rollouts.lengths.tolist(), rollouts.finish_reasons):
+                waves[i].append(wave)
+                stats["tokens"][i] += n_tok
+                stats["finish"][i].append(why)
+        elapsed = time.perf_counter() - start
+        return [self.joined_audio(waves[i], plan, stats["tokens"][i], elapsed, stats["finish"][i])
+                for i, plan in enumerate(plans)]
+
+    def joined_audio(self, waves: list[np.ndarray], plan: Sequence[SynthesisRequest], tokens: int, elapsed: float,
+                     finish: list[str]) -> Audio:
+        """One request's chunks crossfaded into an `Audio` with its info dict."""
+        audio = Audio(crossfade_concat(waves, int(CROSSFADE_SECONDS * self.sample_rate)), self.sample_rate,
+                      seed=plan[0].seed)
+        audio.info = {"tokens": tokens, "chunks": len(plan), "finish_reasons": list(finish), "seconds": elapsed,
+                      "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+                      # RTF = compute s per audio s (below 1: faster than real time); x_real_time is its inverse
+                      "real_time_factor": elapsed / audio.duration if audio.duration else 0.0,
+                      "x_real_time": audio.duration / elapsed if elapsed else 0.0}
+        return audio

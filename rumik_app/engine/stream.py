@@ -1,0 +1,111 @@
+"""The one stream assembler: a request's generated ids in, its crossfaded audio pieces out.
+
+    asm = StreamAssembler(engine.codec, engine.layout, plan, stats)   # plan: the request's chunks
+    for chunk in plan:
+        asm.start_chunk()
+        for token in generated_ids(chunk):          # as the decoder produces them
+            if asm.push(token):                     # enough frames for a piece
+                send(asm.piece())                   # float32 [n] at 24 kHz (may be empty)
+        send(asm.end_chunk(finish_reason))
+    send(asm.finish())
+
+Every streaming path runs through it: `TTSEngine.stream`, `VLLMEngine.astream` (which calls
+`piece()` in a worker thread) and the speech server's scheduler rows. Per chunk it owns the
+`FrameParser` (ids -> frames, docs/ARCHITECTURE.md §4), a streaming Mimi decoder (causal
+state carried across pieces, so the pieces concatenate to the offline decode up to float
+rounding) and the frames not yet decoded: the first piece after `first_frames` frames (low
+time to first audio), then every `frames_per_piece`. Across chunks a `CrossfadeStream` joins
+them with the engine's crossfade; a one-chunk request skips it, so nothing is held back.
+
+`stats` is filled as `TTSEngine.stream` documents: `seed`, `chunks`, `max_tokens` (the token
+budget) at the start, then `tokens` (every id pushed) and `finish_reasons` (one per chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from rumik_app.audio import CrossfadeStream
+from rumik_app.model.tokens import FrameParser, TokenLayout
+from rumik_app.request import SynthesisRequest
+
+CROSSFADE_SECONDS = 0.05  # between the chunks of long text (equal-power)
+FIRST_PIECE_FRAMES = 2  # 160 ms of audio: low time to first audio
+PIECE_FRAMES = 5  # then 400 ms pieces
+# `stream` and `synthesize` sample the same tokens; only the codec decode differs (piece by
+# piece with carried state vs the whole sequence at once), so the float32 samples agree to
+# rounding, |difference| <= STREAM_ATOL; written as 16-bit PCM that is at most 1 step (LSB),
+# measured on 20 s: 907 of 480,000 samples one step apart, none further (tests/rumik_app/test_engine.py).
+STREAM_ATOL = 1e-5
+
+_EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def new_stream_stats(plan: Sequence[SynthesisRequest], stats: dict | None = None) -> dict:
+    """`stats` (or a new dict) reset for a stream of these chunks: seed, chunks, max_tokens,
+    tokens 0 and no finish reasons yet."""
+    stats = stats if stats is not None else {}
+    stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[],
+                 max_tokens=sum(chunk.max_new_tokens for chunk in plan))
+    return stats
+
+
+class StreamAssembler:
+    """Audio pieces of one request as its chunks' ids arrive (see the module docstring).
+
+    codec: a `MimiCodec`; layout: the checkpoint's token layout; plan: the request's chunk
+    requests (`engine.plan(req)`); stats: filled as described above (a new dict if None).
+    Every method returns float32 samples that are final (possibly empty).
+    """
+
+    def __init__(self, codec, layout: TokenLayout, plan: Sequence[SynthesisRequest], stats: dict | None = None,
+                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
+        self.codec, self.layout = codec, layout
+        self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
+        self.stats = new_stream_stats(plan, stats)
+        fade = int(CROSSFADE_SECONDS * codec.sample_rate)
+        self.joiner = CrossfadeStream(fade) if len(plan) > 1 else None  # one chunk: nothing held back
+        self.parser: FrameParser | None = None
+        self.codec_stream = None
+        self.pending: list[list[int]] = []
+        self.want = first_frames
+
+    def start_chunk(self) -> None:
+        """Begin the next chunk: a fresh parser and codec state; the first piece comes early again."""
+        self.parser = FrameParser(self.layout)
+        self.codec_stream = self.codec.streaming_decoder(batch=1)
+        self.pending, self.want = [], self.first_frames
+        if self.joiner is not None:
+            self.joiner.start_chunk()
+
+    def push(self, token: int) -> bool:
+        """One generated id of the current chunk; True when a piece is due (call `piece()`)."""
+        self.stats["tokens"] += 1
+        frame = self.parser.push(int(token))
+        if frame is not None:
+            self.pending.append(frame)
+        return len(self.pending) >= self.want
+
+    def piece(self) -> np.ndarray:
+        """Decode the frames not yet decoded; the next piece waits for `frames_per_piece` frames."""
+        if not self.pending:
+            return _EMPTY
+        codes = torch.tensor(self.pending, dtype=torch.long, device=self.codec.device).T[None]  # [1, Q, t]
+        self.pending, self.want = [], self.frames_per_piece
+        audio = self.codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
+        return self.joiner.push(audio) if self.joiner is not None else audio
+
+    def end_chunk(self, finish_reason: str) -> np.ndarray:
+        """The chunk ended (`finish_reason`, as the decoder reports it): the rest of its audio."""
+        self.stats["finish_reasons"].append(finish_reason)
+        out = self.piece()
+        if self.joiner is None:
+            return out
+        return np.concatenate([out, self.joiner.end_chunk()])
+
+    def finish(self) -> np.ndarray:
+        """After the last chunk: the samples held back for a seam that never came."""
+        return self.joiner.finish() if self.joiner is not None else _EMPTY
