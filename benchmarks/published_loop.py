@@ -7,7 +7,7 @@ Each token: one transformers forward returning full-vocabulary logits (277k rows
 `output_hidden_states=True` (all layers) for the stop head, a freshly built -inf mask over
 the non-audio ids, top-k sampling, and the token read back to the host. No streaming, no
 batching. Used by decode_speed.py, decode_overhead.py and gpu_speed.py; not a test oracle
-(the engine's oracle is `rumik_app.generation.ReferenceDecoder`).
+(the engine's oracle is `rumik_app.decode.reference.ReferenceDecoder`).
 """
 
 from __future__ import annotations

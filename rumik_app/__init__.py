@@ -4,10 +4,12 @@
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")   # or a local path, or "tiny"
     audio = engine.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", voice="Ira", tone="happy"))
     audio.samples  # float32 [N] at audio.sample_rate (24000)
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # the same API on vLLM (.venv-vllm)
 
 Heavy modules (torch, transformers) load on first use of the engine names, so the light
-names (`SynthesisRequest`, the errors) and modules (`rumik_app.request`, `rumik_app.prompt`,
-`rumik_app.text.languages`, `rumik_app.errors`, `rumik_app.files`) can be imported cheaply.
+names (`SynthesisRequest`, the errors, `normalize_text`) and modules (`rumik_app.request`,
+`.prompt`, `.text`, `.errors`, `.files`, `.cli_args`, `.serve.protocol`) import cheaply.
+Subpackages by concern (docs/ARCHITECTURE.md §1): text, model, checkpoint, decode, engine, serve.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 _LAZY = {
     "TTSEngine": "rumik_app.engine.local",
+    "load_engine": "rumik_app.engine.loading",
     "SynthesisRequest": "rumik_app.request",
     "Audio": "rumik_app.audio",
     "Rollouts": "rumik_app.decode.rollouts",
@@ -30,6 +33,7 @@ __all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rumik_app.audio import Audio
+    from rumik_app.engine.loading import load_engine
     from rumik_app.engine.local import TTSEngine
     from rumik_app.errors import CheckpointError, PromptError, RumikError
     from rumik_app.decode.rollouts import Rollouts

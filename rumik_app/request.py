@@ -61,9 +61,19 @@ MAX_SEED = 2**53
 RANDOM_SEED = -1  # what the CLI, the app and the server accept for "draw one"
 
 
+def _show(value) -> str:
+    """A value as a message quotes it, the same whether it came typed (CLI), as JSON (the
+    server) or from a slider (the app): 3, 3.0 and "3" all read "3"."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return repr(value)
+    if isinstance(value, numbers.Integral) or (math.isfinite(value) and value == int(value) and abs(value) < 1e15):
+        return str(int(value))
+    return f"{float(value):g}"
+
+
 def _number(value, what: str, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise PromptError(f"{what} must be a number, not {value!r}.", field=field)
+        raise PromptError(f"{what} must be a number, not {_show(value)}.", field=field)
     return float(value)
 
 
@@ -71,7 +81,7 @@ def check_temperature(value) -> float:
     """0 (greedy) to MAX_TEMPERATURE."""
     t = _number(value, "Temperature", "temperature")
     if not 0.0 <= t <= MAX_TEMPERATURE:
-        raise PromptError(f"Temperature {value} is out of range: use 0 (greedy) to {MAX_TEMPERATURE:g}.",
+        raise PromptError(f"Temperature {_show(value)} is out of range: use 0 (greedy) to {MAX_TEMPERATURE:g}.",
                           field="temperature")
     return t
 
@@ -80,7 +90,7 @@ def check_top_k(value) -> int:
     """A whole number 0 (off) to MAX_TOP_K."""
     k = _number(value, "Top-k", "top_k")
     if not (math.isfinite(k) and k == int(k) and 0 <= k <= MAX_TOP_K):
-        raise PromptError(f"Top-k {value} is out of range: use a whole number 0 (off) to {MAX_TOP_K}.",
+        raise PromptError(f"Top-k {_show(value)} is out of range: use a whole number 0 (off) to {MAX_TOP_K}.",
                           field="top_k")
     return int(k)
 
@@ -89,7 +99,7 @@ def check_top_p(value) -> float:
     """Above 0, at most 1."""
     p = _number(value, "Top-p", "top_p")
     if not 0.0 < p <= 1.0:
-        raise PromptError(f"Top-p {value} is out of range: use a value above 0 and at most 1.", field="top_p")
+        raise PromptError(f"Top-p {_show(value)} is out of range: use a value above 0 and at most 1.", field="top_p")
     return p
 
 
@@ -99,7 +109,7 @@ def check_new_tokens(min_new_tokens, max_new_tokens) -> tuple[int, int]:
     for value, lo, field in ((min_new_tokens, 0, "min_new_tokens"), (max_new_tokens, 1, "max_new_tokens")):
         n = _number(value, field, field)
         if not (math.isfinite(n) and n == int(n) and lo <= n <= MAX_NEW_TOKENS_CAP):
-            raise PromptError(f"{field} {value} is out of range: use a whole number {lo} to {MAX_NEW_TOKENS_CAP} "
+            raise PromptError(f"{field} {_show(value)} is out of range: use a whole number {lo} to {MAX_NEW_TOKENS_CAP} "
                               "(100 tokens = 1 s of audio).", field=field)
         out.append(int(n))
     return out[0], out[1]
@@ -109,7 +119,7 @@ def check_seed(value) -> int | None:
     """None or RANDOM_SEED (-1): draw one (None); else a whole number 0 to MAX_SEED."""
     if value is None:
         return None
-    message = (f"Seed {value} is not valid. Use {RANDOM_SEED} for a random seed or a whole number from 0 to "
+    message = (f"Seed {_show(value)} is not valid. Use {RANDOM_SEED} for a random seed or a whole number from 0 to "
                f"{MAX_SEED:,}.")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PromptError(message, field="seed")
@@ -122,7 +132,7 @@ def check_max_seconds(value) -> float:
     """A length cap per utterance: above 0, at most MAX_SECONDS."""
     s = _number(value, "Max seconds", "max_seconds")
     if not 0.0 < s <= MAX_SECONDS:
-        raise PromptError(f"Max seconds {value} is out of range: use more than 0 and at most {MAX_SECONDS:g}.",
+        raise PromptError(f"Max seconds {_show(value)} is out of range: use more than 0 and at most {MAX_SECONDS:g}.",
                           field="max_seconds")
     return s
 

@@ -34,7 +34,7 @@ from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS,
-    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, resolve_seed,
+    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
 )
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -112,7 +112,7 @@ def build_request(args: argparse.Namespace) -> SynthesisRequest:
         check_max_seconds(args.max_seconds)
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
-        description=args.description, seed=resolve_seed(args.seed), temperature=args.temperature,
+        description=args.description, seed=resolve_seed(check_seed(args.seed)), temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, language=args.language, normalize=not args.no_normalize,
     )
     # Every voice name passes here; the checkpoint's own list is checked once its config is read.

@@ -4,7 +4,7 @@ The body is vLLM's `CohereForCausalLM` (vllm/model_executor/models/commandr.py, 
 serves Cohere2: interleaved sliding-window layers, parallel attention + MLP block, tied
 embeddings scaled by `logit_scale`). On top of it:
 
-- `stop_predictor`: the checkpoint's stop head, built by `rumik_app.model.build_stop_predictor`
+- `stop_predictor`: the checkpoint's stop head, built by `rumik_app.model.lm.build_stop_predictor`
   (LayerNorm -> Linear -> GELU -> Linear), replicated on every tensor-parallel rank;
 - `load_weights`: `stop_predictor.{0,1,3}.*` go to the stop head, the rest to vLLM's loader;
 - `compute_logits(hidden_states)`: vLLM calls it with the final post-norm hidden states of

@@ -1,7 +1,7 @@
 """The engine's sampling rules as batched tensor code, shared by vLLM's two runner interfaces.
 
-`rumik_app.generation.BatchDecoder` samples generated position n of a row as follows
-(docs/ARCHITECTURE.md §5, `rumik_app.model.AudioHead`):
+`rumik_app.decode.slots.BatchDecoder` samples generated position n of a row as follows
+(docs/ARCHITECTURE.md §5, `rumik_app.model.lm.AudioHead`):
 
 - only the codebook q = n mod Q may be emitted (the 2,048 unit rows of that codebook);
 - `</audio>` only at a frame boundary (q = 0) once n >= max(min_new_tokens, Q);
@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rumik_app.request import MAX_NEW_TOKENS_CAP
-from rumik_app.decode.sampling import STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms
+from rumik_app.decode.sampling import (
+    STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms, max_stop_slots, scoring_temperature, stop_floor,
+)
 
 EXTRA_ARGS_KEY = "rumik"
 NEG_INF = float("-inf")
@@ -66,7 +67,7 @@ class AudioColumns:
     @property
     def stop_slots(self) -> int:
         """Frame boundaries a row of at most MAX_NEW_TOKENS_CAP tokens can reach, plus one."""
-        return MAX_NEW_TOKENS_CAP // self.num_quantizers + 1
+        return max_stop_slots(self.num_quantizers)
 
     @classmethod
     def from_config(cls, config) -> "AudioColumns":
@@ -76,7 +77,7 @@ class AudioColumns:
 
     @classmethod
     def from_layout(cls, layout, vocab_size: int) -> "AudioColumns":
-        """From a `rumik_app.tokens.TokenLayout` and the vocabulary size."""
+        """From a `rumik_app.model.tokens.TokenLayout` and the vocabulary size."""
         return cls.checked(layout.first_unit_id, layout.num_quantizers, layout.codebook_size,
                            layout.audio_end_token_id, int(vocab_size))
 
@@ -131,11 +132,11 @@ class RequestRules:
 
     def floor(self, num_quantizers: int) -> int:
         """First position where a stop may happen: max(min_new_tokens, Q)."""
-        return max(self.min_new_tokens, num_quantizers)
+        return stop_floor(self.min_new_tokens, num_quantizers)
 
     def effective_temperature(self) -> float:
         """What the row's logits are divided by: its temperature, or 1 for greedy."""
-        return self.temperature if self.temperature > 0 else 1.0
+        return scoring_temperature(self.temperature)
 
     def stop_uniforms(self, cols: AudioColumns) -> torch.Tensor:
         """[stop_slots] uniforms for "sample" mode; NaN everywhere means "threshold"."""

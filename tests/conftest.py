@@ -58,3 +58,19 @@ def stop_head_bias(engine, bias: float):
 
 NEVER_STOP = -1e4
 ALWAYS_STOP = 1e4
+
+
+@pytest.fixture
+def hub_downloads(monkeypatch) -> list[dict]:
+    """The keyword arguments of every huggingface_hub.snapshot_download call (each still runs):
+    a test asserts that only the local cache was read (`local_files_only`), not how long it took."""
+    import huggingface_hub
+
+    calls, real = [], huggingface_hub.snapshot_download
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", recording)
+    return calls

@@ -135,10 +135,10 @@ BAD_INPUTS = [
     ("unknown tone", dict(tone="sleepy"), 400, "tone", "Unknown tone 'sleepy'"),
     ("tone and instructions", dict(tone="happy", instructions="calm and warm"), 400, "instructions",
      "Give either tone/accent/pace or a free-form description, not both."),
-    ("temperature", dict(temperature=5), 400, "temperature", "Temperature 5.0 is out of range: use 0 (greedy) to 2."),
-    ("top_p", dict(top_p=0), 400, "top_p", "Top-p 0.0 is out of range"),
+    ("temperature", dict(temperature=5), 400, "temperature", "Temperature 5 is out of range: use 0 (greedy) to 2."),
+    ("top_p", dict(top_p=0), 400, "top_p", "Top-p 0 is out of range"),
     ("top_k", dict(top_k=1000), 400, "top_k", "Top-k 1000 is out of range"),
-    ("max_seconds", dict(max_seconds=90), 400, "max_seconds", "Max seconds 90.0 is out of range"),
+    ("max_seconds", dict(max_seconds=90), 400, "max_seconds", "Max seconds 90 is out of range"),
     ("seed", dict(seed=-7), 400, "seed", "Seed -7 is not valid"),
     ("speed range", dict(speed=9), 400, "speed", "speed 9.0 is out of range: use 0.25 to 4.0"),
     ("speed vs pace", dict(speed=0.5, pace="fast"), 400, "speed", "speed 0.5 means pace 'slow', but pace 'fast'"),
@@ -210,9 +210,8 @@ def check_sigterm_drain(proc: subprocess.Popen, url: str, speech: dict) -> None:
     wait_for(lambda: connection_refused(url, speech), timeout=10, what="new connections to be refused")
     first.join(60)
     assert streaming["status"] == 200 and streaming["data"] == alone  # finished, every byte
-    start = time.monotonic()
-    proc.wait(timeout=EXIT_WITHIN_S)
-    assert time.monotonic() - start < EXIT_WITHIN_S and proc.returncode in (0, -signal.SIGTERM)
+    proc.wait(timeout=EXIT_WITHIN_S)  # it exits by itself (the bound is ~20x what it takes)
+    assert proc.returncode in (0, -signal.SIGTERM)
 
 
 # ---------------------------------------------------------------- clients (both backends)

@@ -18,7 +18,6 @@ from pathlib import Path
 from rumik_app.checkpoint.load import CheckpointError
 from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError
-from rumik_app.request import DEFAULT_MAX_SECONDS  # noqa: F401 - the tabs import it from here
 from webapp.systems import SystemUnavailable
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,6 @@ log = logging.getLogger(__name__)
 # Longest text the app accepts in one request. The engine takes up to 50,000 characters
 # (chunked), but a shared demo should not be tied up for minutes by one visitor.
 APP_MAX_TEXT_CHARS = 2_000
-MAX_SECONDS_LIMIT = 30.0  # the engine caps an utterance (chunk) at ~30 s
 MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
 # Generations running at once (one engine per system, each locked; a GPU does one at a time).
 SYNTH_CONCURRENCY = 1
@@ -112,3 +110,17 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: str | os.PathLike) -> str:
     return sha256_bytes(Path(path).read_bytes())
+
+
+def checked_slider(*args, **kwargs):
+    """A gr.Slider for a request setting (temperature, top-k, top-p, max seconds) without
+    Gradio's own range check: an API caller's value goes on to the request's checks
+    (`rumik_app.request`), so it reads the message the CLI and the speech server give, word for
+    word. The page's slider cannot leave its range anyway. (An instance override, not a
+    subclass: Gradio writes a .pyi stub next to the source of every component subclass.)"""
+    import gradio as gr
+    from gradio.components.number import Number
+
+    slider = gr.Slider(*args, **kwargs)
+    slider.preprocess = lambda payload: None if payload is None else Number.round_to_precision(payload, slider.precision)
+    return slider

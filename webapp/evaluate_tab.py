@@ -69,7 +69,7 @@ def evaluate(files, references: str = "", manifest=None, judge: str = PASTED, hf
     import gradio as gr
 
     loading = judge not in (PASTED, "", None)
-    yield (f"Loading the ASR judge and scoring… (a Hugging Face model loads once; the first time can take a while)"
+    yield ("Loading the ASR judge and scoring… (a Hugging Face model loads once; the first time can take a while)"
            if loading else "Scoring…"), None, None, None
     try:
         with user_errors("Evaluation"):

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from evaluation import indicemo, nova
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P
+from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE
 from webapp.access import AdminGate
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
-    MAX_SECONDS_LIMIT,
     MIN_SECONDS,
     SYNTH_CONCURRENCY,
     UserError,
+    checked_slider,
     sha256_file,
     user_errors,
 )
@@ -251,7 +251,7 @@ def _side_controls(name: str, system_choices, default_system: str):
             pace = gr.Dropdown([NONE_CHOICE] + [(p, p) for p in PACES], value="", label="Pace", allow_custom_value=True)
         with gr.Row():
             seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)", elem_id=f"seed-{name.lower()}")
-            temperature = gr.Slider(0.0, 2.0, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature")
+            temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature")
         label = gr.Textbox(value="", label="Export id (optional)", placeholder="default: the system and what differs")
     return dict(system=system, voice=voice, tone=tone, accent=accent, pace=pace, seed=seed, temperature=temperature,
                 label=label)
@@ -278,7 +278,7 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
         a = _side_controls("A", system_choices, default_system)
         # B defaults to the classical baseline when A is the model: the comparison most raters want.
         b = _side_controls("B", system_choices, SYSTEM_ESPEAK if default_system == SYSTEM_RUMIK else default_system)
-    max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=DEFAULT_PAIR_SECONDS, step=0.5, label="Max seconds per clip",
+    max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=DEFAULT_PAIR_SECONDS, step=0.5, label="Max seconds per clip",
                             elem_id="pair-seconds")
     generate = gr.Button("Generate the pair", variant="primary", elem_id="generate-pair")
     trial_id = gr.Textbox(value="", label="Trial id", interactive=False, elem_id="trial-id")

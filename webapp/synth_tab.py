@@ -10,7 +10,6 @@ previous clip, seed and download, so an error is never shown under an old result
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -18,17 +17,11 @@ import numpy as np
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
 from rumik_app.request import (
-    DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, resolve_seed,
+    DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
+    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
 )
 from webapp.common import (
-    APP_MAX_TEXT_CHARS,
-    DEFAULT_MAX_SECONDS,
-    MAX_SECONDS_LIMIT,
-    MIN_SECONDS,
-    SYNTH_CONCURRENCY,
-    UserError,
-    error_line,
-    user_errors,
+    APP_MAX_TEXT_CHARS, MIN_SECONDS, SYNTH_CONCURRENCY, checked_slider, error_line, user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.storage import ServedFolder
@@ -37,9 +30,8 @@ from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSyste
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
 NONE_CHOICE = ("(none)", "")
-MAX_TOP_K = 200
 TEXT_ELEM_ID = "tts-text"
-FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.reference: a chunk cut at its token budget
+FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
 TEXT_LIMIT_NOTE = (f"Long text is split at sentence ends and joined. The app takes {APP_MAX_TEXT_CHARS:,} characters "
                    "(about two minutes of speech) so one visitor cannot hold the shared model for long; the CLI and "
                    f"the Python API take up to {MAX_TEXT_CHARS:,}.")
@@ -69,33 +61,17 @@ def _choice(value: object) -> str | None:
 
 
 def _seed(value: object) -> int | None:
-    """-1 (or empty) = draw a random seed; anything else must be a whole number >= 0."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        seed = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"Seed {value!r} is not a number. Use -1 for a random seed or a whole number >= 0.") from None
-    if not math.isfinite(seed) or seed != int(seed) or seed < -1:
-        raise UserError(f"Seed {value!r} is not valid. Use -1 for a random seed or a whole number >= 0.")
-    return None if seed < 0 else int(seed)
-
-
-def check_generation(temperature: float, top_k: float, top_p: float, max_seconds: float) -> tuple[float, int, float, float]:
-    """Validated sampling settings, or UserError naming the allowed range."""
-    try:
-        temperature, top_k, top_p, max_seconds = float(temperature), float(top_k), float(top_p), float(max_seconds)
-    except (TypeError, ValueError):
-        raise UserError("Temperature, top-k, top-p and max seconds must be numbers.") from None
-    if not 0.0 <= temperature <= 2.0:
-        raise UserError(f"Temperature {temperature} is out of range: use 0 (greedy) to 2.")
-    if top_k != int(top_k) or not 0 <= top_k <= MAX_TOP_K:
-        raise UserError(f"Top-k {top_k} is out of range: use a whole number 0 (off) to {MAX_TOP_K}.")
-    if not 0.0 < top_p <= 1.0:
-        raise UserError(f"Top-p {top_p} is out of range: use a value above 0 and at most 1.")
-    if not 0.0 < max_seconds <= MAX_SECONDS_LIMIT:
-        raise UserError(f"Max seconds {max_seconds} is out of range: use more than 0 and at most {MAX_SECONDS_LIMIT:g}.")
-    return temperature, int(top_k), top_p, max_seconds
+    """-1 (or empty) = draw a random seed; anything else must be a whole number >= 0
+    (`rumik_app.request.check_seed`, the message every front end gives)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            pass
+    return check_seed(value)
 
 
 class SynthHandlers:
@@ -109,7 +85,7 @@ class SynthHandlers:
         """Validate everything: the text, settings and description before any model is loaded
         (so they are checked even if the model is missing), then the voice against the system's."""
         text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
-        temperature, top_k, top_p, max_seconds = check_generation(temperature, top_k, top_p, max_seconds)
+        check_max_seconds(max_seconds)  # the sampling settings are checked by SynthesisRequest itself
         req = SynthesisRequest(
             text=text, voice=str(voice or "").strip(), tone=_choice(tone), accent=_choice(accent), pace=_choice(pace),
             description=_choice(description), seed=resolve_seed(_seed(seed)), temperature=temperature, top_k=top_k,
@@ -302,10 +278,10 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             description = gr.Textbox(value="", label="Free-form description", visible=False,
                                      placeholder="e.g. warm and calm, like a bedtime story")
             with gr.Accordion("Generation", open=False):
-                temperature = gr.Slider(0.0, 2.0, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature (0 = greedy)")
-                top_k = gr.Slider(0, MAX_TOP_K, value=DEFAULT_TOP_K, step=1, label="Top-k (0 = off)")
-                top_p = gr.Slider(0.05, 1.0, value=DEFAULT_TOP_P, step=0.05, label="Top-p")
-                max_seconds = gr.Slider(MIN_SECONDS, MAX_SECONDS_LIMIT, value=handlers.default_seconds(default_system),
+                temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature (0 = greedy)")
+                top_k = checked_slider(0, MAX_TOP_K, value=DEFAULT_TOP_K, step=1, label="Top-k (0 = off)")
+                top_p = checked_slider(0.05, 1.0, value=DEFAULT_TOP_P, step=0.05, label="Top-p")
+                max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=handlers.default_seconds(default_system),
                                         step=0.5, elem_id="max-seconds",
                                         label="Max seconds (per sentence chunk)")
                 seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)")

@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicCache
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
     FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms,
-    sample_tokens, stop_floor,
+    max_stop_slots, sample_tokens, stop_floor,
 )
 from rumik_app.request import MAX_NEW_TOKENS_CAP
 
@@ -48,7 +48,7 @@ class ReferenceDecoder(DecoderBase):
         self.stop_floor = torch.tensor([stop_floor(r.min_new_tokens, q) for r in rows], device=dev)
         self.u_token = torch.stack([draw_uniforms(r.seed, MAX_NEW_TOKENS_CAP) for r in rows]).to(dev)
         self.u_stop = torch.stack(
-            [draw_uniforms(r.seed + STOP_SEED_OFFSET, MAX_NEW_TOKENS_CAP // q + 1) for r in rows]
+            [draw_uniforms(r.seed + STOP_SEED_OFFSET, max_stop_slots(q)) for r in rows]
         ).to(dev)
 
     def _prefill(self) -> torch.Tensor:

@@ -45,6 +45,12 @@ def check_stop_mode(stop_mode: str) -> str:
     return stop_mode
 
 
+def max_stop_slots(num_quantizers: int) -> int:
+    """Frame boundaries a row of at most MAX_NEW_TOKENS_CAP tokens can reach, plus one: the
+    size of every per-row buffer of stop-head uniforms and decisions."""
+    return MAX_NEW_TOKENS_CAP // num_quantizers + 1
+
+
 def stop_floor(min_new_tokens: int, num_quantizers: int) -> int:
     """The first generated position where a row may end (stop head or `</audio>`): its
     min_new_tokens, and never before one whole frame."""

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
     END_TOKEN, FINISH_MAX_TOKENS, FINISH_NAMES, MAX_TOKENS, RUNNING, STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD,
-    RowParams, draw_uniforms, sample_tokens, stop_floor,
+    RowParams, draw_uniforms, max_stop_slots, sample_tokens, stop_floor,
 )
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.static_body import StaticBody
@@ -100,7 +100,7 @@ class DecodeState:
         self.floor = torch.zeros(batch, **long)
         self.max_new = torch.zeros(batch, **long)
         self.u_token = torch.zeros(batch, MAX_NEW_TOKENS_CAP, **flt)
-        self.u_stop = torch.zeros(batch, MAX_NEW_TOKENS_CAP // num_quantizers + 1, **flt)
+        self.u_stop = torch.zeros(batch, max_stop_slots(num_quantizers), **flt)
         self.frame_tokens = torch.full((batch, num_quantizers), -1, **long)
         self.frame_log_probs = torch.zeros(batch, num_quantizers, **flt)
         self.stop_eligible = torch.zeros(batch, device=device, dtype=torch.bool)

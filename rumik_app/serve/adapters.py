@@ -131,6 +131,7 @@ class AsyncEngineAdapter:
         self.max_queue = max_queue
         self.owns_engine = owns_engine  # stop() closes only an engine this backend loaded
         self._in_flight = 0
+        self._peak_in_flight = 0
         self._live: dict[int, dict] = {}  # id -> stats dict of each running request (its token count grows)
         self._tokens_done = 0
         self._audio_samples = 0
@@ -171,6 +172,7 @@ class AsyncEngineAdapter:
         self._admit()
         self._loop = self._loop or asyncio.get_running_loop()
         self._in_flight += 1
+        self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
         stats: dict = {}
         self._live[id(stats)] = stats
         try:
@@ -233,7 +235,8 @@ class AsyncEngineAdapter:
         now = time.monotonic()
         window = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
         rate = (total - window[0][1]) / (now - window[0][0]) if window and now > window[0][0] else 0.0
-        return AdapterStats(queue_depth=unfinished - active, active=active, max_batch=self.max_batch,
+        return AdapterStats(queue_depth=unfinished - active, active=active,
+                            peak_active=min(self._peak_in_flight, self.max_batch), max_batch=self.max_batch,
                             tokens_total=total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.sample_rate, healthy=healthy,
                             draining=self._draining)

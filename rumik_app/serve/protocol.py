@@ -63,7 +63,8 @@ class AdapterStats:
     """A snapshot for /health and /metrics.
 
     queue_depth: requests admitted but not yet decoding; active: requests decoding now
-    (batch rows in use); max_batch: rows decoded together at most; tokens_total: tokens
+    (batch rows in use); peak_active: the most that were ever decoding at once (the engine:
+    rows of one decode step; vLLM: requests in flight); max_batch: rows decoded together at most; tokens_total: tokens
     generated since start; tokens_per_second: over the last few seconds; audio_seconds_total:
     audio produced since start; healthy: False once the decode loop has died; draining: True
     after begin_shutdown().
@@ -71,6 +72,7 @@ class AdapterStats:
 
     queue_depth: int = 0
     active: int = 0
+    peak_active: int = 0
     max_batch: int = 0
     tokens_total: int = 0
     tokens_per_second: float = 0.0

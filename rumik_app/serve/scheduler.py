@@ -178,6 +178,7 @@ class BatchScheduler:
         self._started = threading.Event()
         self._tokens_total = 0
         self._audio_samples = 0
+        self._peak_rows = 0  # the most rows one decode step has run
         self._rate: deque[tuple[float, int]] = deque()  # (time, tokens) per frame, last RATE_WINDOW_S
 
     # ------------------------------------------------------------------ public API
@@ -232,8 +233,8 @@ class BatchScheduler:
             recent = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
         span = now - recent[0][0] if len(recent) > 1 else 0.0
         rate = sum(n for _, n in recent[1:]) / span if span > 0 else 0.0
-        return AdapterStats(queue_depth=queued, active=len(self._rows), max_batch=self.max_batch,
-                            tokens_total=self._tokens_total, tokens_per_second=rate,
+        return AdapterStats(queue_depth=queued, active=len(self._rows), peak_active=self._peak_rows,
+                            max_batch=self.max_batch, tokens_total=self._tokens_total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.engine.sample_rate,
                             healthy=self._error is None, draining=self._closing)
 
@@ -282,6 +283,7 @@ class BatchScheduler:
                          self.max_len, "compiled" if self.decoder.compiled else "warmed up", self.warmup_s)
                 self._started.set()
                 while self._admit():
+                    self._peak_rows = max(self._peak_rows, len(self._rows))
                     self._deliver(self.decoder.run_frame())
         except BaseException as exc:  # noqa: BLE001 - every waiting client gets the error, the log the traceback
             log.exception("speech scheduler: the decode loop failed")

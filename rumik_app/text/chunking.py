@@ -3,7 +3,7 @@
     split_text("पहला वाक्य। दूसरा वाक्य! Third one.", max_seconds=25.0)
 
 Sentences end at `.`, `?`, `!`, danda `।`, double danda `॥` and their script variants
-(`rumik_app.languages.SENTENCE_END`). Consecutive sentences are packed greedily into chunks
+(`rumik_app.text.languages.SENTENCE_END`). Consecutive sentences are packed greedily into chunks
 up to `max_seconds` at the text's speaking rate. A single sentence longer than that is split
 at clause punctuation, then between words, so any length of text works. Inline tags stay
 attached to the words around them.

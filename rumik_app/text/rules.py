@@ -3,7 +3,7 @@
 Each entry of `PATTERNS` is (category, compiled regex); `HANDLERS[category](match, language,
 text)` returns the words for one match, raises `NotThis` when the match is not that pattern
 after all (a 4-digit "phone", month 13; later passes see it again), or
-`rumik_app.numwords.Unsupported` when the language has no verified words for it (the span is
+`rumik_app.text.numwords.Unsupported` when the language has no verified words for it (the span is
 then left as typed). Words come from `rumik_app.text.numwords` and `rumik_app.text.data`.
 """
 

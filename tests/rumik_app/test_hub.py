@@ -4,8 +4,12 @@ The machine the tests run on may or may not reach huggingface.co, so each test p
 HF_ENDPOINT at a local socket whose behaviour it controls: a port nobody listens on (refused
 at once), a server that accepts connections and never answers (the worst case: a hanging
 network), or a tiny HTTP server (a working hub). The command-line tests unset HF_HUB_OFFLINE
-and TRANSFORMERS_OFFLINE (tests/conftest.py sets them), as a user's shell would, and bound
-the wall time of the whole command, imports included.
+and TRANSFORMERS_OFFLINE (tests/conftest.py sets them), as a user's shell would.
+
+No test reads a stopwatch (a busy machine must not turn them red): "fails fast" is shown by
+its mechanism. The probe passes its timeout to the request, a hanging hub sees exactly one
+connection from a whole command (one probe, no download attempted, no retries), and a second
+probe is answered from memory without a connection.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +27,43 @@ import pytest
 from rumik_app.checkpoint import hub
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI_LIMIT_S = 15.0  # the issue's bound for a failed command, start to exit
-PROBE_SLACK_S = 1.5
+
+
+class HangingHub:
+    """http://127.0.0.1:PORT that accepts connections, counts them and never answers."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(16)
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            self.connections.append(conn)  # held open, never answered
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.connections:
+            conn.close()
 
 
 @pytest.fixture
-def hanging_endpoint():
-    """http://127.0.0.1:PORT: connections are accepted (by the kernel's backlog) and never answered."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+def hanging_hub():
+    hub_ = HangingHub()
+    yield hub_
+    hub_.close()
+
+
+@pytest.fixture
+def hanging_endpoint(hanging_hub):
+    return hanging_hub.url
 
 
 @pytest.fixture
@@ -72,21 +101,21 @@ def fresh_probe():
     hub.forget_probe()
 
 
-def test_probe_fails_fast_on_a_refused_connection(closed_endpoint):
-    start = time.monotonic()
+def test_probe_fails_at_once_on_a_refused_connection(closed_endpoint):
     reason = hub.probe(closed_endpoint)
-    assert time.monotonic() - start < hub.PROBE_TIMEOUT_S
     assert reason.startswith(f"{closed_endpoint} cannot be reached (") and "ConnectError" in reason
 
 
-def test_probe_gives_up_on_a_hanging_hub_within_its_timeout(hanging_endpoint):
-    start = time.monotonic()
-    reason = hub.probe(hanging_endpoint)
-    took = time.monotonic() - start
-    assert hub.PROBE_TIMEOUT_S - 0.5 < took < hub.PROBE_TIMEOUT_S + PROBE_SLACK_S, took
-    assert "cannot be reached" in reason and "Timeout" in reason
-    start = time.monotonic()
-    assert hub.probe(hanging_endpoint) == reason and time.monotonic() - start < 0.1  # remembered: one probe
+def test_probe_gives_up_on_a_hanging_hub_by_its_timeout_and_probes_once(hanging_hub, monkeypatch):
+    import httpx
+
+    timeouts, real_head = [], httpx.head
+    monkeypatch.setattr(httpx, "head", lambda url, **kw: (timeouts.append(kw.get("timeout")), real_head(url, **kw))[1])
+    reason = hub.probe(hanging_hub.url)
+    assert "cannot be reached" in reason and "Timeout" in reason  # the hub hung; the request's timeout ended it
+    assert timeouts == [hub.PROBE_TIMEOUT_S] and len(hanging_hub.connections) == 1
+    assert hub.probe(hanging_hub.url) == reason  # remembered: no second connection
+    assert timeouts == [hub.PROBE_TIMEOUT_S] and len(hanging_hub.connections) == 1
 
 
 def test_a_hub_that_answers_is_used(answering_endpoint, monkeypatch):
@@ -115,14 +144,13 @@ def test_offline_env_uses_the_cache_only(monkeypatch):
     assert err.value.repo_id == "nobody-here/not-cached-xyz" and "HF_HUB_OFFLINE" in err.value.reason
 
 
-def _cli(args: list[str], endpoint: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """Run a command as a user with no offline variables set, the hub at `endpoint`; (result, seconds)."""
+def _cli(args: list[str], endpoint: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run a command as a user with no offline variables set, the hub at `endpoint`."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT=endpoint, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), HF_HOME=str(cwd / "hf-home"))
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
-    return proc, time.monotonic() - start
+    # The bound only keeps a hung command from hanging the suite: ~40x what the command takes.
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def _one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -132,31 +160,30 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.slow
-def test_synthesize_with_an_unreachable_hub_fails_fast(hanging_endpoint, tmp_path):
-    proc, took = _cli(["rumik_app.synthesize", "--model", "rumik-ai/rumik-oss-1", "--text", "hi",
-                       "--out", str(tmp_path / "x.wav")], hanging_endpoint, tmp_path)
+def test_synthesize_with_an_unreachable_hub_probes_once_and_names_the_fixes(hanging_hub, tmp_path):
+    proc = _cli(["rumik_app.synthesize", "--model", "rumik-ai/rumik-oss-1", "--text", "hi",
+                 "--out", str(tmp_path / "x.wav")], hanging_hub.url, tmp_path)
     line = _one_error_line(proc)
-    assert took < CLI_LIMIT_S, took
-    assert f"{hanging_endpoint} cannot be reached" in line
+    assert len(hanging_hub.connections) == 1  # the probe; no download was attempted, nothing retried
+    assert f"{hanging_hub.url} cannot be reached" in line and "Timeout" in line
     assert "--model /path/to/rumik-oss-1" in line and "hf download rumik-ai/rumik-oss-1" in line
     assert "--model tiny" in line
 
 
 @pytest.mark.slow
-def test_runner_checks_model_then_judge_before_any_synthesis(hanging_endpoint, closed_endpoint, tmp_path):
+def test_runner_checks_model_then_judge_before_any_synthesis(hanging_hub, closed_endpoint, tmp_path):
     prompts = ROOT / "evaluation" / "prompts" / "intelligibility_en.jsonl"
-    # espeak needs no download: the Hugging Face judge fails, fast, in the runner's own flags
-    proc, took = _cli(["evaluation.run", "--system", "espeak", "--prompts", str(prompts), "--limit", "2",
-                       "--asr", "hf:openai/whisper-small", "--out", str(tmp_path / "a")], hanging_endpoint, tmp_path)
+    # espeak needs no download: the Hugging Face judge fails, after one probe, in the runner's own flags
+    proc = _cli(["evaluation.run", "--system", "espeak", "--prompts", str(prompts), "--limit", "2",
+                 "--asr", "hf:openai/whisper-small", "--out", str(tmp_path / "a")], hanging_hub.url, tmp_path)
     line = _one_error_line(proc)
-    assert took < CLI_LIMIT_S, took
+    assert len(hanging_hub.connections) == 1  # one probe, no download attempt
     assert "ASR model 'openai/whisper-small' is not in the local Hugging Face cache" in line
     assert "--asr hf:/path/to/model" in line and "--asr pocketsphinx" in line
     assert not (tmp_path / "a" / "run1").exists()  # nothing was synthesised first
     # rumik + Whisper, both from the hub: the model's error comes first, in --system terms
-    proc, took = _cli(["evaluation.run", "--system", "rumik", "--prompts", str(prompts), "--limit", "2",
-                       "--asr", "hf:openai/whisper-large-v3", "--out", str(tmp_path / "b")], closed_endpoint, tmp_path)
+    proc = _cli(["evaluation.run", "--system", "rumik", "--prompts", str(prompts), "--limit", "2",
+                 "--asr", "hf:openai/whisper-large-v3", "--out", str(tmp_path / "b")], closed_endpoint, tmp_path)
     line = _one_error_line(proc)
-    assert took < CLI_LIMIT_S, took
     assert line.startswith("error: Could not get 'rumik-ai/rumik-oss-1'") and "whisper" not in line
     assert "--system rumik:/path/to/rumik-oss-1" in line and "--system tiny" in line

@@ -5,7 +5,6 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_scheduler.py -q
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -124,9 +123,8 @@ def test_close_refuses_new_and_waiting_requests_and_finishes_running_ones(engine
         assert running.stats["finish_reasons"] and len(head) + sum(map(len, rest)) > 0
         assert sched.stats().draining
     finally:
-        start = time.monotonic()
         sched.stop(timeout=5)
-        assert time.monotonic() - start < 10
+        assert not sched._alive()  # the decode thread ended
 
 
 def test_a_prompt_that_cannot_fit_the_cache_is_a_prompt_error(engine):

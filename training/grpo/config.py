@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rumik_app.errors import ConfigError
 from rumik_app.decode.sampling import STOP_MODES
+from rumik_app.errors import ConfigError, PromptError
 from rumik_app.request import (
-    DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_NEW_TOKENS_CAP,
+    DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, check_new_tokens, check_temperature,
+    check_top_k, check_top_p,
 )
 from training.config import OptimConfig, RunConfig
 from training.grpo.rewards import RewardSpec
@@ -142,12 +143,17 @@ class GRPOConfig(RunConfig):
         if r.prompts_per_step < 1 or r.prompts_per_step % num_processes:
             raise ConfigError(f"rollout.prompts_per_step ({r.prompts_per_step}) must be a positive multiple of "
                               f"the number of processes ({num_processes})")
+        try:  # the bounds and messages every front end uses (rumik_app.request)
+            check_temperature(r.temperature), check_top_k(r.top_k), check_top_p(r.top_p)
+            check_new_tokens(r.min_new_tokens, r.max_new_tokens)
+        except PromptError as exc:
+            raise ConfigError(f"rollout.{exc.field}: {exc}") from None
         if r.temperature <= 0:
             raise ConfigError("rollout.temperature must be > 0: greedy rollouts have no policy gradient")
         if r.stop_mode not in STOP_MODES:
             raise ConfigError(f"rollout.stop_mode must be one of {STOP_MODES}")
-        if not 1 <= r.min_new_tokens <= r.max_new_tokens <= MAX_NEW_TOKENS_CAP:
-            raise ConfigError(f"rollout: need 1 <= min_new_tokens <= max_new_tokens <= {MAX_NEW_TOKENS_CAP}")
+        if not 1 <= r.min_new_tokens <= r.max_new_tokens:
+            raise ConfigError("rollout: need 1 <= min_new_tokens <= max_new_tokens")
         if self.loss.routing not in ROUTINGS:
             raise ConfigError(f"loss.routing must be one of {ROUTINGS}")
         if self.loss.num_iterations < 1 or self.micro_batch_size < 1:

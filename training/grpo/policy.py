@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rumik_app.decode.rollouts import Rollouts
+from rumik_app.decode.sampling import scoring_temperature
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.tokens import TokenLayout
 
@@ -121,7 +122,7 @@ class PolicyScorer(nn.Module):
         width = hidden.shape[-1]
         tok_hidden = hidden.gather(1, batch.token_index[..., None].expand(-1, -1, width))
         token_logp = torch.zeros(batch.tokens.shape, dtype=torch.float32, device=hidden.device)
-        temps = torch.where(batch.temperature > 0, batch.temperature, torch.ones_like(batch.temperature))
+        temps = scoring_temperature(batch.temperature)  # greedy rows are scored at 1, as sampled
         for temp in torch.unique(temps).tolist():
             rows = (temps == temp).nonzero().flatten()
             logp = head.sequence_log_probs(tok_hidden[rows], batch.tokens[rows], temperature=float(temp),

@@ -6,7 +6,7 @@ list. Every reward has one TRL-style signature::
     reward(prompts, rollouts, **columns) -> list[float | None]      # one value per row
 
 prompts: one `SynthesisRequest` per rollout row (a plain string works as the text);
-rollouts: the `rumik_app.generation.Rollouts` the rows came from (may be None when a
+rollouts: the `rumik_app.decode.rollouts.Rollouts` the rows came from (may be None when a
 reward only needs the audio); columns: per-row lists from the prompt set (`text`,
 `language`, `domain`, any extra field) plus `audio` (float32 waveforms, when some reward
 sets `needs_audio`), `sample_rate` and `frame_rate_hz` (scalars). None = abstain: the

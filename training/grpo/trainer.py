@@ -40,7 +40,7 @@ behind `RolloutSource`: `generate(requests, num_samples, stop_mode) -> Rollouts`
 sampling settings (n = num_samples) and fills a `Rollouts` from the responses: token ids,
 per-row `params` (temperature and min_new_tokens are needed to rescore), stop-head decisions
 (the served model must run the stop head at frame boundaries with the audio-only head of
-rumik_app.model.AudioHead; a server that cannot returns an all-False stop_mask, and then
+rumik_app.model.lm.AudioHead; a server that cannot returns an all-False stop_mask, and then
 only `</audio>` carries the duration stream and the stop head is not trained), and codes
 parsed with `TokenLayout.parse`. The server's log-probs do not enter the loss (it rescores
 every action here); their gap to the trainer's is logged as

@@ -12,7 +12,7 @@ head:
   "full"  cross-entropy over the full vocabulary with transformers' (tied) LM head times
           `logit_scale`, evaluated only at acoustic targets, in chunks whose logits are
           recomputed in backward (a 277k-row head would otherwise need B*L*277k floats).
-  "audio" the engine's audio-only head (`rumik_app.model.AudioHead`, restrict_phase=True):
+  "audio" the engine's audio-only head (`rumik_app.model.lm.AudioHead`, restrict_phase=True):
           softmax over the codebook the position needs plus `</audio>`, exactly the
           distribution the engine samples from. Reads the embedding outside the LM head's
           own forward, so use it with single-process or DDP training (not FSDP).
