@@ -34,9 +34,11 @@ from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
-from webapp.evaluate_tab import build_evaluate_tab
+from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab
+from webapp.guard import VisitorGuard
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
+from webapp.scoring import DEFAULT_ASR_MODEL, MAX_CLIP_MB, JudgeCatalog
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
 from webapp.synth_tab import SynthHandlers, build_synth_tab
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry
@@ -47,7 +49,7 @@ TITLE = "rumik-oss-1: expressive Indic text-to-speech"
 DEFAULT_PORT = 7860
 DEFAULT_CONCURRENCY = 4  # light events (preview, submit, results)
 QUEUE_MAX_SIZE = 64
-MAX_UPLOAD = "200mb"  # hard cap on one upload; the Evaluate tab reports smaller limits per file
+MAX_UPLOAD = f"{MAX_CLIP_MB}mb"  # one upload: the Evaluate tab's clip limit (Gradio refuses more, unread)
 # Gradio keeps a copy of every file it hands out (GRADIO_TEMP_DIR); sweep hourly, drop after a day.
 CACHE_SWEEP_S, CACHE_MAX_AGE_S = 3600, 86400
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -67,14 +69,15 @@ INTRO = (
 
 def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
-               engine_options: dict | None = None) -> gr.Blocks:
+               engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,)) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
     `admin` guards results and exports (default: $RUMIK_ADMIN_PASSWORD if set, else open);
     `served` is the folder visitors' files are served from (default: a fresh temp folder);
     `engine_options`: `load_engine`'s (device, dtype, compile, backend "engine" | "vllm", vLLM's
-    options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags.
+    options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags; `asr_models`: the
+    Hugging Face ASR judges visitors may pick in the Evaluate tab (hub ids or folders).
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
     """
     layout, served = DataLayout(data_dir), served or ServedFolder()
@@ -96,7 +99,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
         with gr.Tab("Compare & rate", id="rate"):
             build_rate_tab(rate, default, choices)
         with gr.Tab("Evaluate", id="evaluate"):
-            build_evaluate_tab()
+            build_evaluate_tab(EvaluateHandlers(JudgeCatalog(asr_models)))
         demo.load(registry.banner_markdown, outputs=banner, api_name="model_status", queue=False,
                   show_progress="hidden")
     # For tests and embedding scripts (and `launch`):
@@ -106,8 +109,11 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
 
 
 def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_thread_lock: bool = False,
-           logins: list[tuple[str, str]] | None = None):
+           logins: list[tuple[str, str]] | None = None, allowed_hosts: tuple[str, ...] = ()):
     """Queue (with concurrency limits) and serve the app; `logins` turn on Gradio's login page.
+
+    In front of Gradio, `webapp.guard.VisitorGuard` refuses URL fetches, large bodies, foreign
+    Host headers and origins (`allowed_hosts` adds names to this machine's own).
 
     Gradio serves only the app's served folder (`allowed_paths`) and its own cache; the data
     dir's private files are checked against those folders again and also passed as
@@ -123,7 +129,8 @@ def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_t
                        blocked_paths=[str(p) for p in layout.private_paths()],
                        auth=LoginCheck(logins) if logins else None, auth_message="Sign in to use this rumik-oss-1 app.",
                        run_history=False if admin.enabled else None,
-                       max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, quiet=prevent_thread_lock)
+                       max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, quiet=prevent_thread_lock,
+                       app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
 
 
 def _theme() -> gr.themes.Base:
@@ -149,6 +156,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="require this login for the whole app (repeatable; Gradio's login page)")
     p.add_argument("--auth-file", default=None, metavar="FILE",
                    help=f"logins, one USER:PASS a line (# comments); also read from ${AUTH_ENV}")
+    p.add_argument("--asr-model", action="append", default=None, metavar="ID_OR_FOLDER",
+                   help=f"a Hugging Face ASR judge visitors may choose in the Evaluate tab (repeatable; default "
+                        f"{DEFAULT_ASR_MODEL}; pasted transcripts and pocketsphinx are always offered)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name this app is reached by besides this machine's own (repeatable; *.example.org "
+                        "for a domain); requests naming any other host are refused (DNS rebinding)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM (from .venv-vllm)
     args = p.parse_args(argv)
     args.engine_options = engine_options(p, args)
@@ -161,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         logins = read_logins(args.auth, args.auth_file)
         admin = AdminGate.from_sources(args.admin_password)
-        demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options)
+        demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
+                          asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)))
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)
@@ -172,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     if not admin.enabled and (args.share or args.host not in LOCAL_HOSTS):
         log.warning("the app is reachable from other machines and every visitor can see results and export all "
                     "ratings; set %s (or --admin-password) to keep them for the admin", ADMIN_PASSWORD_ENV)
-    launch(demo, args.host, args.port, args.share, logins=logins)
+    launch(demo, args.host, args.port, args.share, logins=logins, allowed_hosts=tuple(args.allowed_host))
 
 
 if __name__ == "__main__":

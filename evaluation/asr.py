@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.audio_io import SILENCE_PEAK, audio_sha256, load_audio, resample
+from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, audio_sha256, load_audio, resample
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.files import atomic_write
@@ -217,7 +217,9 @@ class HFJudge(ASRJudge):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.float16 if str(device).startswith("cuda") else torch.float32
         try:
-            self.pipe = pipeline("automatic-speech-recognition", model=location, device=device, dtype=dtype)
+            # Never code from the model folder, never a pickle: a model is only config + safetensors.
+            self.pipe = pipeline("automatic-speech-recognition", model=location, device=device, dtype=dtype,
+                                 trust_remote_code=False, model_kwargs={"use_safetensors": True})
         except Exception as exc:  # noqa: BLE001 - loading fails in many library-specific ways
             where = "local folder" if Path(location).exists() else "hub model"
             fix = "Check the folder holds a complete transformers ASR model." if where == "local folder" \
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         judge = load_asr(args.asr, cache=args.cache)
         for f in args.files:
-            samples = load_audio(f)
+            samples = load_audio(f, max_seconds=LOCAL_MAX_SECONDS)
             print(json.dumps({"id": Path(f).stem, "hyp": judge.transcribe(samples, SAMPLE_RATE, args.language,
                                                                           clip_id=Path(f).stem)},
                              ensure_ascii=False))

@@ -4,12 +4,21 @@ Every clip the benchmark runner or the app scores passes through here, so a brok
 gives one clear, per-clip message instead of a stack trace:
 
     from evaluation.audio_io import load_audio, check_audio, AudioLoadError
-    samples = load_audio("clips/p01.mp3")          # float32 [N] mono at 24 kHz
+    samples = load_audio("clips/p01.mp3", max_seconds=300)   # float32 [N] mono at 24 kHz
     check_audio(samples, 24000)                     # raises AudioLoadError if silent/empty
 
 Decoding: soundfile (libsndfile: WAV, FLAC, OGG/Vorbis/Opus, MP3, AIFF, ...) first, then
 ffmpeg (if installed) for anything else (m4a, webm, ...). Multi-channel audio is averaged to
 mono; the rate is converted with `scipy.signal.resample_poly`.
+
+Bounded before anything is decoded: every caller passes `max_seconds` (the app, the runner,
+training prep and campaigns each have their own), and a clip is refused from its header when
+its rate is outside 8-192 kHz, it has more than 8 channels, or it declares more than
+`max_seconds`. A header can lie (a FLAC of constant blocks compresses an hour into a few
+kilobytes and need not declare its length), so decoding itself stops at `max_seconds` too:
+soundfile reads at most that many frames plus one, ffmpeg runs with `-t`, file input only,
+and is killed once its output passes the same size. Memory is therefore bounded by the
+caller's limit, whatever the file says. A MemoryError becomes the clip's own error.
 
 Not a CLI; tested by tests/evaluation/test_systems.py and test_run.py.
 """
@@ -38,6 +47,14 @@ SILENCE_PEAK = 1e-3
 MIN_DURATION_S = 0.05
 # ffmpeg decode timeout (seconds) for one clip.
 FFMPEG_TIMEOUT_S = 120
+# What a clip's header may declare: telephone quality to high-resolution studio audio.
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8_000, 192_000
+MAX_CHANNELS = 8
+FFMPEG_READ_BYTES = 1 << 16
+# The limit of the command-line tools on an operator's own files (the runner, `evaluation.asr`,
+# folder systems, campaign clips): an hour, longer than any chapter the engine takes. The
+# public app sets its own, far lower (webapp.scoring).
+LOCAL_MAX_SECONDS = 3600.0
 
 
 class AudioLoadError(RumikError, ValueError):
@@ -66,34 +83,81 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     return samples
 
 
-def _decode_with_ffmpeg(path: Path, sample_rate: int) -> np.ndarray:
-    """Decode any container ffmpeg knows into float32 mono at `sample_rate`."""
+def _too_long(path: Path, seconds: float, max_seconds: float) -> AudioLoadError:
+    return AudioLoadError(f"{path}: the clip is {seconds:,.1f} s or longer; the limit here is {max_seconds:g} s. "
+                          "Cut it into shorter clips.")
+
+
+def _check_header(path: Path, info, max_seconds: float) -> None:
+    """Refuse from the header alone: a rate or channel count no real clip has, or too long."""
+    if not MIN_SAMPLE_RATE <= info.samplerate <= MAX_SAMPLE_RATE:
+        raise AudioLoadError(f"{path}: the file declares a sample rate of {info.samplerate} Hz; clips must be "
+                             f"{MIN_SAMPLE_RATE // 1000}-{MAX_SAMPLE_RATE // 1000} kHz. Re-export it as a normal "
+                             "WAV (e.g. 24 kHz, 16-bit).")
+    if not 1 <= info.channels <= MAX_CHANNELS:
+        raise AudioLoadError(f"{path}: the file declares {info.channels} channels; at most {MAX_CHANNELS} are "
+                             "accepted. Mix it down to mono.")
+    if 0 < info.frames < 2**62 and info.frames / info.samplerate > max_seconds:  # libsndfile: huge = unknown
+        raise _too_long(path, info.frames / info.samplerate, max_seconds)
+
+
+def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+    """(mono samples [n] float32, rate): at most max_seconds + one frame whatever the header
+    says, mixed down a block at a time so that many channels cost no extra memory."""
+    with sf.SoundFile(str(path)) as f:
+        _check_header(path, f, max_seconds)
+        limit, parts, got = int(max_seconds * f.samplerate), [], 0
+        block = max(1, f.samplerate)  # one second at a time
+        while got <= limit:
+            data = f.read(frames=min(block, limit + 1 - got), dtype="float32", always_2d=True)
+            if not len(data):
+                break
+            parts.append(data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0].copy())
+            got += len(data)
+        if got > limit:
+            raise _too_long(path, max_seconds, max_seconds)
+        return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), f.samplerate
+
+
+def _decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float) -> np.ndarray:
+    """Decode any container ffmpeg knows into float32 mono at `sample_rate`, at most
+    `max_seconds` of it (ffmpeg's -t, and its output cut off past that size)."""
     exe = shutil.which("ffmpeg")
     if exe is None:
         raise AudioLoadError(
             f"{path}: soundfile cannot decode this file and ffmpeg is not installed. "
             "Convert it to WAV or FLAC, or install ffmpeg (apt-get install ffmpeg)."
         )
-    cmd = [exe, "-nostdin", "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1",
-           "-ar", str(sample_rate), "-"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise AudioLoadError(f"{path}: ffmpeg took over {FFMPEG_TIMEOUT_S} s to decode it.") from exc
-    if proc.returncode != 0 or not proc.stdout:
-        detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    limit = 4 * int(max_seconds * sample_rate)  # float32 bytes
+    cmd = [exe, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe", "-t", f"{max_seconds:g}",
+           "-i", f"file:{path.resolve()}", "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "pipe:1"]
+    out = bytearray()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            while chunk := proc.stdout.read(FFMPEG_READ_BYTES):
+                out += chunk
+                if len(out) > limit + 4:  # -t failed to stop it (a broken container): stop it ourselves
+                    proc.kill()
+                    raise _too_long(path, max_seconds, max_seconds)
+            proc.wait(timeout=FFMPEG_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            raise AudioLoadError(f"{path}: ffmpeg took over {FFMPEG_TIMEOUT_S} s to decode it.") from exc
+        err = proc.stderr.read(4096).decode("utf-8", "replace").strip().splitlines()
+    if proc.returncode != 0 or not out:
         raise AudioLoadError(
-            f"{path}: not a readable audio file ({detail[-1] if detail else 'no audio stream'}). "
+            f"{path}: not a readable audio file ({err[-1] if err else 'no audio stream'}). "
             "Re-export it as 16-bit PCM WAV."
         )
-    return np.frombuffer(proc.stdout, dtype="<f4").astype(np.float32)
+    return np.frombuffer(bytes(out[: len(out) - len(out) % 4]), dtype="<f4").astype(np.float32)
 
 
-def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Read a clip as float32 mono [N] at `sample_rate` Hz; raises AudioLoadError.
+def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, max_seconds: float) -> np.ndarray:
+    """Read a clip as float32 mono [N] at `sample_rate` Hz, at most `max_seconds` long;
+    raises AudioLoadError (see the module docstring for the bounds).
 
-    The error names the file and the problem: missing, empty (0 bytes), undecodable
-    (corrupt or truncated), or containing no samples.
+    The error names the file and the problem: missing, empty (0 bytes), a header no real clip
+    has, too long, undecodable (corrupt or truncated), or containing no samples.
     """
     path = Path(path)
     if not path.is_file():
@@ -101,13 +165,16 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.nd
     if path.stat().st_size == 0:
         raise AudioLoadError(f"{path}: the file is empty (0 bytes); regenerate or re-export it.")
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=False)
-        samples = resample(to_mono(data), int(sr), sample_rate)
-    except (sf.SoundFileError, RuntimeError, TypeError, ValueError) as exc:
         try:
-            samples = _decode_with_ffmpeg(path, sample_rate)
-        except AudioLoadError as ff_exc:
-            raise AudioLoadError(f"{ff_exc} (soundfile said: {exc})") from exc
+            mono, sr = _read_with_soundfile(path, max_seconds)
+            samples = resample(mono, int(sr), sample_rate)
+        except (sf.SoundFileError, RuntimeError, TypeError) as exc:
+            try:
+                samples = _decode_with_ffmpeg(path, sample_rate, max_seconds)
+            except AudioLoadError as ff_exc:
+                raise AudioLoadError(f"{ff_exc} (soundfile said: {exc})") from exc
+    except MemoryError:
+        raise AudioLoadError(f"{path}: not enough memory to decode this clip; send a shorter one.") from None
     if samples.size == 0:
         raise AudioLoadError(f"{path}: the file holds no audio samples.")
     return samples

@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from evaluation import nova
 from evaluation.asr import ASRError, ASRJudge, load_asr, run_key
-from evaluation.audio_io import AudioLoadError, check_audio, file_sha256, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
 from evaluation.charts import grouped_bar_chart
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
 from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
@@ -169,7 +169,7 @@ def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesi
            "settings": settings, "sha256": None, "duration": None, "error": error}
     if error is None or path.is_file():
         try:
-            samples = load_audio(path, SAMPLE_RATE)
+            samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
             rec["sha256"], rec["duration"] = file_sha256(path), round(len(samples) / SAMPLE_RATE, 3)
             check_audio(samples, SAMPLE_RATE, where=f"run{run}/{prompt['id']}")
         except AudioLoadError as exc:
@@ -252,7 +252,7 @@ def transcribe_all(judge: ASRJudge, prompts: list[dict], manifest: list[dict], o
         line = {"id": rec["id"], "run": rec["run"], "hyp": None, "judge": judge.name, "error": rec["error"]}
         if rec["error"] is None:
             try:
-                samples = load_audio(out / rec["path"], SAMPLE_RATE)
+                samples = load_audio(out / rec["path"], SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
                 line["hyp"] = judge.transcribe(samples, SAMPLE_RATE, by_id[rec["id"]]["language"],
                                                clip_id=run_key(rec["id"], rec["run"]))
             except Exception as exc:  # noqa: BLE001 - one clip's ASR failure must not stop the run

@@ -145,6 +145,43 @@ def tokens_for_seconds(seconds, frame_rate_hz: float = 12.5, tokens_per_frame: i
 
 
 @dataclass(frozen=True)
+class RequestLimits:
+    """How much one request may ask for at a front end: characters as typed, characters once
+    numbers are read out (normalisation can multiply a text: "₹99,99,999" is 9 characters
+    and 64 spoken ones in Tamil), and seconds of audio summed over its chunks (None: no cap).
+    `BaseEngine.plan(req, limits)` checks all three."""
+
+    max_chars: int
+    max_spoken_chars: int
+    max_audio_seconds: float | None = None
+
+    def check_spoken(self, typed: str, spoken: str) -> None:
+        if len(spoken) > self.max_spoken_chars:
+            raise PromptError(
+                f"This text is {len(typed):,} characters as typed but reads as {len(spoken):,} once numbers, "
+                f"amounts and dates are spelled out; the limit is {self.max_spoken_chars:,}. Split it into "
+                "smaller parts.", field="text")
+
+    def check_budget(self, chunk_tokens: list[int], tokens_per_second: float) -> None:
+        """chunk_tokens: each chunk's max_new_tokens."""
+        seconds = sum(chunk_tokens) / tokens_per_second
+        if self.max_audio_seconds is not None and seconds > self.max_audio_seconds:
+            raise PromptError(
+                f"This request could make up to {seconds:,.0f} s of audio ({len(chunk_tokens)} chunks of up to "
+                f"{max(chunk_tokens) / tokens_per_second:.0f} s); the limit here is {self.max_audio_seconds:.0f} s. "
+                "Shorten the text or lower max_seconds.", field="text")
+
+
+# The library and the CLI take a chapter; the public front ends take less, so that one
+# visitor cannot hold the shared model for long: the app ~2 minutes of speech, the speech
+# server OpenAI's input limit (which clients already split text for). A plain text at a
+# front end's typed limit always passes the other two bounds.
+LIBRARY_LIMITS = RequestLimits(MAX_TEXT_CHARS, 4 * MAX_TEXT_CHARS)
+APP_LIMITS = RequestLimits(2_000, 4_000, 300.0)
+SERVER_LIMITS = RequestLimits(4_096, 8_192, 600.0)
+
+
+@dataclass(frozen=True)
 class SynthesisRequest:
     """One utterance to synthesise; the sampling and length fields are checked when it is made.
 

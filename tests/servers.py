@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from rumik_app.prompt import PromptError, validate_text
-from rumik_app.serve.schema import SERVER_MAX_TEXT_CHARS
+from rumik_app.request import SERVER_LIMITS
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0
@@ -129,8 +129,8 @@ BAD_INPUTS = [
     ("empty input", dict(input=""), 400, "input", _prompt_message(lambda: validate_text(""))),
     ("blank input", dict(input="   "), 400, "input", _prompt_message(lambda: validate_text(""))),
     ("unknown voice", dict(voice="nova"), 400, "voice", "Unknown voice 'nova'. Choose one of: Ira, Aisha, Siya, Zoya."),
-    ("too long", dict(input="a" * (SERVER_MAX_TEXT_CHARS + 1)), 400, "input",
-     _prompt_message(lambda: validate_text("a" * (SERVER_MAX_TEXT_CHARS + 1), max_chars=SERVER_MAX_TEXT_CHARS))),
+    ("too long", dict(input="a" * (SERVER_LIMITS.max_chars + 1)), 400, "input",
+     _prompt_message(lambda: validate_text("a" * (SERVER_LIMITS.max_chars + 1), max_chars=SERVER_LIMITS.max_chars))),
     ("bad format", dict(response_format="aac"), 400, "response_format", "Unsupported response_format 'aac'"),
     ("unknown tone", dict(tone="sleepy"), 400, "tone", "Unknown tone 'sleepy'"),
     ("tone and instructions", dict(tone="happy", instructions="calm and warm"), 400, "instructions",

@@ -87,10 +87,15 @@ def write_json_atomic(path: Path, data) -> None:
     atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
-def load_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, float]:
-    """Read a clip (the evaluation loader: soundfile, then ffmpeg) -> (float32 mono [N] at
-    `sample_rate`, seconds)."""
-    samples = audio_io.load_audio(path, sample_rate)
+# Clips are read up to this much past the length limit, so a clip slightly too long is reported
+# with its length; a much longer one (or a header that lies) stops the decoder there.
+READ_MARGIN_S = 1.0
+
+
+def load_audio(path: Path, sample_rate: int, max_seconds: float) -> tuple[np.ndarray, float]:
+    """Read a clip (the evaluation loader: soundfile, then ffmpeg; refused from its header or
+    while decoding when longer than `max_seconds`) -> (float32 mono [N] at `sample_rate`, seconds)."""
+    samples = audio_io.load_audio(path, sample_rate, max_seconds=max_seconds)
     return np.ascontiguousarray(samples, dtype=np.float32), len(samples) / float(sample_rate)
 
 
@@ -120,7 +125,7 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
     if not audio.is_file():
         raise ValueError(f"audio file not found: {audio}")
     try:
-        samples, seconds = load_audio(audio, sample_rate)
+        samples, seconds = load_audio(audio, sample_rate, max_seconds + READ_MARGIN_S)
     except Exception as exc:  # soundfile raises several types for corrupt or unknown files
         raise ValueError(f"unreadable audio ({type(exc).__name__}: {exc})") from exc
     if seconds < min_seconds or seconds > max_seconds:

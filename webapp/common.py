@@ -18,13 +18,15 @@ from pathlib import Path
 from rumik_app.checkpoint.load import CheckpointError
 from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError
+from rumik_app.request import APP_LIMITS
 from webapp.systems import SystemUnavailable
 
 log = logging.getLogger(__name__)
 
-# Longest text the app accepts in one request. The engine takes up to 50,000 characters
-# (chunked), but a shared demo should not be tied up for minutes by one visitor.
-APP_MAX_TEXT_CHARS = 2_000
+# Longest text the app accepts in one request (as typed; rumik_app.request.APP_LIMITS also
+# bounds it as spoken and the audio it may make): a shared demo should not be tied up for
+# minutes by one visitor. The engine itself takes up to 50,000 characters (chunked).
+APP_MAX_TEXT_CHARS = APP_LIMITS.max_chars
 MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
 # Generations running at once (one engine per system, each locked; a GPU does one at a time).
 SYNTH_CONCURRENCY = 1

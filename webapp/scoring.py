@@ -16,12 +16,24 @@ table's "GCER rules" column and the summary name the library and Unicode version
 References and transcripts are scored in spoken form (`evaluation.text.spoken_form`: numbers,
 money, dates and times as words in the clip's language, as the engine reads them), like the
 benchmark runner; the report says so.
+
+Judges are the operator's choice, never the visitor's: `JudgeCatalog` holds the ones the app
+was started with (`app.py --asr-model`, plus pasted transcripts and pocketsphinx), a visitor
+picks one by its key, and anything else gets one message that says nothing about the
+machine. Loaded judges are kept in a small LRU; one evicted is freed (its lock taken first,
+so a running transcription finishes). One request scores at most MAX_CLIPS clips and
+MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`load_audio(max_seconds=...)`).
 """
 
 from __future__ import annotations
 
 import csv
+import gc
+import logging
+import sys
 import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,11 +44,20 @@ from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
 from webapp.ratings import tag_request
 
+log = logging.getLogger(__name__)
+
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
-MAX_CLIP_MB = 50
+MAX_CLIP_MB = 50  # also the app's upload limit (app.py MAX_UPLOAD)
 MAX_CLIP_SECONDS = 300.0
 MAX_CLIPS = 200
+# All clips of one request together: one visitor must not hold the ASR judge for hours
+# (Whisper-large on a CPU takes about real time).
+MAX_TOTAL_SECONDS = 1200.0
 PASTED = "pasted"
+POCKETSPHINX = "pocketsphinx"
+DEFAULT_ASR_MODEL = "openai/whisper-small"
+MAX_LOADED_JUDGES = 2  # Hugging Face judges held in memory at once (each is up to ~3 GB)
+UNKNOWN_JUDGE = "That ASR judge is not offered by this app; choose one of the judges listed in the form."
 NAME_SEPARATOR = "|"
 METRICS = ("wer", "cer", "gcer")
 TABLE_HEADERS = ["file", "language", "reference", "transcript", "WER", "CER", "GCER", "GCER rules",
@@ -163,26 +184,73 @@ def read_manifest(path: str | Path, names: list[str]) -> dict[str, dict]:
     return out
 
 
-_JUDGES: dict[str, tuple[object, threading.Lock]] = {}
-_JUDGES_LOCK = threading.Lock()
+def judge_spec(entry: str) -> str:
+    """An operator's --asr-model entry as an `evaluation.asr` spec: a bare hub id or folder
+    becomes `hf:...`; a spec (hf:, whisper:, pocketsphinx, ...) stays as it is."""
+    entry = entry.strip()
+    return entry if ":" in entry or entry == POCKETSPHINX else f"hf:{entry}"
 
 
-def get_judge(spec: str):
-    """An ASR judge loaded once per process (`evaluation.asr.load_asr`), with its lock."""
-    from evaluation.asr import load_asr
+class JudgeCatalog:
+    """The ASR judges this app offers (keys are evaluation.asr specs) and the loaded ones.
 
-    with _JUDGES_LOCK:
-        if spec not in _JUDGES:
-            _JUDGES[spec] = (load_asr(spec), threading.Lock())
-        return _JUDGES[spec]
+    asr_models: the operator's Hugging Face models (ids or folders, `--asr-model`); pasted
+    transcripts and pocketsphinx (offline) are always offered. `get(key)` loads on first use
+    and keeps at most `max_loaded` judges, freeing the least recently used.
+    """
+
+    def __init__(self, asr_models: Sequence[str] = (DEFAULT_ASR_MODEL,), max_loaded: int = MAX_LOADED_JUDGES):
+        self.keys = [PASTED, POCKETSPHINX, *dict.fromkeys(judge_spec(m) for m in asr_models if m.strip())]
+        self.max_loaded = max_loaded
+        self._loaded: OrderedDict[str, tuple[object, threading.Lock]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, key: str) -> str:
+        """`key`, or ValueError with one message whatever was sent (no file system detail)."""
+        if key not in self.keys:
+            log.warning("refused an ASR judge that is not offered (%d characters)", len(str(key)))
+            raise ValueError(UNKNOWN_JUDGE)
+        return key
+
+    def get(self, key: str) -> tuple[object, threading.Lock]:
+        """(judge, its lock) for an offered key (not PASTED), loading it once."""
+        from evaluation.asr import load_asr
+
+        self.check(key)
+        with self._lock:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+            while len(self._loaded) >= self.max_loaded:
+                self._free(*self._loaded.popitem(last=False))
+            self._loaded[key] = (load_asr(key), threading.Lock())
+            return self._loaded[key]
+
+    @staticmethod
+    def _free(key: str, entry: tuple[object, threading.Lock]) -> None:
+        judge, lock = entry
+        with lock:  # a transcription still running on it finishes first
+            del judge, entry
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        log.info("ASR judge %s freed (the app holds at most %d)", key, MAX_LOADED_JUDGES)
+
+    def loaded(self) -> list[str]:
+        with self._lock:
+            return list(self._loaded)
 
 
-def score_uploads(files: list[str], references: str = "", manifest: str | None = None, judge_spec: str = PASTED,
-                  transcripts: str = "", language: str = "",
-                  segmentation: str = DEFAULT_SEGMENTATION) -> ScoreReport:
-    """Score every uploaded clip; problems become per-clip messages (ValueError only for bad forms)."""
+def score_uploads(files: list[str], references: str = "", manifest: str | None = None, judge: str = PASTED,
+                  transcripts: str = "", language: str = "", segmentation: str = DEFAULT_SEGMENTATION,
+                  catalog: JudgeCatalog | None = None) -> ScoreReport:
+    """Score every uploaded clip; problems become per-clip messages (ValueError only for bad
+    forms). judge: a key of `catalog` (default: the default catalog's judges)."""
     from evaluation.audio_io import AudioLoadError, check_audio, load_audio
 
+    catalog = catalog or JudgeCatalog()
+    catalog.check(judge)
     check_segmentation(segmentation)
     paths = sorted((Path(f) for f in files or []), key=lambda p: p.name)
     if not paths:
@@ -197,13 +265,13 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
     else:
         refs, form_note = _match(_split_lines(references), names, "reference")
         info = {n: {"text": t, "language": "", "transcript": None} for n, t in refs.items()}
-    if judge_spec == PASTED and transcripts.strip():
+    if judge == PASTED and transcripts.strip():
         hyps, note = _match(_split_lines(transcripts), names, "transcript")
         form_note = form_note or note
         for n, t in hyps.items():
             info.setdefault(n, {"text": "", "language": "", "transcript": None})["transcript"] = t
-    judge = None if judge_spec == PASTED else get_judge(judge_spec)
-    results = []
+    model = None if judge == PASTED else catalog.get(judge)
+    results, total_s = [], 0.0
     for path, name in zip(paths, names):
         meta = info.get(name, {})
         res = ClipResult(name, language=(meta.get("language") or language or "").strip(), reference=meta.get("text", ""))
@@ -216,29 +284,32 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
             res.message = f"too large ({size_mb:.1f} MB; the limit is {MAX_CLIP_MB} MB). Trim or compress it."
             continue
         try:
-            samples = load_audio(path)
+            samples = load_audio(path, max_seconds=MAX_CLIP_SECONDS)
             check_audio(samples, SAMPLE_RATE, where=name)
         except AudioLoadError as exc:
             res.message = f"unreadable: {str(exc).replace(str(path), name)}"
             continue
-        if len(samples) / SAMPLE_RATE > MAX_CLIP_SECONDS:
-            res.message = f"too long ({len(samples) / SAMPLE_RATE:.0f} s; the limit is {MAX_CLIP_SECONDS:.0f} s). Cut it."
+        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:
+            res.message = (f"not scored: this run already holds {total_s / 60:.0f} min of audio, the most one run "
+                           f"takes is {MAX_TOTAL_SECONDS / 60:.0f} min. Score the rest in another run.")
             continue
+        total_s += len(samples) / SAMPLE_RATE
         if not res.reference.strip():
             res.message = "no reference text for this file." + (f" {form_note}" if form_note else "")
             continue
-        if judge is None:
+        if model is None:
             hyp = meta.get("transcript")
             if hyp is None:
                 res.message = "no pasted transcript for this file." + (f" {form_note}" if form_note else "")
                 continue
         else:
-            model, lock = judge
+            asr, lock = model
             try:
                 with lock:
-                    hyp = model.transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(name).stem)
-            except Exception as exc:  # noqa: BLE001 - one clip's failure must not stop the others
-                res.message = f"transcription failed: {exc}"
+                    hyp = asr.transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(name).stem)
+            except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
+                log.exception("transcribing %s failed", name)
+                res.message = "transcription failed (see the server log)."
                 continue
         res.transcript = str(hyp)
         lang = _known_language(res.language)
@@ -249,7 +320,7 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
     scored = [r.scores for r in results if r.scores]
     corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
               for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
-    return ScoreReport(results, corpus, "pasted transcripts" if judge is None else judge_spec, segmentation)
+    return ScoreReport(results, corpus, "pasted transcripts" if model is None else judge, segmentation)
 
 
 def chart(report: ScoreReport):

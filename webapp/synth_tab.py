@@ -17,7 +17,7 @@ import numpy as np
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
+    APP_LIMITS, DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
     TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
 )
 from webapp.common import (
@@ -96,6 +96,7 @@ class SynthHandlers:
         req = req.with_(voice=_canonical_voice(req.voice, chosen.voices),
                         max_new_tokens=chosen.max_new_tokens_for(max_seconds))
         chosen.prompt_text(req)  # the voice, against this system's voices
+        chosen.check_size(req, APP_LIMITS)  # spoken length and audio budget (numbers can multiply a text)
         return chosen, req
 
     def synthesize(self, text: str, voice: str = "Ira", tone: str = "", accent: str = "", pace: str = "",

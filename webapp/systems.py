@@ -31,7 +31,7 @@ from rumik_app.audio import Audio
 from rumik_app.cli_args import BACKENDS, LOAD_OPTIONS
 from rumik_app.errors import RumikError
 from rumik_app.prompt import VOICES
-from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, RequestLimits, SynthesisRequest
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,14 @@ class LoadedSystem:
         from rumik_app.request import DEFAULT_MAX_NEW_TOKENS
 
         return self.engine.max_new_tokens_for(seconds) if self.engine is not None else DEFAULT_MAX_NEW_TOKENS
+
+    def check_size(self, req: SynthesisRequest, limits: RequestLimits) -> None:
+        """PromptError unless `req` fits the app's bounds: characters as typed and as spoken, and
+        (rumik engines, which plan chunks) seconds of audio summed over the chunks."""
+        if self.engine is not None:
+            self.engine.plan(req, limits)
+        else:
+            limits.check_spoken(req.text, req.spoken_text(limits.max_chars))
 
     def prompt_text(self, req: SynthesisRequest) -> str:
         """The exact string the model receives (`[BOS]` + §3 prompt); PromptError on bad input."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from evaluation.audio_io import AUDIO_EXTENSIONS, AudioLoadError, find_clip, load_audio
+from evaluation.audio_io import AUDIO_EXTENSIONS, LOCAL_MAX_SECONDS, AudioLoadError, find_clip, load_audio
 from evaluation.systems.base import SynthesisError, Synthesizer
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.request import SynthesisRequest
@@ -52,7 +52,7 @@ class FolderSystem(Synthesizer):
             raise SynthesisError("FolderSystem needs the clip id: synthesize(request, clip_id=...).")
         path = self.clip_path(clip_id, run)
         try:
-            samples = load_audio(path, SAMPLE_RATE)
+            samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
         except AudioLoadError as exc:
             raise SynthesisError(str(exc)) from exc
         return Audio(samples=samples, sample_rate=SAMPLE_RATE, seed=request.seed, info={"source": str(path)})

@@ -24,7 +24,9 @@ from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.config import RumikOSSConfig
-from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, SynthesisRequest, resolve_seed, tokens_for_seconds
+from rumik_app.request import (
+    DEFAULT_MAX_NEW_TOKENS, LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds,
+)
 from rumik_app.text.chunking import MAX_CHUNK_SECONDS, split_text
 from rumik_app.text.languages import expected_seconds
 
@@ -120,15 +122,23 @@ class BaseEngine:
         """Token budget for at most `seconds` of audio, in whole frames (PromptError outside 0-30 s)."""
         return tokens_for_seconds(seconds, self.layout.frame_rate_hz, self.layout.num_quantizers)
 
-    def plan(self, req: SynthesisRequest) -> list[SynthesisRequest]:
+    def plan(self, req: SynthesisRequest, limits: RequestLimits = LIBRARY_LIMITS) -> list[SynthesisRequest]:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
         of expected speech (docs/ARCHITECTURE.md §5). `max_new_tokens` caps each chunk.
 
         Chunks keep voice, description and sampling settings; chunk i uses seed + i. The text
         is normalised first (`req.spoken_text()`), so chunking and the expected durations see
         the spoken words; the chunk requests carry that text with `normalize=False`.
+        limits: a front end's bounds (PromptError past them): typed and spoken characters,
+        and audio seconds summed over the chunks.
         """
-        text = req.spoken_text()
+        text = req.spoken_text(limits.max_chars)
+        limits.check_spoken(req.text, text)
+        chunks = self._chunks(req, text)
+        limits.check_budget([c.max_new_tokens for c in chunks], self.layout.tokens_per_second)
+        return chunks
+
+    def _chunks(self, req: SynthesisRequest, text: str) -> list[SynthesisRequest]:
         seed = resolve_seed(req.seed)
         # Chunk size follows the default budget (or a larger one the caller set), never a
         # smaller one: max_new_tokens below the default truncates each chunk as asked,

@@ -332,7 +332,7 @@ class VLLMEngine(BaseEngine):
         stats gets seed, tokens, chunks, finish_reasons (as `TTSEngine.stream`) and
         prompt_tokens, updated as the request runs.
         """
-        plan = self.plan(req)
+        plan = await asyncio.to_thread(self.plan, req)  # normalising and chunking is CPU work: off the loop
         asm = self.assembler(plan, stats, first_frames, frames_per_piece)
         asm.stats["prompt_tokens"] = 0
         for chunk in plan:

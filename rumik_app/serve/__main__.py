@@ -32,6 +32,7 @@ from rumik_app.serve.protocol import (
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 API_KEY_ENV = "RUMIK_API_KEY"
+CONNECTION_HEADROOM = 32
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
         p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
+    if args.api_key is not None and not args.api_key.strip():
+        p.error(f"the API key is empty (--api-key or ${API_KEY_ENV}); an empty key would let every request in. "
+                f"Set a long random one, or unset {API_KEY_ENV} to run without a key.")
     args.engine_options = engine_options(p, args)  # {"backend": ..., device/dtype/compile and vLLM's, when given}
     args.engine_options.pop("backend")
     return args
@@ -85,8 +89,11 @@ def build_server(args: argparse.Namespace):
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_key,
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map)
+    # Connections beyond what the server can hold get 503 from uvicorn itself: every request
+    # that can decode or wait, plus room for /health, /metrics and the ones being refused.
+    concurrency = args.max_batch + args.max_queue + CONNECTION_HEADROOM
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.shutdown_timeout)
+                            timeout_graceful_shutdown=args.shutdown_timeout, limit_concurrency=concurrency)
     return SpeechServer(config, adapter)
 
 

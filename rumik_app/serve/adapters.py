@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.serve.protocol import (
     DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats, EngineFailed, ServerBusy,
     ShuttingDown, SpeechAdapter,
@@ -50,17 +50,19 @@ class SchedulerAdapter:
         self.sample_rate = self.engine.sample_rate
         self.voices = tuple(self.engine.voices)
         self.max_batch = scheduler.max_batch
+        self.limits = scheduler.limits
 
     @classmethod
     def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
-             max_prompt_tokens: int | None = None, **engine_options) -> "SchedulerAdapter":
+             max_prompt_tokens: int | None = None, limits: RequestLimits = SERVER_LIMITS,
+             **engine_options) -> "SchedulerAdapter":
         """Load the checkpoint (`load_engine`, backend "engine") and build the scheduler around it."""
         from rumik_app.engine.loading import load_engine
         from rumik_app.serve.scheduler import BatchScheduler
 
         engine = load_engine(model, backend="engine", **engine_options)
         sizes = {} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens}
-        return cls(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue, **sizes))
+        return cls(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue, limits=limits, **sizes))
 
     async def start(self) -> None:
         await asyncio.to_thread(self.scheduler.start)
@@ -75,7 +77,9 @@ class SchedulerAdapter:
             except RuntimeError:  # the loop is closed: nobody is listening any more
                 pass
 
-        job = self.scheduler.submit(req, sink=sink)
+        self.scheduler.check_admission()  # refuse a full queue before any work
+        chunks = await asyncio.to_thread(self.scheduler.prepare, req)  # normalise, tokenise, plan: off the loop
+        job = self.scheduler.submit(req, sink=sink, chunks=chunks)
         try:
             while True:
                 event = await events.get()
@@ -123,8 +127,9 @@ class AsyncEngineAdapter:
     backend = "vllm"
 
     def __init__(self, engine, max_batch: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
-                 owns_engine: bool = False):
+                 owns_engine: bool = False, limits: RequestLimits = SERVER_LIMITS):
         self.engine = engine
+        self.limits = limits
         self.sample_rate = int(engine.sample_rate)
         self.voices = tuple(engine.voices)
         self.max_batch = int(max_batch if max_batch is not None else getattr(engine, "max_num_seqs", DEFAULT_MAX_BATCH))
@@ -142,14 +147,14 @@ class AsyncEngineAdapter:
 
     @classmethod
     def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
-             **engine_options) -> "AsyncEngineAdapter":
+             limits: RequestLimits = SERVER_LIMITS, **engine_options) -> "AsyncEngineAdapter":
         """Start vLLM on `model` with `max_num_seqs=max_batch`; engine_options go to
         `load_engine(backend="vllm")` (device, dtype, compile, tensor_parallel_size,
         data_parallel_size, gpu_memory_utilization, ...)."""
         from rumik_app.engine.loading import load_engine
 
         engine = load_engine(model, backend="vllm", max_num_seqs=max_batch, **engine_options)
-        return cls(engine, max_batch=max_batch, max_queue=max_queue, owns_engine=True)
+        return cls(engine, max_batch=max_batch, max_queue=max_queue, owns_engine=True, limits=limits)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()  # from_pretrained has warmed vLLM up already
@@ -169,7 +174,8 @@ class AsyncEngineAdapter:
                              f"{self.max_batch} decode together, {self.max_queue} wait); retry shortly.")
 
     async def stream(self, req: SynthesisRequest, info: dict | None = None) -> AsyncIterator[np.ndarray]:
-        self._admit()
+        self._admit()  # cheap: a full queue is refused before any work
+        await asyncio.to_thread(self.engine.plan, req, self.limits)  # the bounds (PromptError), off the loop
         self._loop = self._loop or asyncio.get_running_loop()
         self._in_flight += 1
         self._peak_in_flight = max(self._peak_in_flight, self._in_flight)

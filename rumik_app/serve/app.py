@@ -5,7 +5,10 @@
 
 Routes: POST /v1/audio/speech (streamed), GET /v1/audio/voices, GET /v1/models,
 GET /health, GET /metrics. With an API key, the /v1 routes need `Authorization: Bearer KEY`
-(/health and /metrics stay open for load balancers and scrapers).
+(/health and /metrics stay open for load balancers and scrapers) and /docs and
+/openapi.json are closed. `RequestGate` runs in front of FastAPI: it checks the key from the
+headers alone and refuses a body over MAX_BODY_BYTES (413) before any of it is parsed, so a
+caller without the key, or with a huge body, costs the server nothing.
 
 A speech request is checked field by field (400 with OpenAI's error body), submitted to
 the adapter, and answered once its first audio is ready, so queue-full (503 +
@@ -27,25 +30,29 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 import uvicorn
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, PromptError
 from rumik_app.request import resolve_seed
+from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics
 from rumik_app.serve.protocol import (
     DEFAULT_SHUTDOWN_TIMEOUT_S, EngineFailed, ServerBusy, ShuttingDown, SpeechAdapter,
 )
 from rumik_app.serve.schema import (
-    SERVER_MAX_TEXT_CHARS, ApiError, SpeechJob, SpeechRequest, check_model, to_synthesis_request, validation_error,
+    ApiError, SpeechJob, SpeechRequest, check_model, to_synthesis_request, validation_error,
 )
 
 log = logging.getLogger(__name__)
 
 DISCONNECT_POLL_S = 0.25  # how often a request still waiting for its first audio checks its client
+# A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
+# else in this API takes a body.
+MAX_BODY_BYTES = 64 * 1024
 SEED_HEADER = "x-rumik-seed"  # the seed used (a random one when the request gave none): reproduces the audio
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request" (logged only; nobody receives it)
 
@@ -63,27 +70,61 @@ def _engine_error(exc: Exception) -> ApiError:
         return ApiError(503, str(exc), type="server_error", code=code,
                         headers={"Retry-After": str(exc.retry_after)})
     if isinstance(exc, EngineFailed):
-        return ApiError(500, f"The speech engine failed ({exc}); see the server log.", type="server_error",
+        log.error("the speech engine failed: %s", exc)
+        return ApiError(500, "The speech engine failed; the server log says why.", type="server_error",
                         code="backend_failed")
     log.error("speech request failed", exc_info=exc)
-    return ApiError(500, f"Synthesis failed ({type(exc).__name__}: {exc}); see the server log.", type="server_error",
-                    code="server_error")
+    return ApiError(500, "Synthesis failed; the server log says why.", type="server_error", code="server_error")
 
 
-def _api_key_check(api_key: str | None):
-    async def check(request: Request) -> None:
-        if api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if not header:
-            raise ApiError(401, "You didn't provide an API key. Send it as the header 'Authorization: Bearer KEY' "
-                                "(the openai client: api_key=KEY).", code="missing_api_key")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
-            raise ApiError(401, "Incorrect API key provided. Use the key the server was started with (--api-key).",
-                           code="invalid_api_key")
+def key_error(authorization: str | None, api_key: str | None) -> ApiError | None:
+    """The 401 for an Authorization header that does not carry `api_key` (None: it does, or no key is set)."""
+    if api_key is None:
+        return None
+    scheme, _, given = (authorization or "").partition(" ")
+    if not authorization:
+        return ApiError(401, "You didn't provide an API key. Send it as the header 'Authorization: Bearer KEY' "
+                             "(the openai client: api_key=KEY).", code="missing_api_key")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+        return ApiError(401, "Incorrect API key provided. Use the key the server was started with (--api-key).",
+                        code="invalid_api_key")
+    return None
 
-    return check
+
+class RequestGate:
+    """Pure ASGI, in front of FastAPI: the API key of /v1 routes from the headers alone, and
+    no body over `max_body` bytes (413), each refused before any body is read or parsed."""
+
+    def __init__(self, app, api_key: str | None, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES):
+        self.app, self.api_key, self.metrics, self.max_body = app, api_key, metrics, max_body
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refused = self._check_headers(scope)
+        if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            body = await read_body(receive, self.max_body)
+            if body is None:
+                refused = self._too_large()
+            else:
+                receive = replay(body, receive)
+        if refused is not None:
+            self.metrics.error(refused.code)
+            self.metrics.request_done(refused.status, "none")
+            return await send_json(send, refused.status, refused.body(), refused.headers)
+        await self.app(scope, receive, send)
+
+    def _check_headers(self, scope) -> ApiError | None:
+        if scope["path"].startswith("/v1"):
+            error = key_error(header(scope, b"authorization"), self.api_key)
+            if error is not None:
+                return error
+        length = declared_length(scope)
+        return self._too_large() if length is not None and length > self.max_body else None
+
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"The request body is larger than {self.max_body // 1024} KB; a speech request is a few "
+                             "KB.", code="request_too_large")
 
 
 async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> np.ndarray | None:
@@ -100,7 +141,7 @@ async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> n
 
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
-               max_text_chars: int = SERVER_MAX_TEXT_CHARS, shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+               shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
                voice_map: dict[str, str] | None = None) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `schema.parse_voice_map`)."""
@@ -117,9 +158,10 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
             adapter.begin_shutdown()
             await adapter.stop(shutdown_timeout)
 
-    app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan)
+    closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key is not None else {}
+    app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan, **closed)
     app.state.adapter, app.state.metrics = adapter, metrics
-    auth = [Depends(_api_key_check(api_key))]
+    app.add_middleware(RequestGate, api_key=api_key, metrics=metrics)
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -138,11 +180,12 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error_response(ApiError(exc.status_code, str(exc.detail), code=str(exc.status_code)))
 
-    @app.post("/v1/audio/speech", dependencies=auth)
+    @app.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, request: Request) -> Response:
         started = time.perf_counter()
         check_model(body.model, accepted)
-        spec = to_synthesis_request(body, adapter.voices, adapter.max_new_tokens_for, max_text_chars, voice_map)
+        spec = to_synthesis_request(body, adapter.voices, adapter.max_new_tokens_for, adapter.limits.max_chars,
+                                    voice_map)
         req = spec.request.with_(seed=resolve_seed(spec.request.seed))  # known now: sent back in a header
         info: dict = {}
         pieces = adapter.stream(req, info)
@@ -193,12 +236,12 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
             if not finished:
                 metrics.request_done(200, spec.response_format)
 
-    @app.get("/v1/models", dependencies=auth)
+    @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
                                             "owned_by": "rumik-ai", "backend": adapter.backend}]}
 
-    @app.get("/v1/audio/voices", dependencies=auth)
+    @app.get("/v1/audio/voices")
     async def voices() -> dict:
         return {"voices": list(adapter.voices), "aliases": dict(voice_map or {}), "note": VOICE_NOTE,
                 "tones": list(TONES), "accents": list(ACCENTS), "paces": list(PACES), "tags": list(ALLOWED_TAGS)}

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import RequestLimits, SynthesisRequest
 
 DEFAULT_MAX_BATCH = 16  # --max-batch: rows decoded together (vLLM: its max_num_seqs)
 DEFAULT_MAX_QUEUE = 256  # --max-queue: requests waiting for a row before 503
@@ -92,6 +92,7 @@ class SpeechAdapter(Protocol):
     sample_rate: int
     voices: tuple[str, ...]
     max_batch: int
+    limits: RequestLimits  # how much one request may ask for (typed/spoken characters, audio seconds)
 
     async def start(self) -> None: ...
 

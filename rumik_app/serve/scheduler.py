@@ -48,8 +48,8 @@ from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_NAMES, RowParams
 from rumik_app.decode.slots import FrameResult, SlotDecoder, cache_length
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
-from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, validate_text
-from rumik_app.request import MAX_NEW_TOKENS_CAP, SynthesisRequest
+from rumik_app.prompt import PromptError
+from rumik_app.request import MAX_NEW_TOKENS_CAP, SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.serve.protocol import (
     DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats,
     EngineFailed, ServerBusy, ShuttingDown,
@@ -149,19 +149,20 @@ class BatchScheduler:
 
     max_batch: slots decoded together; max_queue: requests waiting for a slot before
     `submit` raises ServerBusy; max_prompt_tokens: prompt tokens a chunk may take (sizes
-    the cache); max_text_chars: longest text accepted; first_frames / frames_per_piece:
+    the cache); limits: how much one request may ask for (typed and spoken characters, audio
+    seconds; default the speech server's); first_frames / frames_per_piece:
     frames per streamed piece (first, then the rest), as `TTSEngine.stream`.
     """
 
     def __init__(self, engine: TTSEngine, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
-                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, max_text_chars: int = MAX_TEXT_CHARS,
+                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, limits: RequestLimits = SERVER_LIMITS,
                  first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
         if engine.decoder != "fast":
             raise ValueError("the scheduler needs the fast decode path (TTSEngine(decoder='fast'))")
         if max_batch < 1 or max_queue < 0:
             raise ValueError("max_batch must be >= 1 and max_queue >= 0")
         self.engine, self.layout = engine, engine.layout
-        self.max_batch, self.max_queue, self.max_text_chars = max_batch, max_queue, max_text_chars
+        self.max_batch, self.max_queue, self.limits = max_batch, max_queue, limits
         self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
         cache = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
         self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache, pad_id=engine.pad_id,
@@ -194,10 +195,10 @@ class BatchScheduler:
             raise EngineFailed(f"warm-up failed: {self._error!r}") from self._error
 
     def prepare(self, req: SynthesisRequest) -> list[Chunk]:
-        """Validate a request and plan its chunks; PromptError says what to fix."""
-        validate_text(req.text, max_chars=self.max_text_chars)
+        """Validate a request and plan its chunks (CPU work: normalise, tokenise, plan; any
+        thread); PromptError says what to fix."""
         chunks = []
-        for chunk in self.engine.plan(req):
+        for chunk in self.engine.plan(req, self.limits):
             ids = self.engine.prompt_ids(chunk)
             row = self.engine.row_params(chunk)
             need = len(ids) + row.max_new_tokens
@@ -210,17 +211,29 @@ class BatchScheduler:
             chunks.append(Chunk(chunk, ids, row))
         return chunks
 
-    def submit(self, req: SynthesisRequest, sink: Callable[[object], None] | None = None) -> Job:
-        """Queue a request; raises PromptError, ServerBusy (queue full), ShuttingDown, EngineFailed."""
-        chunks = self.prepare(req)
+    def check_admission(self) -> None:
+        """Raise EngineFailed, ShuttingDown or ServerBusy (queue full) now: cheap, so a server
+        can refuse before it spends CPU on preparing the request."""
+        with self._cond:
+            self._check_admission()
+
+    def _check_admission(self) -> None:
+        if self._error is not None:
+            raise EngineFailed(f"the decode loop stopped: {self._error!r}")
+        if self._closing:
+            raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
+        if self._queued() >= self.max_queue:
+            raise ServerBusy(f"The server is busy: {self.max_queue} requests are already waiting; retry shortly.")
+
+    def submit(self, req: SynthesisRequest, sink: Callable[[object], None] | None = None,
+               chunks: list[Chunk] | None = None) -> Job:
+        """Queue a request (`chunks`: its `prepare(req)`, when done already, e.g. in a worker
+        thread); raises PromptError, ServerBusy (queue full), ShuttingDown, EngineFailed."""
+        self.check_admission()
+        chunks = chunks if chunks is not None else self.prepare(req)
         assembler = self.engine.assembler([c.request for c in chunks], None, self.first_frames, self.frames_per_piece)
         with self._cond:
-            if self._error is not None:
-                raise EngineFailed(f"the decode loop stopped: {self._error!r}")
-            if self._closing:
-                raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
-            if self._queued() >= self.max_queue:
-                raise ServerBusy(f"The server is busy: {self.max_queue} requests are already waiting; retry shortly.")
+            self._check_admission()
             job = Job(req, chunks, assembler, sink, self._wake)
             self._waiting.append((job, 0))
             self._cond.notify()

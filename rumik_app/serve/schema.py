@@ -31,14 +31,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from rumik_app.prompt import PromptError, format_description, normalize_voice, validate_text
-from rumik_app.request import SynthesisRequest, check_seed
+from rumik_app.request import SERVER_LIMITS, SynthesisRequest, check_seed
 from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 
-# Longest `input` the server takes: OpenAI's documented limit for this endpoint, which
-# clients and voice-agent frameworks already split text for. Longer texts go through the
-# CLI or the library (50,000 characters, chunked); a server should not let one request
-# hold a batch row for many minutes.
-SERVER_MAX_TEXT_CHARS = 4_096
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 # `model` values accepted besides the served name: OpenAI's TTS model names, which clients
@@ -169,7 +164,7 @@ def parse_voice_map(spec: str | None, voices: Sequence[str]) -> dict[str, str]:
 
 
 def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tokens_for: Callable[[float], int],
-                         max_text_chars: int = SERVER_MAX_TEXT_CHARS,
+                         max_text_chars: int = SERVER_LIMITS.max_chars,
                          voice_map: dict[str, str] | None = None) -> SpeechJob:
     """Check every field and build the SynthesisRequest; ApiError names the field and the fix.
 

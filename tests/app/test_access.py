@@ -252,7 +252,7 @@ def test_main_wires_logins_admin_password_and_data_dir(tmp_path, monkeypatch, ca
     import app
 
     launched = {}
-    monkeypatch.setattr(app, "launch", lambda demo, host, port, share=False, logins=None: launched.update(
+    monkeypatch.setattr(app, "launch", lambda demo, host, port, share=False, logins=None, allowed_hosts=(): launched.update(
         demo=demo, logins=logins))
     monkeypatch.setenv(ADMIN_PASSWORD_ENV, SECRET)
     monkeypatch.delenv(AUTH_ENV, raising=False)

@@ -116,7 +116,7 @@ def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
     summary, table, plot, csv_path = client.predict(
         files=[handle_file(str(clips / "hello.wav")), handle_file(str(clips / "broken.wav"))],
         references="hello.wav | hello world this is a test\nbroken.wav | hello", manifest=None, judge="pocketsphinx",
-        hf_model="", transcripts="", language="en", api_name="/evaluate")
+        transcripts="", language="en", api_name="/evaluate")
     rows = {r[0]: r for r in table["data"]}
     assert isinstance(rows["hello.wav"][3], str) and rows["hello.wav"][4] is not None  # transcribed and scored
     assert "unreadable" in rows["broken.wav"][-1]
@@ -124,7 +124,7 @@ def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
     assert plot is not None and csv_path.endswith(".csv")
     summary, table, _, csv_path = client.predict(
         files=[handle_file(str(clips / "hello.wav")), handle_file(str(clips / "laugh.wav"))],
-        references=HINDI_REFS, manifest=None, judge="pasted", hf_model="", transcripts=HINDI_HYPS, language="hi",
+        references=HINDI_REFS, manifest=None, judge="pasted", transcripts=HINDI_HYPS, language="hi",
         segmentation="unicode", api_name="/evaluate")
     assert f"GCER (unicode) {7 / 42:.3f}" in summary and "GCER segmentation unicode: regex" in summary
     with open(csv_path, newline="", encoding="utf-8") as f:
@@ -132,20 +132,24 @@ def test_evaluate_endpoint_with_uploads_and_an_asr_judge(client, clips):
     assert float(rows["hello.wav"]["GCER"]) == pytest.approx(4 / 20)
     assert rows["hello.wav"]["GCER rules"].startswith("unicode: regex ")
     with pytest.raises(AppError, match="Upload at least one clip"):
-        client.predict(files=[], references="", manifest=None, judge="pasted", hf_model="", transcripts="",
+        client.predict(files=[], references="", manifest=None, judge="pasted", transcripts="",
                        language="", api_name="/evaluate")
 
 
 def test_an_unavailable_hub_judge_fails_at_once_in_the_forms_own_terms(clips, monkeypatch, hub_downloads):
-    """Offline (or the hub out of reach), a Hugging Face judge that is not cached fails without
-    a download attempt; the first output already cleared the old scores; the fix names the form's fields."""
+    """Offline (or the hub out of reach), an offered Hugging Face judge that is not cached fails
+    without a download attempt; the first output already cleared the old scores; the fix names
+    the form's choices and the operator's flag."""
     import gradio as gr
 
-    from webapp.evaluate_tab import evaluate
+    from webapp.evaluate_tab import EvaluateHandlers
+    from webapp.scoring import JudgeCatalog
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     calls = hub_downloads
-    runs = evaluate([str(clips / "hello.wav")], "hello.wav | hello world", None, "hf", "nobody-here/asr-xyz", "", "en")
+    handlers = EvaluateHandlers(JudgeCatalog(["nobody-here/asr-xyz"]))
+    runs = handlers.evaluate([str(clips / "hello.wav")], "hello.wav | hello world", None, "hf:nobody-here/asr-xyz",
+                             "", "en")
     first = next(runs)
     assert first[0].startswith("Loading the ASR judge") and first[1:] == (None, None, None)
     shown = next(runs)
@@ -154,9 +158,8 @@ def test_an_unavailable_hub_judge_fails_at_once_in_the_forms_own_terms(clips, mo
     with pytest.raises(gr.Error) as err:
         next(runs)
     message = err.value.message
-    assert "“Hugging Face model id or folder”" in message and "“pocketsphinx (English, offline)”" in message
+    assert "“pocketsphinx (English, offline)”" in message and "--asr-model" in message
     assert "“Pasted transcripts”" in message and "hf download nobody-here/asr-xyz" in message
-    assert "--asr" not in message  # no command-line flags in a web form
     assert calls and all(c.get("local_files_only") for c in calls), calls  # the cache was read; nothing downloaded
 
 

@@ -147,7 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           + ("sign in as 'admin' with the admin password" if admin.enabled else
              f"off (no admin password: set ${ADMIN_PASSWORD_ENV}; results: `python -m webapp.campaign results`)"),
           flush=True)
-    launch_campaign(demo, admin, args.host, args.port, args.share)
+    launch_campaign(demo, admin, args.host, args.port, args.share, allowed_hosts=tuple(args.allowed_host))
     return 0
 
 
@@ -196,6 +196,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     s.add_argument("--port", type=int, default=DEFAULT_PORT)
     s.add_argument("--share", action="store_true")
+    s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name raters reach this server by besides this machine's own (repeatable; "
+                        "*.example.org for a domain); other Host headers are refused (DNS rebinding)")
     s.add_argument("--admin-password", default=None,
                    help=f"the admin login's password (default: ${ADMIN_PASSWORD_ENV}; prefer the variable)")
     args = p.parse_args(argv)

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
-from evaluation.audio_io import AudioLoadError, check_audio, file_sha256, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
 from evaluation.run import build_request, clip_seed
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
@@ -73,7 +73,7 @@ def _record(campaign: Campaign, prompt: dict, index: int, seed: int, request: Sy
     if error is None:
         path = campaign.clip_file(rec)
         try:
-            samples = load_audio(path, SAMPLE_RATE)
+            samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
             rec["sha256"], rec["duration"] = file_sha256(path), round(len(samples) / SAMPLE_RATE, 3)
             check_audio(samples, SAMPLE_RATE, where=f"{prompt['id']} ({condition.id})")
         except AudioLoadError as exc:  # silent or very short: still a system's output, rated as such

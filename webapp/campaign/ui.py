@@ -38,6 +38,7 @@ from webapp.campaign.queues import RaterQueues, ShownItem
 from webapp.campaign.raters import ADMIN_USER, CampaignLogin, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
 from webapp.common import UserError, user_errors
+from webapp.guard import VisitorGuard
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX
 from webapp.storage import DataLayout, ServedFolder, check_not_served, served_roots
 
@@ -240,8 +241,9 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
 
 
 def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int = 7870, share: bool = False,
-                    prevent_thread_lock: bool = False):
-    """Serve the campaign app behind the raters' and the admin's logins."""
+                    prevent_thread_lock: bool = False, allowed_hosts: tuple[str, ...] = ()):
+    """Serve the campaign app behind the raters' and the admin's logins, and behind the
+    visitor guard (`webapp.guard`: no URL fetches, bounded bodies, our hosts and origins only)."""
     layout, served = demo.data_layout, demo.served_folder
     check_not_served(layout, served_roots(served))
     login = CampaignLogin(RatersFile(raters_path(layout)), admin)
@@ -250,4 +252,5 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
                        allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
                        auth=login.acheck, auth_message=f"Sign in with your rater name and password (admin: user "
                                                 f"'{ADMIN_USER}').",
-                       run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS, quiet=prevent_thread_lock)
+                       run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS, quiet=prevent_thread_lock,
+                       app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
