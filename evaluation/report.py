@@ -14,6 +14,7 @@ prints as an empty cell in CSV and as "n/a" in markdown.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,16 +43,34 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]], dig
     return "\n".join(lines)
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection: a
+# rater's comment "=HYPERLINK(...)" in an export); such text cells get a leading apostrophe.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell: None empty, formula-like text defused, numbers as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def write_csv(path: str | Path, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> Path:
-    """Write a CSV with a header row; None becomes an empty cell. Parent folders are created."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
+    """Write a CSV with a header row, atomically (owner-only, like every file written through
+    `rumik_app.files`); None becomes an empty cell, formula-like text is defused (`csv_cell`).
+    Parent folders are created."""
+    def write(f) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        writer = csv.writer(text)
         writer.writerow(headers)
         for row in rows:
-            writer.writerow(["" if v is None else v for v in row])
-    return path
+            writer.writerow([csv_cell(v) for v in row])
+        text.flush()
+        text.detach()  # atomic_write flushes, syncs and closes the file itself
+
+    return atomic_write(path, write)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -83,8 +84,11 @@ def set_seed(seed: int, deterministic: bool = False) -> None:
 
 
 def rng_state() -> dict:
-    """Every RNG state this process uses (python, numpy, torch CPU, torch CUDA)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG state this process uses (python, numpy, torch CPU, torch CUDA), in the plain
+    types (tensors, ints, floats, tuples) that `torch.load(weights_only=True)` accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss))}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -92,7 +96,8 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -327,7 +332,12 @@ def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Opti
     if not path.exists():
         raise CheckpointError(f"{path} is missing; {ckpt_dir} is not a training checkpoint "
                               f"(resume from OUT/checkpoints/step_XXXXXXXX or pass a fresh --out).")
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    try:  # weights only: a checkpoint folder can never run code (a pickle could)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path} holds objects other than tensors and plain values, so it was not loaded "
+                              "(a training state is never unpickled). Resume from a checkpoint this project "
+                              f"wrote, or start fresh in a new --out. ({str(exc).splitlines()[0]})") from None
     if model is not None and "model" in payload:
         missing, unexpected = model.load_state_dict(payload["model"], strict=False)
         missing = [k for k in missing if k != "lm_head.weight"]

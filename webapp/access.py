@@ -12,14 +12,19 @@ No admin password configured (local use) means results and exports are open to e
 can reach the app, as before. Passwords are compared in constant time (`hmac.compare_digest`)
 and never logged or echoed. The campaign logins of a later issue build on `AdminGate`.
 
-Guessing is slowed by `GuessThrottle`: after 5 wrong passwords in a row for one user name (or
-for the admin password form), further tries for it are refused without being checked for a
-pause that doubles from 1 s up to 5 min; a right password resets the count. A visitor who
-guesses can therefore hold a login back for at most 5 minutes at a time, never read it.
+Guessing is slowed by `GuessThrottle`, keyed on the login name *and* the client's address
+(`webapp.guard.client_address()`): after 5 wrong passwords in a row for one name from one
+address, further tries are refused without being checked for a pause that doubles from 1 s up
+to 5 min; one address also gets at most 30 failures over all names before its own pause
+(a flood of invented names). A right password resets the name's count. Each try is counted
+before its password is checked (under one lock), so parallel tries cannot all slip into one
+window; entries that are paused or failed recently are never forgotten to make room. So a
+guesser slows only itself: the real user, from another address, is never locked out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import os
@@ -30,17 +35,21 @@ from pathlib import Path
 
 from rumik_app.errors import RumikError
 from webapp.common import UserError
+from webapp.guard import client_address
 
 log = logging.getLogger(__name__)
 
 ADMIN_PASSWORD_ENV = "RUMIK_ADMIN_PASSWORD"
 AUTH_ENV = "RUMIK_APP_AUTH"  # lines of USER:PASS, like --auth-file (a Space secret)
 MIN_ADMIN_PASSWORD_CHARS = 12  # shorter ones work, with a warning: the password form can be tried over HTTP
-FREE_FAILURES = 5          # wrong passwords in a row before a key is slowed down (typos are free)
+FREE_FAILURES = 5          # wrong passwords in a row for one name and address before it slows (typos are free)
+ADDRESS_FREE_FAILURES = 30  # wrong passwords from one address, over all names, before the address slows
 FIRST_BACKOFF_S = 1.0      # the first pause; it doubles with every further failure ...
 MAX_BACKOFF_S = 300.0      # ... up to this, so a guesser can hold a login back 5 min at most
+RECENT_S = 3 * MAX_BACKOFF_S  # a failure this recent is never forgotten to make room
 MAX_TRACKED_KEYS = 10_000  # bounds memory when guessers invent user names
-ADMIN_FORM_KEY = "\0admin-form"  # the admin password form's key (no user name can contain NUL)
+ADMIN_FORM_KEY = "\0admin-form"  # the admin password form's name (no user name can contain NUL)
+MAX_NAME_CHARS = 256
 
 
 class AccessDenied(UserError):
@@ -57,57 +66,79 @@ def same_secret(supplied: str | None, expected: str) -> bool:
 
 
 class GuessThrottle:
-    """Per-key (user name) brake on password guessing; thread-safe (Gradio checks logins on
-    worker threads). `wait_s(key)` > 0 means: refuse without checking the password."""
+    """Brake on password guessing per (name, client address) and per address; thread-safe
+    (Gradio checks logins on worker threads). See the module docstring."""
 
     def __init__(self, free_failures: int = FREE_FAILURES, first_backoff_s: float = FIRST_BACKOFF_S,
-                 max_backoff_s: float = MAX_BACKOFF_S, clock: Callable[[], float] = time.monotonic):
+                 max_backoff_s: float = MAX_BACKOFF_S, clock: Callable[[], float] = time.monotonic,
+                 address_free_failures: int = ADDRESS_FREE_FAILURES, max_keys: int = MAX_TRACKED_KEYS):
         self.free_failures, self.first_backoff_s, self.max_backoff_s = free_failures, first_backoff_s, max_backoff_s
+        self.address_free_failures, self.max_keys = address_free_failures, max_keys
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, tuple[int, float]] = {}  # key -> (failures in a row, time of the last)
 
     @staticmethod
     def key(username: str | None) -> str:
-        return (username or "").casefold()[:256]
+        return (username or "").casefold()[:MAX_NAME_CHARS]
 
-    def _backoff_s(self, failures: int) -> float:
-        extra = failures - self.free_failures
+    def _keys(self, name: str, address: str | None) -> list[tuple[str, int]]:
+        """(key, free failures) of a try: the name at this address, and the address."""
+        address = client_address() if address is None else address
+        return [(f"{self.key(name)}\0{address}", self.free_failures), (f"\0address\0{address}", self.address_free_failures)]
+
+    def _backoff_s(self, failures: int, free: int) -> float:
+        extra = failures - free
         return 0.0 if extra < 0 else min(self.max_backoff_s, self.first_backoff_s * 2.0 ** extra)
 
-    def wait_s(self, key: str) -> float:
-        """Seconds before `key` may be tried again (0: now)."""
+    def _wait(self, key: str, free: int, now: float) -> float:
+        failures, last = self._failures.get(key, (0, 0.0))
+        return max(0.0, last + self._backoff_s(failures, free) - now) if failures else 0.0
+
+    def wait_s(self, name: str, address: str | None = None) -> float:
+        """Seconds before `name` may be tried again from `address` (default: this request's; 0: now)."""
         with self._lock:
-            failures, last = self._failures.get(key, (0, 0.0))
-        return max(0.0, last + self._backoff_s(failures) - self._clock()) if failures else 0.0
+            now = self._clock()
+            return max(self._wait(k, free, now) for k, free in self._keys(name, address))
 
-    def record(self, key: str, ok: bool) -> None:
+    def check(self, name: str, verify: Callable[[], bool], address: str | None = None) -> bool:
+        """`verify()` unless paused (then False, unchecked). The try is counted as a failure
+        before `verify` runs and uncounted if it succeeds, all under the lock: parallel tries
+        see each other."""
+        keys = self._keys(name, address)
         with self._lock:
-            if ok:
-                self._failures.pop(key, None)
-                return
-            failures, _ = self._failures.get(key, (0, 0.0))
-            if len(self._failures) >= MAX_TRACKED_KEYS and key not in self._failures:
-                self._forget_stale()
-            self._failures[key] = (failures + 1, self._clock())
-            if failures + 1 == self.free_failures:
-                log.warning("%d wrong passwords in a row for one login: slowing further tries down", failures + 1)
-
-    def _forget_stale(self) -> None:
-        """Drop keys whose pause is over; if guessers still fill the table, drop the oldest half."""
-        now = self._clock()
-        self._failures = {k: (n, t) for k, (n, t) in self._failures.items() if t + self._backoff_s(n) > now}
-        if len(self._failures) >= MAX_TRACKED_KEYS:
-            newest = sorted(self._failures.items(), key=lambda item: item[1][1])[MAX_TRACKED_KEYS // 2:]
-            self._failures = dict(newest)
-
-    def check(self, key: str, verify: Callable[[], bool]) -> bool:
-        """`verify()` unless `key` is paused (then False, unchecked); records the outcome."""
-        if self.wait_s(key) > 0:
-            return False
+            now = self._clock()
+            if any(self._wait(k, free, now) > 0 for k, free in keys) or not self._make_room(keys, now):
+                return False
+            for k, free in keys:
+                failures, _ = self._failures.get(k, (0, 0.0))
+                self._failures[k] = (failures + 1, now)
+                if failures + 1 == free:
+                    log.warning("%d wrong passwords in a row for one login: slowing further tries down", failures + 1)
         ok = bool(verify())
-        self.record(key, ok)
+        if ok:
+            with self._lock:
+                self._failures.pop(keys[0][0], None)
+                failures, last = self._failures.get(keys[1][0], (1, now))
+                if failures <= 1:
+                    self._failures.pop(keys[1][0], None)
+                else:
+                    self._failures[keys[1][0]] = (failures - 1, last)
         return ok
+
+    def _make_room(self, keys, now: float) -> bool:
+        """Room for the try's keys (under the lock): forget entries neither paused nor recent;
+        False (refuse the try) when every tracked entry is one of those."""
+        new = sum(k not in self._failures for k, _ in keys)
+        if len(self._failures) + new <= self.max_keys:
+            return True
+        self._failures = {k: (n, t) for k, (n, t) in self._failures.items()
+                          if now - t < RECENT_S or t + self._backoff_s(n, self.free_failures) > now}
+        if len(self._failures) + new <= self.max_keys:
+            return True
+        log.warning("password guessing from many addresses: %d sign-in entries tracked, refusing new ones",
+                    len(self._failures))
+        return False
 
 
 class AdminGate:
@@ -131,24 +162,28 @@ class AdminGate:
     def enabled(self) -> bool:
         return self._password is not None
 
+    def fingerprint(self) -> str:
+        """A digest of the password, for session tables (a changed password ends old sessions)."""
+        return hashlib.sha256(b"rumik-admin\0" + (self._password or "").encode("utf-8")).hexdigest()
+
     def allows(self, supplied: str | None) -> bool:
         return not self.enabled or same_secret(supplied, self._password)
 
-    def require(self, supplied: str | None, action: str) -> None:
-        """Raise AccessDenied (a readable UI error) unless the admin password matches."""
+    def require(self, supplied: str | None, action: str, address: str | None = None) -> None:
+        """Raise AccessDenied (a readable UI error) unless the admin password matches.
+        address: the client's (a Gradio handler's `request.client.host`), for the throttle."""
         if not self.enabled:
             return
         if not supplied:
             log.warning("%s refused: no admin password", action)
             raise AccessDenied(f"{action} needs the admin password: enter it under 'Results and export' "
                                "(API: admin_password=...).")
-        wait = self.throttle.wait_s(ADMIN_FORM_KEY)
-        if wait > 0:
-            raise AccessDenied(f"{action}: too many wrong admin passwords; try again in {wait:.0f} s.")
-        ok = self.allows(supplied)
-        self.throttle.record(ADMIN_FORM_KEY, ok)
-        if ok:
+        checked = []
+        if self.throttle.check(ADMIN_FORM_KEY, lambda: checked.append(1) or self.allows(supplied), address):
             return
+        if not checked:  # paused: refused unchecked
+            wait = self.throttle.wait_s(ADMIN_FORM_KEY, address)
+            raise AccessDenied(f"{action}: too many wrong admin passwords; try again in {max(wait, 1):.0f} s.")
         log.warning("%s refused: wrong admin password", action)
         raise AccessDenied(f"{action}: wrong admin password.")
 
@@ -203,7 +238,7 @@ class LoginCheck:
         self.throttle = throttle or GuessThrottle()
 
     def __call__(self, username: str, password: str) -> bool:
-        return self.throttle.check(GuessThrottle.key(username), lambda: self._matches(username, password))
+        return self.throttle.check(username, lambda: self._matches(username, password))
 
     def _matches(self, username: str, password: str) -> bool:
         ok = False

@@ -12,6 +12,8 @@ import hashlib
 import html
 import logging
 import os
+import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +39,38 @@ class UserError(RumikError, ValueError):
 
 
 USER_ERRORS = (UserError, PromptError, SystemUnavailable, CheckpointError)
+
+# Form fields a visitor types that end up in stored ratings, exports and the admin's results
+# view: each has a length and a character set, so none can break an export (a 300-character
+# name as a file name), pass as another system (an export id), or carry Markdown (an image
+# that calls home from the admin's page). Letters of every script count as letters (\w).
+NAME_PATTERN = re.compile(r"^[\w][\w .'-]{0,63}$")        # a rater's name
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")  # an export label: becomes part of a file name
+PROMPT_ID_PATTERN = re.compile(r"^[\w][\w.:-]{0,127}$")
+MAX_COMMENT_CHARS = 2_000
+MAX_PASSWORD_CHARS = 256
+
+
+def check_field(value: object, what: str, pattern: re.Pattern, rule: str) -> str:
+    """`value` stripped, or UserError naming the field and what it may hold."""
+    text = ("" if value is None else str(value)).strip()
+    if not pattern.match(text):
+        raise UserError(f"The {what} may be {rule}.")
+    return text
+
+
+def check_length(value: object, what: str, max_chars: int) -> str:
+    text = "" if value is None else str(value)
+    if len(text) > max_chars:
+        raise UserError(f"The {what} is {len(text):,} characters; at most {max_chars:,} are kept. Shorten it.")
+    return text
+
+
+def safe_file_name(name: str, max_chars: int = 40) -> str:
+    """A file-name part for any string: its safe characters, cut short, plus a hash of the
+    whole, so different names never share a file (however many characters they differ in)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:max_chars] or "x"
+    return f"{slug}-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:8]}"
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
@@ -84,9 +118,10 @@ def user_errors(action: str) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - a visitor never sees a traceback
         if isinstance(exc, _known_errors()):
             raise ui_error(str(exc)) from None
-        log.exception("%s failed", action)
-        raise ui_error(f"{action} failed ({type(exc).__name__}: {exc}). If this keeps happening, report it with the "
-                       "server log.") from None
+        incident = secrets.token_hex(4)
+        log.exception("%s failed (incident %s)", action, incident)  # paths and library messages stay in the log
+        raise ui_error(f"{action} failed: an internal error (incident {incident}). If this keeps happening, report "
+                       "it with that number; the server log has the details.") from None
 
 
 def ui_error(message: str):

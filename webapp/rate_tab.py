@@ -19,15 +19,24 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import gradio as gr
+
 from evaluation import indicemo, nova
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
 from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE
 from webapp.access import AdminGate
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
+    LABEL_PATTERN,
+    MAX_COMMENT_CHARS,
+    MAX_PASSWORD_CHARS,
     MIN_SECONDS,
+    NAME_PATTERN,
+    PROMPT_ID_PATTERN,
     SYNTH_CONCURRENCY,
     UserError,
+    check_field,
+    check_length,
     checked_slider,
     sha256_file,
     user_errors,
@@ -35,7 +44,7 @@ from webapp.common import (
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
 from webapp.storage import DataLayout
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
-from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SystemRegistry
+from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "evaluation" / "prompts"
 LABELS = ("Clip 1", "Clip 2")
@@ -105,6 +114,31 @@ def system_ids(registry: SystemRegistry, a: dict, b: dict) -> tuple[str, str]:
     return f"{names[0]} ({fmt(a)})", f"{names[1]} ({fmt(b)})"
 
 
+def _address(request) -> str:
+    """The client's address of a Gradio event ("" without a request, e.g. in a test)."""
+    client = getattr(request, "client", None)
+    return getattr(client, "host", "") or ""
+
+
+def check_label(label: object) -> str:
+    """An export label ("" = none): letters, digits and . _ -, at most 40, and not a system's
+    name (a label only ever adds to the real system's id; see `export_id`)."""
+    text = ("" if label is None else str(label)).strip()
+    if not text:
+        return ""
+    check_field(text, "export label", LABEL_PATTERN, "1-40 letters, digits and . _ - (no spaces)")
+    if text.casefold() in {k.casefold() for k in SYSTEM_KEYS}:
+        raise UserError(f"The export label {text!r} is a system's name; a label names a variant of a system, e.g. "
+                        "'ckpt-2000'.")
+    return text
+
+
+def export_id(system: str, label: str, auto: str, registry: SystemRegistry) -> str:
+    """The id a clip is exported under: the automatic one, or with a label "<system>:<label>",
+    so the real system always leads (a label cannot credit one system's clip to another)."""
+    return f"{registry.resolve_key(system)}:{label}" if label else auto
+
+
 class RateHandlers:
     """The Compare & rate functions. Rated clips and exports are kept in the private data dir
     (`layout`); visitors get copies under random names from the served folder. Results and
@@ -159,11 +193,14 @@ class RateHandlers:
                                       s["temperature"], DEFAULT_TOP_K, DEFAULT_TOP_P, max_seconds, s["system"])
                      for s in sides]
             auto = system_ids(self.registry, *sides)
-            ids = [(s["label"] or "").strip() or a for s, a in zip(sides, auto)]
+            labels = [check_label(s["label"]) for s in sides]
+            ids = [export_id(s["system"], label, a, self.registry) for s, label, a in zip(sides, labels, auto)]
             if ids[0] == ids[1]:
                 raise UserError(f"A and B would both be exported as {ids[0]!r}; give them different labels.")
             trial_id = uuid.uuid4().hex[:16]
             prompt_id = (prompt_id or "").strip() or "typed-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:10]
+            prompt_id = check_field(prompt_id, "prompt id", PROMPT_ID_PATTERN,
+                                    "1-128 letters, digits and . : _ - (no spaces)")
             order = [0, 1]
             secrets.SystemRandom().shuffle(order)
             clips = []
@@ -173,7 +210,7 @@ class RateHandlers:
                 path = audio.save(self.layout.rated_clip(trial_id, label))  # private archive of what was rated
                 settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
                             "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,
-                            "max_seconds": float(max_seconds)}
+                            "max_seconds": float(max_seconds), "label": labels[k]}
                 clips.append(TrialClip(label, "AB"[k], ids[k], settings, audio.seed, sha256_file(path), str(path)))
             trial = Trial(trial_id, prompt_id, text, delivery, clips)
             self.store.add_trial(trial)
@@ -196,11 +233,16 @@ class RateHandlers:
         return (served[0], served[1], trial_id, info, None, None, *tag_updates, None, "")
 
     def submit(self, rater, trial_id, score_1, score_2, preference, heard_1=None, where_1=None, heard_2=None,
-               where_2=None, comment="") -> str:
-        """Store one rating (idempotent per rater and trial); returns a status line."""
+               where_2=None, comment="", request: gr.Request = None) -> str:
+        """Store one rating (idempotent per rater and trial); returns a status line. Behind
+        `--auth` the rater is the signed-in user, whatever the form says."""
         with user_errors("Submitting the rating"):
             if not (trial_id or "").strip():
                 raise UserError("Generate a pair first, then rate it.")
+            signed_in = getattr(request, "username", None) if request is not None else None
+            rater = signed_in or check_field(rater, "rater name", NAME_PATTERN,
+                                             "1-64 letters, digits, spaces and . ' - (starting with a letter or digit)")
+            comment = check_length(comment, "comment", MAX_COMMENT_CHARS)
             ratings = []
             for label, score, heard, where in zip(LABELS, (score_1, score_2), (heard_1, heard_2), (where_1, where_2)):
                 if score in (None, ""):
@@ -219,16 +261,18 @@ class RateHandlers:
             return f"Already stored: this pair was rated by {sub.rater.strip()} before (submission `{sub.key()}`). Generate a new pair."
         return f"✓ Stored (submission `{sub.key()}`; {total} in total). Generate the next pair."
 
-    def results(self, admin_password: str = "") -> tuple[str, dict]:
+    def results(self, admin_password: str = "", request: gr.Request = None) -> tuple[str, dict]:
         """(markdown report, numbers) over every stored rating; admin only if a password is set."""
         with user_errors("Aggregating the results"):
-            self.admin.require(admin_password, "Showing the results")
+            self.admin.require(check_length(admin_password, "password", MAX_PASSWORD_CHARS), "Showing the results",
+                               _address(request))
             return self.store.results()
 
-    def export(self, admin_password: str = "") -> list[str]:
+    def export(self, admin_password: str = "", request: gr.Request = None) -> list[str]:
         """Write an export into the data dir (kept there) and return download copies of its main files."""
         with user_errors("Exporting"):
-            self.admin.require(admin_password, "Exporting the ratings")
+            self.admin.require(check_length(admin_password, "password", MAX_PASSWORD_CHARS), "Exporting the ratings",
+                               _address(request))
             out = self.layout.new_export_dir()
             files = self.store.export(out)
             # The zip keeps the folder layout (transcripts per system); the loose files are the main ones.

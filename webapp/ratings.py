@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
+import os
 import sqlite3
 import zipfile
 from collections import defaultdict
@@ -39,6 +39,7 @@ from pathlib import Path
 from evaluation import indicemo, nova
 from evaluation.report import markdown_table, write_csv, write_jsonl
 from rumik_app.errors import RumikError
+from webapp.common import safe_file_name
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
@@ -164,6 +165,9 @@ class Submission:
         return self.submission_id or f"{self.trial_id}:{self.rater.strip().casefold()}"
 
 
+PRIVATE_MODE = 0o600
+
+
 class SQLiteStore:
     """One SQLite database file with this module's durability rules (WAL, synchronous=FULL,
     a fresh connection per call, `BEGIN IMMEDIATE` transactions). Subclasses set `SCHEMA`
@@ -177,6 +181,10 @@ class SQLiteStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Owner-only: ratings, rater names and the clip-to-system map are private (SQLite gives
+        # its -wal and -shm files the database's mode).
+        os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE))
+        os.chmod(self.path, PRIVATE_MODE)
         with self._connect() as con:
             con.execute("PRAGMA journal_mode=WAL")
             con.executescript(META_SCHEMA + self.SCHEMA)
@@ -307,7 +315,7 @@ class RatingStore(SQLiteStore):
         for system, raters in sorted(runs.items()):
             for rater, rater_runs in sorted(raters.items()):
                 for k, lines in enumerate(rater_runs, 1):
-                    path = out / "nova_transcripts" / _slug(system) / f"{_slug(rater)}_run{k}.jsonl"
+                    path = out / "nova_transcripts" / safe_file_name(system) / f"{safe_file_name(rater)}_run{k}.jsonl"
                     files.append(write_jsonl(path, lines))
                     manifest["nova_transcripts"].append(
                         {"system": system, "listener": rater, "run": k, "path": str(path.relative_to(out))})
@@ -353,10 +361,6 @@ def _check_ratings(trial: Trial, clips: dict[str, TrialClip], rated: dict[str, C
             raise RatingError(f"For {label}: click the word the sound came just before (or 'unsure where').")
         else:
             r.heard_index = int(r.heard_index)
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "x"
 
 
 def aggregate_exports(judgments: list[dict], prompts: list[dict], runs: dict[str, dict[str, list[list[dict]]]],

@@ -30,6 +30,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import struct
 import tempfile
 import threading
 import time
@@ -126,10 +127,16 @@ class ServedFolder:
         return path
 
     def copy(self, src: str | os.PathLike) -> Path:
-        """A copy of `src` at <root>/<token><suffix> (the name says nothing about `src`)."""
+        """A copy of `src` at <root>/<token><suffix> (the name says nothing about `src`). A WAV
+        copy also carries a random chunk that players skip: Gradio names the files it serves by
+        their content's hash, so two copies of one clip (a campaign's repeated item) would
+        otherwise share a URL, and a blind rater could spot the repeat."""
         src = Path(src)
         path = self.root / f"{new_token()}{src.suffix.lower()}"
-        _copy_atomic(src, path)
+        if src.suffix.lower() == ".wav":
+            atomic_write(path, with_random_chunk(src.read_bytes()))
+        else:
+            _copy_atomic(src, path)
         self.prune()
         return path
 
@@ -204,6 +211,23 @@ def check_not_served(layout: DataLayout, roots: Iterable[Path]) -> None:
 def _inside(path: Path, folder: Path) -> bool:
     path, folder = Path(os.path.abspath(path)).resolve(), Path(os.path.abspath(folder)).resolve()
     return path == folder or folder in path.parents
+
+
+def with_random_chunk(wav: bytes) -> bytes:
+    """A RIFF/WAVE file with a `JUNK` chunk of random bytes appended (RIFF size updated): the
+    same audio for every reader, different bytes every time. Other files come back unchanged."""
+    if len(wav) < 12 or wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
+        return wav
+    junk = b"JUNK" + struct.pack("<I", TOKEN_BYTES) + secrets.token_bytes(TOKEN_BYTES)
+    return b"RIFF" + struct.pack("<I", len(wav) - 8 + len(junk)) + wav[8:] + junk
+
+
+def without_random_chunk(wav: bytes) -> bytes:
+    """The file `with_random_chunk` was given (what a served copy is a copy of)."""
+    size = 8 + TOKEN_BYTES
+    if len(wav) < 12 + size or wav[:4] != b"RIFF" or wav[-size:-size + 4] != b"JUNK":
+        return wav
+    return b"RIFF" + struct.pack("<I", len(wav) - size - 8) + wav[8:-size]
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:

@@ -10,11 +10,13 @@ previous clip, seed and download, so an error is never shown under an old result
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, Audio
+from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
 from rumik_app.request import (
     APP_LIMITS, DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
@@ -26,6 +28,8 @@ from webapp.common import (
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
+
+log = logging.getLogger(__name__)
 
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
@@ -176,8 +180,11 @@ class SynthHandlers:
                                    accent=_choice(accent), pace=_choice(pace), description=_choice(description),
                                    language=_choice(language), normalize=_flag(normalize))
             prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
-        except Exception as exc:  # noqa: BLE001 - preview shows the problem instead of failing
+        except RumikError as exc:  # the problem, in the project's words, instead of a failure
             return f"⚠ {exc}", "\n\n".join(n for n in notes if n)
+        except Exception:  # noqa: BLE001 - no library message or path reaches a visitor
+            log.exception("prompt preview failed")
+            return "⚠ The preview is not available right now.", "\n\n".join(n for n in notes if n)
         if key == SYSTEM_ESPEAK:
             notes.append("The espeak-ng baseline does not read this prompt: it speaks the text with its own voice.")
         elif key == SYSTEM_TINY:

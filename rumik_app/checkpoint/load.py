@@ -193,7 +193,7 @@ def load_codec(path: Path, device: torch.device):
     from transformers import MimiModel
 
     try:
-        codec = MimiModel.from_pretrained(str(path), subfolder="codec", dtype=torch.float32)
+        codec = MimiModel.from_pretrained(str(path), subfolder="codec", dtype=torch.float32, use_safetensors=True)
     except (OSError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"Could not load the Mimi codec from {path / 'codec'}: {exc}") from exc
     return codec.to(device).eval()

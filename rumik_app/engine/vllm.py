@@ -159,6 +159,7 @@ class VLLMEngine(BaseEngine):
         compile = torch.cuda.is_available() if compile is None else compile
         args = AsyncEngineArgs(
             model=str(path), skip_tokenizer_init=True, dtype=str(torch_dtype).removeprefix("torch."), seed=seed,
+            load_format="safetensors", trust_remote_code=False,  # never a pickle, never the folder's code
             tensor_parallel_size=tensor_parallel_size, data_parallel_size=data_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization, enforce_eager=not compile,
             logprobs_mode="processed_logits", generation_config="vllm", disable_log_stats=True, **engine_args,

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from webapp.access import (
+    ADDRESS_FREE_FAILURES,
     ADMIN_PASSWORD_ENV,
     AUTH_ENV,
     FREE_FAILURES,
     MAX_BACKOFF_S,
-    MAX_TRACKED_KEYS,
     AccessDenied,
     AdminGate,
     GuessThrottle,
@@ -86,43 +86,97 @@ class FakeClock:
         return self.now
 
 
+def _fail(throttle, name="asha", address="10.0.0.1") -> bool:
+    return throttle.check(name, lambda: False, address)
+
+
 def test_throttle_pauses_a_login_after_repeated_failures_and_doubles_the_pause():
     clock = FakeClock()
     throttle = GuessThrottle(clock=clock)
     for _ in range(FREE_FAILURES - 1):
-        throttle.record("asha", ok=False)
-    assert throttle.wait_s("asha") == 0  # typos are free
-    throttle.record("asha", ok=False)
-    assert throttle.wait_s("asha") == pytest.approx(1.0) and throttle.wait_s("ben") == 0
+        _fail(throttle)
+    assert throttle.wait_s("asha", "10.0.0.1") == 0  # typos are free
+    _fail(throttle)
+    assert throttle.wait_s("asha", "10.0.0.1") == pytest.approx(1.0) and throttle.wait_s("ben", "10.0.0.1") == 0
     checked = []
-    assert not throttle.check("asha", lambda: checked.append(1) or True)  # refused unchecked
+    assert not throttle.check("asha", lambda: checked.append(1) or True, "10.0.0.1")  # refused unchecked
     assert checked == []
     clock.now += 1.0
-    assert not throttle.check("asha", lambda: False)
-    assert throttle.wait_s("asha") == pytest.approx(2.0)  # doubled
+    assert not _fail(throttle)
+    assert throttle.wait_s("asha", "10.0.0.1") == pytest.approx(2.0)  # doubled
     for _ in range(20):
         clock.now += MAX_BACKOFF_S
-        throttle.record("asha", ok=False)
-    assert throttle.wait_s("asha") == pytest.approx(MAX_BACKOFF_S)  # capped
+        _fail(throttle)
+    assert throttle.wait_s("asha", "10.0.0.1") == pytest.approx(MAX_BACKOFF_S)  # capped
     clock.now += MAX_BACKOFF_S
-    assert throttle.check("asha", lambda: True) and throttle.wait_s("asha") == 0  # success resets
-    throttle.record("asha", ok=False)
-    assert throttle.wait_s("asha") == 0
+    assert throttle.check("asha", lambda: True, "10.0.0.1") and throttle.wait_s("asha", "10.0.0.1") == 0  # reset
+    _fail(throttle)
+    assert throttle.wait_s("asha", "10.0.0.1") == 0
 
 
-def test_throttle_memory_is_bounded_when_guessers_invent_names():
+def test_a_guesser_pauses_only_itself_never_the_user_elsewhere():
+    """The lockout attack: wrong passwords from one address keep that address out, while the
+    real user (another address) signs in; the admin form is keyed the same way."""
     clock = FakeClock()
     throttle = GuessThrottle(clock=clock)
-    for k in range(MAX_TRACKED_KEYS + 50):
-        throttle.record(f"user{k}", ok=False)
-        clock.now += 0.001
-    assert len(throttle._failures) <= MAX_TRACKED_KEYS
-    assert f"user{MAX_TRACKED_KEYS + 49}" in throttle._failures  # the newest are kept
+    for _ in range(3 * FREE_FAILURES):
+        _fail(throttle, address="6.6.6.6")
+        clock.now += 0.1
+    assert throttle.wait_s("asha", "6.6.6.6") > 0
+    assert throttle.check("asha", lambda: True, "10.0.0.1")  # the real user, elsewhere: in at once
+    gate = AdminGate(SECRET, GuessThrottle(clock=clock))
+    for _ in range(FREE_FAILURES):
+        with pytest.raises(AccessDenied, match="wrong admin password"):
+            gate.require("guess", "Exporting the ratings", "6.6.6.6")
+    with pytest.raises(AccessDenied, match="too many wrong admin passwords"):
+        gate.require(SECRET, "Exporting the ratings", "6.6.6.6")
+    gate.require(SECRET, "Exporting the ratings", "10.0.0.1")  # the admin, elsewhere
+
+
+def test_parallel_tries_after_a_pause_are_counted_before_they_are_checked():
+    """The race: 32 tries at once after a pause must not all be checked inside one window."""
+    import threading
+
+    clock = FakeClock()
+    throttle = GuessThrottle(clock=clock)
+    for _ in range(FREE_FAILURES):
+        _fail(throttle)
+    clock.now += 1.0  # the pause is over
+    checked, start = [], threading.Barrier(32)
+
+    def guess():
+        start.wait()
+        throttle.check("asha", lambda: checked.append(1) or __import__("time").sleep(0.05) or False, "10.0.0.1")
+
+    threads = [threading.Thread(target=guess) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(checked) == 1  # one try; the 31 others saw it counted and were refused unchecked
+
+
+def test_inventing_names_neither_resets_a_paused_name_nor_floods_from_one_address():
+    """The eviction attack: failing once each for many invented names must not make the table
+    forget a paused name; one address is also paused after ADDRESS_FREE_FAILURES names."""
+    clock = FakeClock()
+    throttle = GuessThrottle(clock=clock, max_keys=200)
+    for _ in range(FREE_FAILURES):
+        _fail(throttle, "asha", "10.0.0.1")
+    for k in range(500):  # many addresses (a botnet), one invented name each
+        _fail(throttle, f"user{k}", f"192.0.2.{k % 250}.{k}")
+        clock.now += 0.0001
+    assert throttle.wait_s("asha", "10.0.0.1") > 0  # still paused: never forgotten while recent
+    assert len(throttle._failures) <= 200  # memory bounded; new entries were refused instead
+    flood = GuessThrottle(clock=clock)
+    for k in range(ADDRESS_FREE_FAILURES):
+        _fail(flood, f"name{k}", "6.6.6.6")
+    assert flood.wait_s("someone-new", "6.6.6.6") > 0 and flood.wait_s("someone-new", "10.0.0.1") == 0
 
 
 def test_logins_and_admin_form_are_throttled_per_name():
     clock = FakeClock()
-    check = LoginCheck([("asha", "a-pass-long"), ("ben", "b-pass-long")], GuessThrottle(clock=clock))
+    check = LoginCheck([("asha", "a-pass-long"), ("ben", "b-pass-long")], GuessThrottle(clock=clock))  # address ""
     for _ in range(FREE_FAILURES):
         assert not check("Asha", "guess")
     assert not check("asha", "a-pass-long")  # paused: even the right password waits (names fold case)

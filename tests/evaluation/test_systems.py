@@ -158,13 +158,13 @@ def test_folder_system_errors(tmp_path):
 # ---------------------------------------------------------------- audio_io
 def test_load_audio_errors_name_the_file(tmp_path):
     with pytest.raises(AudioLoadError, match="no such audio file"):
-        load_audio(tmp_path / "missing.wav")
+        load_audio(tmp_path / "missing.wav", max_seconds=60)
     (tmp_path / "empty.wav").write_bytes(b"")
     with pytest.raises(AudioLoadError, match="empty"):
-        load_audio(tmp_path / "empty.wav")
+        load_audio(tmp_path / "empty.wav", max_seconds=60)
     (tmp_path / "noise.wav").write_bytes(np.random.default_rng(0).bytes(4000))
     with pytest.raises(AudioLoadError, match="noise.wav"):
-        load_audio(tmp_path / "noise.wav")
+        load_audio(tmp_path / "noise.wav", max_seconds=60)
 
 
 def test_check_audio_catches_silent_short_and_nan():

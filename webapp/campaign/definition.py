@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evaluation import indicemo, nova
-from evaluation.report import read_jsonl
 from evaluation.run import PromptFileError, is_nova, load_prompts
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
@@ -180,7 +179,7 @@ class Campaign:
         """The newest manifest record per (prompt id, condition index)."""
         if not self.manifest_path.is_file():
             return {}
-        return {(r["prompt_id"], r["condition"]): r for r in read_jsonl(self.manifest_path)}
+        return {(r["prompt_id"], r["condition"]): r for r in read_manifest_lines(self.manifest_path)}
 
     def clip_file(self, record: dict) -> Path:
         """The private path of a manifest record's clip (its name is a random id)."""
@@ -196,3 +195,34 @@ class Campaign:
 
     def __repr__(self) -> str:
         return f"Campaign({self.name!r}, {len(self.prompts)} prompts, {len(self.conditions)} conditions)"
+
+
+def read_manifest_lines(path: Path) -> list[dict]:
+    """The records of an append-only JSONL file; a last line cut short by a crash (no newline,
+    not JSON) is left out, so the run that wrote it can resume (`repair_tail` drops it)."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    records = []
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if k == len(lines) - 1:  # the unfinished last line of a killed writer
+                break
+            raise CampaignError(f"{path} line {k + 1} is not JSON; restore the file from a backup.") from None
+    return records
+
+
+def repair_tail(path: Path) -> None:
+    """Cut an unfinished last line (a crash mid-write) off an append-only JSONL file."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as fh:
+            fh.truncate(data.rfind(b"\n") + 1)
+            fh.flush()
+            os.fsync(fh.fileno())
+

@@ -21,7 +21,6 @@ Files, all under `out_dir`:
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -32,14 +31,11 @@ from webapp.campaign.definition import DEFINITION, Campaign
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.results import CampaignResults, compute_results, indicemo_judgments, nova_sets
 from webapp.campaign.store import CampaignStore
+from webapp.common import safe_file_name
 from webapp.ratings import now_iso
 
 ZIP_NAME = "campaign_export.zip"
 SCORE_RANGE = (1.0, 5.0)
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "x"
 
 
 def results_for(campaign: Campaign, store: CampaignStore) -> CampaignResults:
@@ -82,7 +78,7 @@ def export_campaign(campaign: Campaign, store: CampaignStore, out_dir: str | Pat
     for cond, listeners in sorted(runs.items()):
         for listener, listener_runs in sorted(listeners.items()):
             for k, lines in enumerate(listener_runs, 1):
-                path = out / "nova_transcripts" / _slug(cond) / f"{listener}_run{k}.jsonl"
+                path = out / "nova_transcripts" / safe_file_name(cond) / f"{safe_file_name(listener)}_run{k}.jsonl"
                 files.append(write_jsonl(path, lines))
                 manifest["nova_transcripts"].append({"system": cond, "listener": listener, "run": k,
                                                      "path": str(path.relative_to(out))})

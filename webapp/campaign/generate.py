@@ -30,7 +30,7 @@ from evaluation.run import build_request, clip_seed
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.request import SynthesisRequest
-from webapp.campaign.definition import Campaign, CampaignError
+from webapp.campaign.definition import Campaign, CampaignError, repair_tail
 from webapp.campaign.design import Condition, build_assignment
 
 CLIP_ID_BYTES = 16
@@ -101,7 +101,9 @@ def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, engine_o
         return counts
     campaign.clips_dir.mkdir(parents=True, exist_ok=True)
     loaded: dict[str, Synthesizer] = dict(systems or {})
-    with open(campaign.manifest_path, "a", encoding="utf-8") as log, \
+    repair_tail(campaign.manifest_path)  # a line cut short by a crash: its clip is made again
+    fd = os.open(campaign.manifest_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # maps clips to systems
+    with open(fd, "a", encoding="utf-8") as log, \
             tqdm(total=total, desc=f"generating clips ({campaign.name})", unit="clip") as bar:
         for index, prompts in pending.items():
             condition = campaign.conditions[index]

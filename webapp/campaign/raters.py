@@ -35,7 +35,8 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rumik_app.errors import RumikError
@@ -50,6 +51,7 @@ SALT_BYTES = 16
 # scrypt cost: 16 MiB and ~50 ms per check on one core; a guess over HTTP costs the same.
 SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN = 2**14, 8, 1, 32
 FILE_MODE = 0o600
+SESSION_MAX_AGE_S = 12 * 3600  # a sign-in lasts a working day; then sign in again
 
 
 class RaterError(RumikError, ValueError):
@@ -176,8 +178,60 @@ class RatersFile:
         ok = check_password(password or "", stored or _dummy_hash())
         return ok and stored is not None
 
+    def fingerprint(self, name: str) -> str | None:
+        """What a session of `name` was signed in against (its password hash; None: no such
+        login). A reset password, a removal or a removal and a new login all change it."""
+        try:
+            entry = self._read()["raters"].get(name or "")
+        except RaterError:
+            return None
+        return entry.get("hash") if isinstance(entry, dict) else None
+
     def __repr__(self) -> str:
         return f"RatersFile({str(self.path)!r})"
+
+
+class ExpiringSessions(dict):
+    """Gradio's session table (token -> signed-in user, `App.tokens`) with an end: a session
+    is refused once it is older than `max_age_s`, or when what its user signed in with has
+    changed since (a reset password, a removed login, a removed and re-added one; the admin's
+    password). `fingerprint(user)` says what a user signs in with now."""
+
+    def __init__(self, fingerprint: Callable[[str], str | None], max_age_s: float = SESSION_MAX_AGE_S,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.fingerprint, self.max_age_s, self._clock = fingerprint, max_age_s, clock
+        self._issued: dict[str, tuple[float, str | None]] = {}
+
+    def __setitem__(self, token: str, user: str) -> None:
+        super().__setitem__(token, user)
+        self._issued[token] = (self._clock(), self.fingerprint(user))
+
+    def _alive(self, token) -> bool:
+        if not super().__contains__(token):
+            return False
+        issued, signed_with = self._issued.get(token, (0.0, None))
+        user = super().__getitem__(token)
+        if self._clock() - issued > self.max_age_s or signed_with is None or self.fingerprint(user) != signed_with:
+            super().pop(token, None)
+            self._issued.pop(token, None)
+            return False
+        return True
+
+    def get(self, token, default=None):
+        return super().get(token) if self._alive(token) else default
+
+    def __contains__(self, token) -> bool:
+        return self._alive(token)
+
+    def __getitem__(self, token):
+        if not self._alive(token):
+            raise KeyError(token)
+        return super().__getitem__(token)
+
+    def __delitem__(self, token) -> None:
+        super().__delitem__(token)
+        self._issued.pop(token, None)
 
 
 class CampaignLogin:
@@ -190,12 +244,18 @@ class CampaignLogin:
         self.throttle = throttle or GuessThrottle()
 
     def __call__(self, username: str, password: str) -> bool:
-        return self.throttle.check(GuessThrottle.key(username), lambda: self._matches(username, password))
+        return self.throttle.check(username, lambda: self._matches(username, password))
 
     async def acheck(self, username: str, password: str) -> bool:
         """The same check on a worker thread: pass this to Gradio (`auth=login.acheck`), whose
         login route is async, so a sign-in's ~50 ms of scrypt never stalls the event loop."""
         return await asyncio.to_thread(self, username, password)
+
+    def fingerprint(self, username: str) -> str | None:
+        """For `ExpiringSessions`: a rater's password hash; the admin's password, hashed."""
+        if (username or "").casefold() == ADMIN_USER:
+            return self.admin.fingerprint() if self.admin.enabled else None
+        return self.raters.fingerprint(username)
 
     def _matches(self, username: str, password: str) -> bool:
         if (username or "").casefold() == ADMIN_USER:

@@ -22,6 +22,7 @@ API (all need the session cookie of a login; `gradio_client.Client(url, auth=(us
 
 from __future__ import annotations
 
+import contextlib
 import html
 import secrets
 import tempfile
@@ -35,7 +36,7 @@ from webapp.access import AccessDenied, AdminGate
 from webapp.campaign.definition import Campaign, raters_path
 from webapp.campaign.export import export_campaign, results_for, write_charts
 from webapp.campaign.queues import RaterQueues, ShownItem
-from webapp.campaign.raters import ADMIN_USER, CampaignLogin, RatersFile, is_admin
+from webapp.campaign.raters import ADMIN_USER, CampaignLogin, ExpiringSessions, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
 from webapp.common import UserError, user_errors
 from webapp.guard import VisitorGuard
@@ -248,9 +249,17 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
     check_not_served(layout, served_roots(served))
     login = CampaignLogin(RatersFile(raters_path(layout)), admin)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_MAX_SIZE)
+    app_kwargs = VisitorGuard.options(host, allowed_hosts, share)
+
+    @contextlib.asynccontextmanager
+    async def sessions_end(app):  # Gradio's session table, replaced by one whose sessions expire
+        app.tokens = ExpiringSessions(login.fingerprint)
+        yield
+
+    app_kwargs["lifespan"] = sessions_end
     return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
                        allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
                        auth=login.acheck, auth_message=f"Sign in with your rater name and password (admin: user "
                                                 f"'{ADMIN_USER}').",
                        run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS, quiet=prevent_thread_lock,
-                       app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
+                       app_kwargs=app_kwargs)
