@@ -129,14 +129,15 @@ def _decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float) -> np.
             "Convert it to WAV or FLAC, or install ffmpeg (apt-get install ffmpeg)."
         )
     limit = 4 * int(max_seconds * sample_rate)  # float32 bytes
-    cmd = [exe, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe", "-t", f"{max_seconds:g}",
+    # -t a little past the limit: a clip that reaches it is refused as too long, never cut short.
+    cmd = [exe, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe", "-t", f"{max_seconds + 0.5:g}",
            "-i", f"file:{path.resolve()}", "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "pipe:1"]
     out = bytearray()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             while chunk := proc.stdout.read(FFMPEG_READ_BYTES):
                 out += chunk
-                if len(out) > limit + 4:  # -t failed to stop it (a broken container): stop it ourselves
+                if len(out) > limit:  # past the limit: stop it now (whether or not -t would have)
                     proc.kill()
                     raise _too_long(path, max_seconds, max_seconds)
             proc.wait(timeout=FFMPEG_TIMEOUT_S)

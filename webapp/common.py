@@ -161,3 +161,12 @@ def checked_slider(*args, **kwargs):
     slider = gr.Slider(*args, **kwargs)
     slider.preprocess = lambda payload: None if payload is None else Number.round_to_precision(payload, slider.precision)
     return slider
+
+
+def checked_choice(component):
+    """A gr.Radio (type "value") whose value goes on to the app's own check unchanged, so a
+    value not offered gets the app's one message (e.g. `webapp.scoring.UNKNOWN_JUDGE`), the
+    same whatever was sent, instead of Gradio's, which echoes it."""
+    component.preprocess = lambda payload: payload
+    return component
+

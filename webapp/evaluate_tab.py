@@ -19,7 +19,7 @@ import logging
 from evaluation.asr import WHISPER_LANGUAGES, ASRModelUnavailable
 from evaluation.report import write_csv
 from evaluation.text import DEFAULT_SEGMENTATION, GRAPHEME_PACKAGE, UNICODE_CLUSTERS, segmentation_unicode_version
-from webapp.common import UserError, error_line, user_errors
+from webapp.common import UserError, checked_choice, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
 from webapp.scoring import MAX_CLIP_MB, MAX_TOTAL_SECONDS, PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, \
     score_uploads
@@ -150,7 +150,7 @@ def build_evaluate_tab(handlers: EvaluateHandlers) -> None:
         transcripts = gr.Textbox(value="", label="Pasted transcripts (for 'Pasted transcripts')", lines=4,
                                  max_length=REFERENCE_CHARS)
     with gr.Row():
-        judge = gr.Radio(handlers.choices(), value=PASTED, label="ASR judge")
+        judge = checked_choice(gr.Radio(handlers.choices(), value=PASTED, label="ASR judge"))  # JudgeCatalog checks
         language = gr.Dropdown([("(auto / from manifest)", "")] + LANGUAGE_CHOICES, value="", label="Language")
     with gr.Accordion("Which judge for which language", open=False):
         gr.Markdown(JUDGE_GUIDE, elem_id="judge-guide")

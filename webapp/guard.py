@@ -14,7 +14,9 @@ What it refuses, before Gradio sees the request:
   (`max_file_size`).
 - **Foreign hosts and origins.** The Host header must name this server (DNS rebinding: an
   attacker's domain that resolves to 127.0.0.1 reaches a local app that has no password), and a
-  browser request with an Origin must come from one of those hosts; CORS answers only them.
+  browser request with an Origin must come from one of those hosts. (Gradio's own CORS layer
+  sits outside this one and answers preflights itself, echoing any origin for a public host;
+  the request that follows is refused here, so nothing is read or done for another site.)
   IP literals are always accepted (rebinding needs a name), as are localhost, this machine's
   names, the Space's own host and `--allowed-host` entries (`*.example.org` allowed).
 - **Cross-site cookies.** Gradio's login cookie is SameSite=None; it is rewritten to Lax,
@@ -118,18 +120,12 @@ class VisitorGuard:
     @classmethod
     def options(cls, host: str, allowed_hosts: Sequence[str] = (), share: bool = False,
                 max_body: int = MAX_BODY_BYTES) -> dict:
-        """`app_kwargs` for `Blocks.launch`: this guard and CORS for the same hosts only."""
+        """`app_kwargs` for `Blocks.launch`: this guard in front of Gradio's routes."""
         from starlette.middleware import Middleware
-        from starlette.middleware.cors import CORSMiddleware
 
         hosts = default_hosts(host, allowed_hosts, share)
         on_space = bool(os.environ.get(SPACE_ID_ENV))
-        # Gradio's own CORS layer steps aside when the app has a CORSMiddleware (it would echo
-        # any origin, with credentials, for a non-local host). This one answers every origin
-        # that reaches it, which is only ours: the guard, in front of it, refused the others.
-        cors = Middleware(CORSMiddleware, allow_origin_regex=r"^https?://.+$", allow_credentials=True,
-                          allow_methods=["*"], allow_headers=["*"])
-        return {"middleware": [Middleware(cls, hosts=hosts, on_space=on_space, max_body=max_body), cors]}
+        return {"middleware": [Middleware(cls, hosts=hosts, on_space=on_space, max_body=max_body)]}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] not in ("http", "websocket"):

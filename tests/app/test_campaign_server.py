@@ -14,6 +14,7 @@ import http.client
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -274,3 +275,68 @@ def test_concurrent_raters_and_a_killed_server_lose_nothing(tmp_path):
     for name in passwords:  # resumed in queue order, nothing skipped or rated twice
         mine = sorted((r for r in rows if r["rater"] == name), key=lambda r: r["submitted_at"])
         assert [r["entry_id"] for r in mine] == [e.entry_id for e in campaign.assignment().slots[slot[name]]]
+
+
+# ---------------------------------------------------------------- hostile visitors (issue 23)
+
+
+def _login_from(port: int, source: str, user: str, password: str) -> tuple[int, list[str]]:
+    """POST /login from another loopback address (Linux routes all of 127/8 to lo)."""
+    import urllib.parse
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        body = urllib.parse.urlencode({"username": user, "password": password})
+        conn.request("POST", "/login", body, {"Content-Type": "application/x-www-form-urlencoded"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, [v for k, v in resp.getheaders() if k.lower() == "set-cookie"]
+    finally:
+        conn.close()
+
+
+def test_a_guesser_locks_only_its_own_address_out_and_cookies_are_lax(server):
+    from webapp.access import FREE_FAILURES
+
+    for _ in range(FREE_FAILURES + 2):
+        assert _login_from(server.port, "127.0.0.9", "ben", "guess")[0] == 400
+    assert _login_from(server.port, "127.0.0.9", "ben", server.passwords["ben"])[0] == 400  # paused, unchecked
+    status, cookies = _login_from(server.port, "127.0.0.1", "ben", server.passwords["ben"])  # ben, elsewhere
+    assert status == 200 and cookies and all("samesite=lax" in c.lower() for c in cookies if "samesite" in c.lower())
+
+
+def test_a_reset_password_ends_the_sessions_signed_in_before():
+    from webapp.campaign.raters import ExpiringSessions
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+    hashes, clock = {"asha": "h1"}, Clock()
+    sessions = ExpiringSessions(hashes.get, max_age_s=3600, clock=clock)
+    sessions["t1"] = "asha"
+    assert sessions.get("t1") == "asha" and "t1" in sessions
+    hashes["asha"] = "h2"  # `add-rater asha --reset-password`
+    assert sessions.get("t1") is None and "t1" not in sessions
+    sessions["t2"] = "asha"
+    clock.now = 3601.0
+    assert sessions.get("t2") is None  # too old: sign in again
+    sessions["t3"] = "gone"  # a login that no longer exists never gets a session
+    assert sessions.get("t3") is None
+
+
+def test_a_manifest_line_cut_by_a_crash_does_not_stop_create(tmp_path):
+    from webapp.campaign.definition import read_manifest_lines, repair_tail
+
+    path = tmp_path / "manifest.jsonl"
+    path.write_text('{"prompt_id": "p1", "condition": 0}\n{"prompt_id": "p2", "cond', encoding="utf-8")
+    assert read_manifest_lines(path) == [{"prompt_id": "p1", "condition": 0}]
+    repair_tail(path)
+    assert path.read_text(encoding="utf-8") == '{"prompt_id": "p1", "condition": 0}\n'
+
+
+def test_the_campaign_manifest_is_owner_only(server):
+    assert stat.S_IMODE(server.campaign.manifest_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(server.layout.database.stat().st_mode) == 0o600

@@ -122,6 +122,9 @@ def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
                               "dtype": "bf16"}
     adapter = server.adapter
     assert (adapter.backend, adapter.max_batch, adapter.max_queue, adapter.owns_engine) == ("vllm", 48, 5, True)
+    from rumik_app.serve.__main__ import CONNECTION_HEADROOM
+
+    assert server.config.limit_concurrency == 48 + 5 + CONNECTION_HEADROOM  # uvicorn answers 503 beyond it
 
 
 def test_serve_refuses_vllm_flags_on_the_engine_backend(capsys):

@@ -232,3 +232,25 @@ def test_smoke_verdict_is_printed_saved_and_sets_the_exit_status(tmp_path, capsy
 
 def test_clock():
     assert [clock(s) for s in (0, 59.4, 61, 3600, 3725.6)] == ["0:00", "0:59", "1:01", "1:00:00", "1:02:06"]
+
+
+class _Payload:
+    """Unpickling this runs code (here: makes a file), as a hostile training_state.pt would."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_pickle_planted_in_a_checkpoint_is_not_run_on_resume(tmp_path):
+    ckpt = tmp_path / "checkpoints" / "step_00000001"
+    ckpt.mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    torch.save({"step": 1, "optimizer": _Payload(str(marker)), "rng": {}}, ckpt / "training_state.pt")
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    with pytest.raises(CheckpointError, match="never unpickled"):
+        load_training_state(ckpt, opt, None)
+    assert not marker.exists()  # the payload never ran
