@@ -10,8 +10,9 @@ What it refuses, before Gradio sees the request:
   streams any URL back: an open proxy. File inputs must be uploads; URL file routes and
   `/proxy=` get 403.
 - **Large bodies.** Every API body (queue, call, login) is read at most `max_body` bytes;
-  more is 413 before any JSON parsing. Uploads go to `/upload`, which Gradio caps itself
-  (`max_file_size`).
+  more is 413 before any JSON parsing. Uploads go to `/upload`, which Gradio caps per file
+  (`max_file_size`); here an upload must declare its length, and one client address may
+  upload at most `upload_budget` bytes an hour (429 after that), so nobody fills the disk.
 - **Foreign hosts and origins.** The Host header must name this server (DNS rebinding: an
   attacker's domain that resolves to 127.0.0.1 reaches a local app that has no password), and a
   browser request with an Origin must come from one of those hosts. (Gradio's own CORS layer
@@ -34,12 +35,18 @@ import json
 import os
 import re
 import socket
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json
 
 MAX_BODY_BYTES = 1 << 20  # a form's JSON: the Evaluate tab's references for 200 clips fit many times over
+UPLOAD_BUDGET_BYTES = 2 << 30  # per client address and hour: 40 clips at the 50 MB limit
+UPLOAD_WINDOW_S = 3600.0
+MAX_TRACKED_CLIENTS = 10_000
 SPACE_HOST_ENV, SPACE_ID_ENV = "SPACE_HOST", "SPACE_ID"  # set by Hugging Face on a Space
 SHARE_HOSTS = ("*.gradio.live",)
 LOCAL_NAMES = ("localhost",)
@@ -114,8 +121,12 @@ def _has_url_file(value) -> bool:
 class VisitorGuard:
     """Pure ASGI middleware; see the module docstring."""
 
-    def __init__(self, app, hosts: Sequence[str], on_space: bool = False, max_body: int = MAX_BODY_BYTES):
+    def __init__(self, app, hosts: Sequence[str], on_space: bool = False, max_body: int = MAX_BODY_BYTES,
+                 upload_budget: int = UPLOAD_BUDGET_BYTES, clock=time.monotonic):
         self.app, self.rule, self.on_space, self.max_body = app, HostRule(hosts), on_space, max_body
+        self.upload_budget, self._clock = upload_budget, clock
+        self._uploads: OrderedDict[str, list[tuple[float, int]]] = OrderedDict()  # address -> (time, bytes)
+        self._lock = threading.Lock()
 
     @classmethod
     def options(cls, host: str, allowed_hosts: Sequence[str] = (), share: bool = False,
@@ -161,8 +172,25 @@ class VisitorGuard:
                 or URL_ROUTE.search(scope["path"]):
             return 403, "This app does not fetch or proxy URLs."
         length = declared_length(scope)
-        if length is not None and length > self.max_body and not UPLOAD_ROUTE.search(scope["path"]):
+        if scope["type"] == "http" and UPLOAD_ROUTE.search(scope["path"]) and scope["method"] == "POST":
+            return self._upload_refusal((scope.get("client") or ("",))[0], length)
+        if length is not None and length > self.max_body:
             return 413, f"The request is larger than {self.max_body // 1024} KB."
+        return None
+
+    def _upload_refusal(self, address: str, length: int | None) -> tuple[int, str] | None:
+        """An upload must say how large it is, and fit its client's hourly budget (then counted)."""
+        if length is None:
+            return 411, "Uploads must declare their size (Content-Length)."
+        now = self._clock()
+        with self._lock:
+            recent = [(t, n) for t, n in self._uploads.pop(address, []) if now - t < UPLOAD_WINDOW_S]
+            if sum(n for _, n in recent) + length > self.upload_budget:
+                self._uploads[address] = recent
+                return 429, f"Upload limit reached: {self.upload_budget >> 20} MB an hour. Try again later."
+            self._uploads[address] = recent + [(now, length)]
+            while len(self._uploads) > MAX_TRACKED_CLIENTS:
+                self._uploads.popitem(last=False)  # the longest unseen: its window is the oldest
         return None
 
     def _cookies(self, send):

@@ -243,3 +243,18 @@ def test_exception_text_never_reaches_a_visitor():
             raise RuntimeError("/srv/secret/model.safetensors: CUDA error 700 at 0xdeadbeef")
     assert "secret" not in err.value.message and "0xdeadbeef" not in err.value.message
     assert "incident" in err.value.message
+
+
+def test_uploads_must_declare_their_size_and_fit_an_hourly_budget(app_server):
+    port = _port(app_server)
+    head = {"Host": "127.0.0.1", "Content-Type": "multipart/form-data; boundary=x"}
+    assert _raw(port, "POST", "/gradio_api/upload", {**head, "Transfer-Encoding": "chunked"}, b"0\r\n\r\n")[0] == 411
+    from webapp.guard import VisitorGuard
+
+    clock = [0.0]
+    guard = VisitorGuard(None, hosts=["localhost"], upload_budget=100, clock=lambda: clock[0])
+    assert guard._upload_refusal("10.0.0.1", 60) is None
+    assert guard._upload_refusal("10.0.0.1", 60)[0] == 429  # over 100 bytes this hour
+    assert guard._upload_refusal("10.0.0.2", 60) is None  # another client has its own budget
+    clock[0] = 3601.0
+    assert guard._upload_refusal("10.0.0.1", 60) is None  # an hour later
