@@ -72,9 +72,7 @@ class ScoringBatch:
         for k, (i, p, length) in enumerate(zip(rows, prompts, lengths)):
             input_ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
             input_ids[k, len(p) : len(p) + length] = rollouts.token_ids[i, :length]
-        plen = torch.tensor([len(p) for p in prompts], dtype=torch.long)[:, None]
-        token_index = (plen - 1 + torch.arange(n)[None]).clamp(max=width - 1)
-        stop_index = (plen - 1 + q * torch.arange(f)[None]).clamp(max=width - 1)
+        token_index, stop_index = _positions(torch.tensor([len(p) for p in prompts], dtype=torch.long), n, q, width)
         sel = torch.tensor(rows, dtype=torch.long)
         params = [rollouts.params[i] for i in rows]
         return cls(
@@ -83,8 +81,8 @@ class ScoringBatch:
             tokens=rollouts.token_ids[sel, :n],
             token_mask=rollouts.token_mask[sel, :n],
             stop_index=stop_index,
-            stop_decisions=_pad_cols(rollouts.stop_decisions[sel], f),
-            stop_mask=_pad_cols(rollouts.stop_mask[sel], f),
+            stop_decisions=pad_cols(rollouts.stop_decisions[sel], f),
+            stop_mask=pad_cols(rollouts.stop_mask[sel], f),
             temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32),
             min_new_tokens=torch.tensor([p.min_new_tokens for p in params], dtype=torch.long),
         )
@@ -99,18 +97,14 @@ class ScoringBatch:
         lengths = self.token_mask[idx].sum(1)
         n = int(lengths.max()) if len(idx) else 0
         f = n // num_quantizers + 1
-        # stop slot 0 sits at prompt length - 1 (always in range), so it gives each row's prompt length
-        width = int((self.stop_index[idx, 0] + 1 + lengths).max()) if len(idx) else 0
+        prompt = self.stop_index[idx, 0] + 1  # stop slot 0 sits at prompt length - 1 (never clamped)
+        width = int((prompt + lengths).max()) if len(idx) else 0
+        token_index, stop_index = _positions(prompt, n, num_quantizers, width)
         return ScoringBatch(
-            input_ids=self.input_ids[idx, :width],
-            token_index=self.token_index[idx, :n].clamp(max=max(width - 1, 0)),
-            tokens=self.tokens[idx, :n],
-            token_mask=self.token_mask[idx, :n],
-            stop_index=_pad_cols(self.stop_index[idx], f).clamp(max=max(width - 1, 0)),
-            stop_decisions=_pad_cols(self.stop_decisions[idx], f),
-            stop_mask=_pad_cols(self.stop_mask[idx], f),
-            temperature=self.temperature[idx],
-            min_new_tokens=self.min_new_tokens[idx],
+            input_ids=self.input_ids[idx, :width], token_index=token_index, tokens=self.tokens[idx, :n],
+            token_mask=self.token_mask[idx, :n], stop_index=stop_index,
+            stop_decisions=pad_cols(self.stop_decisions[idx], f), stop_mask=pad_cols(self.stop_mask[idx], f),
+            temperature=self.temperature[idx], min_new_tokens=self.min_new_tokens[idx],
         )
 
     @classmethod
@@ -132,7 +126,19 @@ class ScoringBatch:
         return int(self.token_mask.sum()) + int(self.stop_mask.sum())
 
 
-def _pad_cols(x: torch.Tensor, width: int) -> torch.Tensor:
+def _positions(prompt_lengths: torch.Tensor, n: int, num_quantizers: int,
+               width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_index [b, n], stop_index [b, n // Q + 1]) of right-padded rows of `width`: the hidden
+    index that predicts generated position t is p - 1 + t, stop slot j's is p - 1 + j * Q
+    (clamped into the row at padding)."""
+    start = prompt_lengths.reshape(-1, 1) - 1
+    token_index = (start + torch.arange(n)[None]).clamp(max=max(width - 1, 0))
+    stop_index = (start + num_quantizers * torch.arange(n // num_quantizers + 1)[None]).clamp(max=max(width - 1, 0))
+    return token_index, stop_index
+
+
+def pad_cols(x: torch.Tensor, width: int) -> torch.Tensor:
+    """[b, w] -> [b, width]: cut, or right-padded with zeros (False)."""
     if x.shape[1] >= width:
         return x[:, :width]
     pad = torch.zeros(x.shape[0], width - x.shape[1], dtype=x.dtype, device=x.device)
