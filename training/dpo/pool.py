@@ -73,7 +73,7 @@ class PhasePool:
                 "rejected": self.rejected, "stream": self.stream, "stats": dict(self.stats)}
 
     @classmethod
-    def from_state(cls, state: dict) -> "PhasePool":
+    def from_state(cls, state: dict) -> PhasePool:
         return cls(phase=int(state["phase"]), rows=ScoringBatch(**state["rows"]), ref_token=state["ref_token"],
                    ref_stop=state["ref_stop"], chosen=state["chosen"], rejected=state["rejected"],
                    stream=state["stream"], stats=dict(state["stats"]))
@@ -85,7 +85,7 @@ def empty_batch() -> ScoringBatch:
                                              dtype=dtype) for name, dtype in BATCH_DTYPES.items()})
 
 
-def gather_rows(accelerator, x: torch.Tensor, fill: int | float = 0) -> torch.Tensor:
+def gather_rows(accelerator, x: torch.Tensor, fill: float = 0) -> torch.Tensor:
     """Every process's rows of `x` ([b_k, ...], b_k and the other sizes may differ by process),
     concatenated in process order on every process, padded with `fill` to the largest sizes."""
     if accelerator.num_processes == 1:

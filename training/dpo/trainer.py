@@ -53,7 +53,7 @@ import torch
 from training.common import clip_gradients, read_metrics
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
 from training.dpo.loss import action_weights, pair_objective, pair_routing_matrix, routed_logps
-from training.dpo.pairs import TOTAL, PairSet, build_pairs
+from training.dpo.pairs import PairSet, build_pairs
 from training.dpo.pool import PhasePool, empty_batch, gather_batch, gather_rows
 from training.grpo.loss import action_columns, nan_stats
 from training.grpo.policy import ScoringBatch, cat_rows, pad_cols
@@ -78,8 +78,7 @@ class DPOTrainer(RolloutTrainer):
     def __init__(self, cfg: DPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
         super().__init__(cfg, accelerator, config_dir, source)
-        overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
-        self.W = pair_routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
+        self.W = pair_routing_matrix(*cfg.reward_routing(), self.layout.num_quantizers)
         self.flat = cfg.loss.routing == "flat"
         self.pool: PhasePool | None = None
 
@@ -113,6 +112,18 @@ class DPOTrainer(RolloutTrainer):
         pairs = build_pairs(rewards, by_stream=not self.flat, min_margin=cfg.pairs.min_margin, cap=cfg.pairs_cap)
         keys = sorted({(int(g), int(j)) for g, c, r in zip(pairs.group, pairs.chosen, pairs.rejected)
                        for j in (c, r)})
+        rows, ref_token, ref_stop = self._shared_rows(parts, where, keys)
+        index = {key: i for i, key in enumerate(keys)}
+        chosen, rejected = ([index[(int(g), int(j))] for g, j in zip(pairs.group, side)]
+                            for side in (pairs.chosen, pairs.rejected))
+        return PhasePool(phase, rows, ref_token, ref_stop, torch.tensor(chosen, dtype=torch.long),
+                         torch.tensor(rejected, dtype=torch.long), pairs.stream,
+                         self._phase_stats(phase, rewards, pairs, parts))
+
+    def _shared_rows(self, parts: list[ScoredRollouts], where: dict,
+                     keys: list[tuple[int, int]]) -> tuple[ScoringBatch, torch.Tensor, torch.Tensor]:
+        """The rows `keys` ((prompt, sample), sorted) and their reference log-probs, each scored
+        by the process that sampled it, then gathered in `keys` order on every process."""
         mine = [key for key in keys if key in where]
         rows, ref_token, ref_stop = self._reference(parts, [where[key] for key in mine])
         order = self._global_order(mine, keys)
@@ -120,12 +131,7 @@ class DPOTrainer(RolloutTrainer):
         rows = rows.select(order.tolist(), self.layout.num_quantizers) if keys else rows
         ref_token = pad_cols(gather_rows(self.acc, ref_token)[order], rows.tokens.shape[1])
         ref_stop = pad_cols(gather_rows(self.acc, ref_stop)[order], rows.stop_mask.shape[1])
-        index = {key: i for i, key in enumerate(keys)}
-        chosen = torch.tensor([index[(int(g), int(c))] for g, c in zip(pairs.group, pairs.chosen)], dtype=torch.long)
-        rejected = torch.tensor([index[(int(g), int(r))] for g, r in zip(pairs.group, pairs.rejected)],
-                                dtype=torch.long)
-        return PhasePool(phase, rows, ref_token, ref_stop, chosen, rejected, pairs.stream,
-                         self._phase_stats(phase, rewards, pairs, parts))
+        return rows, ref_token, ref_stop
 
     def _global_rewards(self, parts: list[ScoredRollouts], where: dict, local: list[int], prompts: int) -> torch.Tensor:
         """Every process's rewards as [prompts, G, S] float64 (NaN = abstained), on every process."""

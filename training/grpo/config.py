@@ -183,6 +183,12 @@ class PolicyRunConfig(RunConfig):
         if not self.prompt_sets:
             raise ConfigError("prompt_sets: at least one prompt set is needed")
 
+    def reward_routing(self) -> tuple[list[str], dict[int, list[float]]]:
+        """(the kind of every reward stream, stream index -> its configured W row) for
+        training.grpo.loss.routing_matrix."""
+        return [spec.kind for spec in self.rewards], {s: spec.routing for s, spec in enumerate(self.rewards)
+                                                      if spec.routing}
+
     @property
     def total_steps(self) -> int:
         """Optimiser steps of the run (the schedule's length)."""

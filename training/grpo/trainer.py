@@ -117,8 +117,7 @@ class GRPOTrainer(RolloutTrainer):
     def __init__(self, cfg: GRPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
         super().__init__(cfg, accelerator, config_dir, source)
-        overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
-        self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
+        self.W = routing_matrix(*cfg.reward_routing(), self.layout.num_quantizers)
 
     def make_reference(self) -> PolicyScorer | None:
         """A frozen copy of the starting weights when the KL is used or logged (LoRA: none, the

@@ -16,7 +16,7 @@ LAYOUT = TokenLayout(first_unit_id=100, num_quantizers=Q, codebook_size=16, text
                      audio_start_token_id=229, audio_end_token_id=230)
 KINDS = ["content", "duration", "speaker"]  # "speaker": an acoustic reward, routed by a hand-made row
 ACOUSTIC_ROW = [0.0] + [1.0] * (Q - 1) + [0.0]  # codebooks 1..Q-1, not codebook 0, not the stop slot
-NAMED = {0: set([0, Q]), 1: {Q}, 2: set(range(1, Q))}  # the columns each stream's pairs compare
+NAMED = {0: {0, Q}, 1: {Q}, 2: set(range(1, Q))}  # the columns each stream's pairs compare
 BETA = 0.2
 
 

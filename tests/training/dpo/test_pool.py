@@ -18,7 +18,7 @@ def test_steps_visit_every_pair_once_per_epoch_without_repeats_in_a_step():
     pool = _pool(10)
     steps = [pool.step_pairs(k, 4, seed=7) for k in range(5)]  # 20 draws = two epochs of 10
     assert all(len(s) == 4 and len(set(s)) == 4 for s in steps[:2])
-    flat = sum(steps, [])
+    flat = [i for s in steps for i in s]
     assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
     assert steps == [pool.step_pairs(k, 4, seed=7) for k in range(5)]   # a function of (seed, phase, k)
     assert steps != [_pool(10, phase=4).step_pairs(k, 4, seed=7) for k in range(5)]

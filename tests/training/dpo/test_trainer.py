@@ -6,17 +6,14 @@ import contextlib
 import io
 import json
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from rumik_app import TTSEngine
+from tests.training.distributed import set_args, smoke_on_one_and_two_processes
 from training.common import TRAINING_STATE, latest_checkpoint, read_metrics
 from training.config import load_config
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
@@ -188,17 +185,8 @@ def test_a_kill_mid_phase_resumes_exactly_and_a_fresh_run_repeats(smoke_run, tin
 @pytest.mark.slow
 def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     """DDP (gloo, 2 CPU processes, each sampling half the groups, the pool shared) gives the one-process numbers."""
-    sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "phases=2", "rollout.max_new_tokens=32",
-                                       "save_every=8")), [])
-    main(["--smoke", "--out", str(tmp_path / "one"), *sets])
-    repo = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "training.dpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
-                          check=True, env=env, cwd=repo, timeout=300, capture_output=True, text=True)
-    assert "training.dpo: 2 processes (DDP over CPU processes)" in done.stdout
-    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    sets = set_args(f"model={tiny_checkpoint}", "phases=2", "rollout.max_new_tokens=32", "save_every=8")
+    one, two = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, sets)
     assert len(one) == len(two) == 8
     for key in ("reward", "pairs", "dropped_groups", "num_pairs"):
         assert [row[key] for row in two] == [row[key] for row in one], key
