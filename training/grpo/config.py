@@ -47,7 +47,7 @@ class PromptSet:
 
 
 ROLLOUT_BACKENDS = ("engine",)  # what `rollout.backend` may name now (training.grpo.rollout.rollout_source)
-PLANNED_BACKENDS = {"vllm": "issue 27 (GRPO rollouts on vLLM)"}  # accepted by name, refused until built
+PLANNED_BACKENDS = {"vllm": "issue 27, GRPO rollouts on vLLM"}  # accepted by name, refused until built
 
 
 @dataclass
