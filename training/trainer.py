@@ -1,19 +1,22 @@
-"""The one trainer design of both wings: a `Trainer` base class and the command line they share.
+"""The one trainer design of every wing: a `Trainer` base class and the command line they share.
 
     trainer = SFTTrainer(load_config(SFTConfig, "training/configs/finetune_voice.toml"))
     out = trainer.train()              # runs, or continues, OUT's run (resume policy below)
     trainer.train(resume=True)         # continue OUT's run even though its settings changed
     python -m training.sft  --config C.toml [--set KEY=VALUE ...] [--out OUT] [--resume]
     python -m training.grpo --smoke --out /tmp/grpo-smoke
+    python -m training.dpo --smoke --out /tmp/dpo-smoke
 
-A wing (`training.sft.trainer.SFTTrainer`, `training.grpo.trainer.GRPOTrainer`) builds its
-model, data and optimiser in `__init__` (after `Trainer.__init__` has validated the config,
+A wing (`training.sft.trainer.SFTTrainer`, `training.grpo.trainer.GRPOTrainer`,
+`training.dpo.trainer.DPOTrainer`; the last two share `training.grpo.rollout.RolloutTrainer`)
+builds its model, data and optimiser in `__init__` (after `Trainer.__init__` has validated the config,
 set the threads and seeded every RNG) and implements four things:
   `total_steps`           optimiser steps of the run (GRPO: rollout batches x iterations)
-  `step(n) -> metrics`     step n (1-based): one SFT optimiser step / one GRPO rollout batch
+  `step(n) -> metrics`     step n (1-based): one SFT optimiser step / one GRPO rollout batch /
+                           one DPO optimiser step (a phase's first also rolls the phase out)
   `checkpoint_state()`     (gathered state dict or None, extra state) for a checkpoint
   `restore(extra)`         put the extra state back (data position, LoRA adapters, ...)
-The base class owns the rest, identically for both: `train()` (the loop: a checkpoint
+The base class owns the rest, identically for all: `train()` (the loop: a checkpoint
 every `save_every` steps and at the end, then OUT itself made a published checkpoint),
 `save(step)` and `resume(force)`, and what the run prints:
   - a header: processes and what the distribution is, device, precision, steps, OUT;
@@ -27,7 +30,7 @@ every `save_every` steps and at the end, then OUT itself made a published checkp
     when the smoke ran with its own settings; with `--set` overrides the thresholds may not
     apply, so the verdict is printed and the status stays 0.
 
-Resume policy (both trainers):
+Resume policy (every trainer):
   - OUT holds no checkpoint: a fresh run.
   - OUT's latest checkpoint was written with the same settings (its train_config.json equals
     this run's config in every key but out_dir): the run continues from it, automatically.
@@ -39,7 +42,7 @@ Resume policy (both trainers):
 A resume is recorded in metrics.jsonl as `{"step": N, "event": "resumed from step_N"}`; the
 steps after the checkpoint are logged again, and for a step the last line wins.
 
-Command line (`run_cli`, used by both `python -m training.sft` and `python -m training.grpo`):
+Command line (`run_cli`, used by `python -m training.sft`, `training.grpo` and `training.dpo`):
 `--config FILE` or `--smoke`, `--set KEY=VALUE` (repeatable), `--out OUT`, `--resume`. A user
 error (bad config or override, missing data, a changed run without --resume, a missing
 checkpoint) prints one `error: ...` line and exits with status 2.

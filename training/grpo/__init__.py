@@ -3,8 +3,9 @@
     python -m training.grpo --config training/configs/grpo_example.toml --out runs/grpo1 [--resume]
     python -m training.grpo --smoke --out runs/grpo-smoke
 
-    config.py      GRPOConfig (rollout, rewards, loss, lora; the shared keys from training.config)
-    trainer.py     GRPOTrainer (training.trainer.Trainer), the rollout source and the command line
+    config.py      GRPOConfig (rollout, rewards, loss, lora; PolicyRunConfig, SamplingConfig shared with DPO)
+    trainer.py     GRPOTrainer and the command line
+    rollout.py     RolloutTrainer (training.trainer.Trainer): policy, rollout source, rewards (shared with DPO)
     loss.py        group advantages, reward routing W, k3 KL, the clipped objective (pure tensors)
     policy.py      teacher-forced log-probs of rollout actions; LoRA
     rewards.py     reward streams (content, duration, codebook0_low, user functions)

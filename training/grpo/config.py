@@ -8,6 +8,8 @@
 training/configs/grpo_example.toml, training/configs/grpo_smoke.json. The keys every run has
 (model, out_dir, seed, optim, save_every, keep_last, save_dtype, activation_checkpointing,
 torch_threads, deterministic) come from `training.config.RunConfig`; `[optim]` starts from `grpo_optim()`.
+What every run that samples its own policy has (prompts, `[rollout]` sampling, rewards,
+LoRA, device) is `PolicyRunConfig` and `SamplingConfig`, shared with training.dpo.config.
 
 Prompt sets. Each `[[prompt_sets]]` entry is a domain: a JSONL file (`path`, one object
 per line) and/or inline `items`; how they are drawn is in training.grpo.prompts.
@@ -44,19 +46,24 @@ class PromptSet:
     weight: float = 1.0
 
 
-@dataclass
-class RolloutConfig:
-    """How rollouts are sampled (through `TTSEngine.generate_batch`); sampling defaults are the
-    request defaults (rumik_app.request), so rollouts sample like the app unless configured.
+ROLLOUT_BACKENDS = ("engine",)  # what `rollout.backend` may name now (training.grpo.rollout.rollout_source)
+PLANNED_BACKENDS = {"vllm": "issue 27, GRPO rollouts on vLLM"}  # accepted by name, refused until built
 
-    stop_mode "sample" draws each stop-head decision from Bernoulli(sigmoid(logit)), so the
-    decisions are actions of the policy with a usable log-prob gradient; "threshold" (the
-    inference rule) makes them deterministic, and the duration stream would then push on
-    decisions the policy never sampled. prompts_per_step counts prompts over all processes.
+
+@dataclass
+class SamplingConfig:
+    """How rollouts are sampled, for every trainer that samples its policy (GRPO, DPO);
+    sampling defaults are the request defaults (rumik_app.request), so rollouts sample like
+    the app unless configured.
+
+    num_generations: G samples per prompt (a group). stop_mode "sample" draws each stop-head
+    decision from Bernoulli(sigmoid(logit)), so the decisions are actions of the policy with a
+    usable log-prob gradient; "threshold" (the inference rule) makes them deterministic, and
+    the duration stream would then push on decisions the policy never sampled. backend: where
+    rollouts come from ("engine": `TTSEngine.generate_batch` on the live weights).
     """
 
     num_generations: int = 8
-    prompts_per_step: int = 8
     temperature: float = DEFAULT_TEMPERATURE
     top_k: int = DEFAULT_TOP_K
     top_p: float = DEFAULT_TOP_P
@@ -64,6 +71,36 @@ class RolloutConfig:
     max_new_tokens: int = ROLLOUT_MAX_NEW_TOKENS
     stop_mode: str = "sample"
     restrict_phase: bool = True
+    backend: str = "engine"
+
+    def validate(self) -> None:
+        """ConfigError naming the `rollout.` key for settings that cannot sample a policy."""
+        if self.num_generations < 2:
+            raise ConfigError("rollout.num_generations must be >= 2 (advantages compare samples of a group)")
+        try:  # the bounds and messages every front end uses (rumik_app.request)
+            check_temperature(self.temperature), check_top_k(self.top_k), check_top_p(self.top_p)
+            check_new_tokens(self.min_new_tokens, self.max_new_tokens)
+        except PromptError as exc:
+            raise ConfigError(f"rollout.{exc.field}: {exc}") from None
+        if self.temperature <= 0:
+            raise ConfigError("rollout.temperature must be > 0: greedy rollouts have no policy gradient")
+        if self.stop_mode not in STOP_MODES:
+            raise ConfigError(f"rollout.stop_mode must be one of {STOP_MODES}")
+        if not 1 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ConfigError("rollout: need 1 <= min_new_tokens <= max_new_tokens")
+        if self.backend in PLANNED_BACKENDS:
+            raise ConfigError(f"rollout.backend = {self.backend!r} is not available yet ({PLANNED_BACKENDS[self.backend]}); "
+                              f"use rollout.backend = \"engine\"")
+        if self.backend not in ROLLOUT_BACKENDS:
+            raise ConfigError(f"rollout.backend must be one of {ROLLOUT_BACKENDS}, got {self.backend!r}")
+
+
+@dataclass
+class RolloutConfig(SamplingConfig):
+    """GRPO's rollouts: `SamplingConfig` plus prompts_per_step, the prompts of one rollout
+    batch counted over all processes."""
+
+    prompts_per_step: int = 8
 
 
 @dataclass
@@ -113,51 +150,30 @@ def default_rewards() -> list[RewardSpec]:
 
 
 @dataclass
-class GRPOConfig(RunConfig):
-    """A GRPO run. device/dtype: None = auto (CUDA bf16, else CPU float32); steps: rollout
-    batches; micro_batch_size: rows per forward/backward; prompt_sets and language_weights:
-    what is sampled (training.grpo.prompts); rollout, rewards, loss, lora: as above."""
+class PolicyRunConfig(RunConfig):
+    """What every run that samples and scores its own policy has (GRPO, DPO).
 
-    out_dir: str = "runs/grpo"
-    optim: OptimConfig = field(default_factory=grpo_optim)
-    save_every: int = 100
+    device/dtype: None = auto (CUDA bf16, else CPU float32); prompt_sets and
+    language_weights: what is sampled (training.grpo.prompts); rollout: how; rewards: the
+    reward streams (training.grpo.rewards); lora: adapters instead of full weights;
+    micro_batch_size: rows per forward/backward.
+    """
+
     device: str | None = None
     dtype: str | None = None
-    steps: int = 500
     prompt_sets: list[PromptSet] = field(default_factory=list)
     language_weights: dict[str, float] = field(default_factory=dict)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rollout: SamplingConfig = field(default_factory=SamplingConfig)
     rewards: list[RewardSpec] = field(default_factory=default_rewards)
-    loss: LossConfig = field(default_factory=LossConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
     micro_batch_size: int = 8
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""
         super().validate(num_processes)
-        r = self.rollout
-        if self.steps < 1:
-            raise ConfigError("steps must be >= 1 (rollout batches)")
-        if r.num_generations < 2:
-            raise ConfigError("rollout.num_generations must be >= 2 (advantages compare samples of a group)")
-        if r.prompts_per_step < 1 or r.prompts_per_step % num_processes:
-            raise ConfigError(f"rollout.prompts_per_step ({r.prompts_per_step}) must be a positive multiple of "
-                              f"the number of processes ({num_processes})")
-        try:  # the bounds and messages every front end uses (rumik_app.request)
-            check_temperature(r.temperature), check_top_k(r.top_k), check_top_p(r.top_p)
-            check_new_tokens(r.min_new_tokens, r.max_new_tokens)
-        except PromptError as exc:
-            raise ConfigError(f"rollout.{exc.field}: {exc}") from None
-        if r.temperature <= 0:
-            raise ConfigError("rollout.temperature must be > 0: greedy rollouts have no policy gradient")
-        if r.stop_mode not in STOP_MODES:
-            raise ConfigError(f"rollout.stop_mode must be one of {STOP_MODES}")
-        if not 1 <= r.min_new_tokens <= r.max_new_tokens:
-            raise ConfigError("rollout: need 1 <= min_new_tokens <= max_new_tokens")
-        if self.loss.routing not in ROUTINGS:
-            raise ConfigError(f"loss.routing must be one of {ROUTINGS}")
-        if self.loss.num_iterations < 1 or self.micro_batch_size < 1:
-            raise ConfigError("loss.num_iterations and micro_batch_size must be >= 1")
+        self.rollout.validate()
+        if self.micro_batch_size < 1:
+            raise ConfigError("micro_batch_size must be >= 1")
         if not self.rewards:
             raise ConfigError("rewards: at least one reward stream is needed")
         if len({spec.name for spec in self.rewards}) != len(self.rewards):
@@ -166,6 +182,43 @@ class GRPOConfig(RunConfig):
             spec.check()
         if not self.prompt_sets:
             raise ConfigError("prompt_sets: at least one prompt set is needed")
+
+    def reward_routing(self) -> tuple[list[str], dict[int, list[float]]]:
+        """(the kind of every reward stream, stream index -> its configured W row) for
+        training.grpo.loss.routing_matrix."""
+        return [spec.kind for spec in self.rewards], {s: spec.routing for s, spec in enumerate(self.rewards)
+                                                      if spec.routing}
+
+    @property
+    def total_steps(self) -> int:
+        """Optimiser steps of the run (the schedule's length)."""
+        raise NotImplementedError
+
+
+@dataclass
+class GRPOConfig(PolicyRunConfig):
+    """A GRPO run. steps: rollout batches; rollout, loss: as above; the rest from `PolicyRunConfig`."""
+
+    out_dir: str = "runs/grpo"
+    optim: OptimConfig = field(default_factory=grpo_optim)
+    save_every: int = 100
+    steps: int = 500
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    def validate(self, num_processes: int = 1) -> None:
+        """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""
+        super().validate(num_processes)
+        if self.steps < 1:
+            raise ConfigError("steps must be >= 1 (rollout batches)")
+        r = self.rollout
+        if r.prompts_per_step < 1 or r.prompts_per_step % num_processes:
+            raise ConfigError(f"rollout.prompts_per_step ({r.prompts_per_step}) must be a positive multiple of "
+                              f"the number of processes ({num_processes})")
+        if self.loss.routing not in ROUTINGS:
+            raise ConfigError(f"loss.routing must be one of {ROUTINGS}")
+        if self.loss.num_iterations < 1:
+            raise ConfigError("loss.num_iterations must be >= 1")
 
     @property
     def total_steps(self) -> int:

@@ -5,6 +5,8 @@ Library module, no command line; `training.grpo.trainer` wraps `PolicyScorer` wi
     scorer = PolicyScorer(engine.model, engine.layout, restrict_phase=True)
     batch = ScoringBatch.from_rollouts(rollouts, engine.layout.num_quantizers, rows=[0, 1], pad_id=engine.pad_id)
     token_logp, stop_logp = scorer(batch)      # [b, n], [b, f], differentiable
+    both = ScoringBatch.cat([batch, other], pad_id=engine.pad_id)      # rows of both, padded to the widest
+    some = both.select([2, 0], engine.layout.num_quantizers)          # those rows, trimmed to their longest
 
 One forward of the body over `prompt + generated` (right-padded, so no attention mask is
 needed: with causal attention real tokens never see the padding after them). The hidden
@@ -70,9 +72,7 @@ class ScoringBatch:
         for k, (i, p, length) in enumerate(zip(rows, prompts, lengths)):
             input_ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
             input_ids[k, len(p) : len(p) + length] = rollouts.token_ids[i, :length]
-        plen = torch.tensor([len(p) for p in prompts], dtype=torch.long)[:, None]
-        token_index = (plen - 1 + torch.arange(n)[None]).clamp(max=width - 1)
-        stop_index = (plen - 1 + q * torch.arange(f)[None]).clamp(max=width - 1)
+        token_index, stop_index = _positions(torch.tensor([len(p) for p in prompts], dtype=torch.long), n, q, width)
         sel = torch.tensor(rows, dtype=torch.long)
         params = [rollouts.params[i] for i in rows]
         return cls(
@@ -81,8 +81,8 @@ class ScoringBatch:
             tokens=rollouts.token_ids[sel, :n],
             token_mask=rollouts.token_mask[sel, :n],
             stop_index=stop_index,
-            stop_decisions=_pad_cols(rollouts.stop_decisions[sel], f),
-            stop_mask=_pad_cols(rollouts.stop_mask[sel], f),
+            stop_decisions=pad_cols(rollouts.stop_decisions[sel], f),
+            stop_mask=pad_cols(rollouts.stop_mask[sel], f),
             temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32),
             min_new_tokens=torch.tensor([p.min_new_tokens for p in params], dtype=torch.long),
         )
@@ -90,17 +90,73 @@ class ScoringBatch:
     def to(self, device: torch.device | str) -> "ScoringBatch":
         return ScoringBatch(**{k: v.to(device) for k, v in self.__dict__.items()})
 
+    def select(self, rows: list[int], num_quantizers: int) -> "ScoringBatch":
+        """Rows `rows` (with repeats, in that order), trimmed to their longest row: the layout
+        `from_rollouts` gives for those rows alone."""
+        idx = torch.as_tensor(list(rows), dtype=torch.long)
+        lengths = self.token_mask[idx].sum(1)
+        n = int(lengths.max()) if len(idx) else 0
+        f = n // num_quantizers + 1
+        prompt = self.stop_index[idx, 0] + 1  # stop slot 0 sits at prompt length - 1 (never clamped)
+        width = int((prompt + lengths).max()) if len(idx) else 0
+        token_index, stop_index = _positions(prompt, n, num_quantizers, width)
+        return ScoringBatch(
+            input_ids=self.input_ids[idx, :width], token_index=token_index, tokens=self.tokens[idx, :n],
+            token_mask=self.token_mask[idx, :n], stop_index=stop_index,
+            stop_decisions=pad_cols(self.stop_decisions[idx], f), stop_mask=pad_cols(self.stop_mask[idx], f),
+            temperature=self.temperature[idx], min_new_tokens=self.min_new_tokens[idx],
+        )
+
+    @classmethod
+    def cat(cls, batches: list["ScoringBatch"], pad_id: int = 0) -> "ScoringBatch":
+        """The rows of `batches` in one batch, right-padded to the widest (`fills`)."""
+        fills = cls.fills(pad_id)
+        return cls(**{name: cat_rows([getattr(b, name) for b in batches], fill) for name, fill in fills.items()})
+
+    @staticmethod
+    def fills(pad_id: int = 0) -> dict[str, int]:
+        """Padding value of every field: pad_id for input ids, -1 for tokens, False / 0 elsewhere
+        (padded index positions point at position 0: they are masked)."""
+        return {"input_ids": pad_id, "token_index": 0, "tokens": -1, "token_mask": 0, "stop_index": 0,
+                "stop_decisions": 0, "stop_mask": 0, "temperature": 0, "min_new_tokens": 0}
+
     @property
     def num_actions(self) -> int:
         """Unmasked actions: generated tokens plus stop-head decisions."""
         return int(self.token_mask.sum()) + int(self.stop_mask.sum())
 
 
-def _pad_cols(x: torch.Tensor, width: int) -> torch.Tensor:
+def _positions(prompt_lengths: torch.Tensor, n: int, num_quantizers: int,
+               width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_index [b, n], stop_index [b, n // Q + 1]) of right-padded rows of `width`: the hidden
+    index that predicts generated position t is p - 1 + t, stop slot j's is p - 1 + j * Q
+    (clamped into the row at padding)."""
+    start = prompt_lengths.reshape(-1, 1) - 1
+    token_index = (start + torch.arange(n)[None]).clamp(max=max(width - 1, 0))
+    stop_index = (start + num_quantizers * torch.arange(n // num_quantizers + 1)[None]).clamp(max=max(width - 1, 0))
+    return token_index, stop_index
+
+
+def pad_cols(x: torch.Tensor, width: int) -> torch.Tensor:
+    """[b, w] -> [b, width]: cut, or right-padded with zeros (False)."""
     if x.shape[1] >= width:
         return x[:, :width]
-    pad = torch.zeros(x.shape[0], width - x.shape[1], dtype=x.dtype)
+    pad = torch.zeros(x.shape[0], width - x.shape[1], dtype=x.dtype, device=x.device)
     return torch.cat([x, pad], dim=1)
+
+
+def cat_rows(parts: list[torch.Tensor], fill: float | int = 0) -> torch.Tensor:
+    """Concatenate tensors along dim 0, padding every other dim to the largest with `fill`:
+    [b_k, w_k, ...] -> [sum b_k, max w_k, ...] (1-D parts are simply concatenated)."""
+    if not parts:
+        raise ValueError("cat_rows needs at least one tensor")
+    shape = [max(p.shape[d] for p in parts) for d in range(1, parts[0].dim())]
+    out = []
+    for p in parts:
+        padded = torch.full((p.shape[0], *shape), fill, dtype=p.dtype, device=p.device)
+        padded[(slice(None), *(slice(0, s) for s in p.shape[1:]))] = p
+        out.append(padded)
+    return torch.cat(out, 0)
 
 
 class PolicyScorer(nn.Module):

@@ -26,7 +26,7 @@ import numpy as np
 from rumik_app.errors import ConfigError, PromptError
 from rumik_app.text.languages import get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
-from training.grpo.config import PromptSet, RolloutConfig
+from training.grpo.config import PromptSet, SamplingConfig
 
 ANY_LANGUAGE = "*"
 GROUP_SEED_MARGIN = 2**16  # room above a group's base seed for its samples' seeds (base + j)
@@ -94,7 +94,7 @@ class PromptSampler:
         return [(self.items[int(i)], int(s)) for i, s in zip(picks, seeds)]
 
 
-def build_request(item: dict[str, Any], seed: int, rollout: RolloutConfig) -> SynthesisRequest:
+def build_request(item: dict[str, Any], seed: int, rollout: SamplingConfig) -> SynthesisRequest:
     """The SynthesisRequest for a prompt item and a seed under the rollout settings."""
     return SynthesisRequest(
         item["text"], seed=seed, language=item.get("language"),

@@ -24,6 +24,8 @@ One step (a "rollout batch"):
 6. Log one line (stdout + OUT/metrics.jsonl, TRL names where they exist) and checkpoint
    every `save_every` steps to OUT/checkpoints/step_XXXXXXXX (published format + state);
    the loop, checkpoints, resume policy and command line are training.trainer's, as in SFT.
+Steps 1-3, the policy, LoRA and the weights' checkpoint state are training.grpo.rollout's
+`RolloutTrainer`, which training.dpo's trainer shares.
 
 Scale. Under `accelerate launch` (DDP) each process samples and scores its own shard;
 groups never straddle processes, so advantages are local; the action count is summed over
@@ -62,52 +64,27 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from rumik_app.engine.local import TTSEngine
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD
 from rumik_app.request import SynthesisRequest
-from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
+from training.common import clip_gradients, read_metrics
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.loss import (
     action_columns, clipped_objective, concat_actions, group_advantages, nan_stats, route_advantages,
     routing_matrix,
 )
-from training.grpo.policy import PolicyScorer, ScoringBatch, apply_lora, merged_state_dict
-from training.grpo.prompts import PromptSampler, build_request
-from training.grpo.rewards import build_reward, compute_rewards
-from training.trainer import Trainer, run_cli
+from training.grpo.policy import PolicyScorer, ScoringBatch
+from training.grpo.rollout import RolloutSource, RolloutTrainer
+from training.trainer import run_cli
 
-DECODE_BATCH = 16  # rows per codec decode call when a reward needs audio
-RESERVED_COLUMNS = ("audio", "sample_rate", "frame_rate_hz")
 SUMMARY_WINDOW = 5  # smoke summary: mean reward of the first and of the last this many steps
 # The smoke passes when the mean reward of its last SUMMARY_WINDOW steps is at least this much
 # above the first ones' (its synthetic reward rises from ~0.6 to ~1.0 on CPU).
 SMOKE_MIN_REWARD_RISE = 0.1
-
-
-class RolloutSource(Protocol):
-    """Where rollouts come from (see the module docstring for a server implementation)."""
-
-    def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts: ...
-
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
-
-
-class EngineRollouts:
-    """The in-process sampler: `TTSEngine.generate_batch` on the live training weights."""
-
-    def __init__(self, engine: TTSEngine):
-        self.engine = engine
-
-    def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts:
-        return self.engine.generate_batch(requests, num_samples=num_samples, stop_mode=stop_mode)
-
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Nothing to do: the engine reads the same parameters the optimiser updates."""
 
 
 @dataclass
@@ -129,7 +106,7 @@ class RolloutBatch:
     stop_adv: torch.Tensor
 
 
-class GRPOTrainer(Trainer):
+class GRPOTrainer(RolloutTrainer):
     """Holds the engine, policy, reference, optimiser and rewards of one run; `train()` runs it
     (training.trainer). config_dir: where relative prompt-set paths are looked up first."""
 
@@ -139,29 +116,16 @@ class GRPOTrainer(Trainer):
 
     def __init__(self, cfg: GRPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
-        super().__init__(cfg, accelerator, config_dir)
-        self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
-                                                restrict_phase=cfg.rollout.restrict_phase)
-        self.layout, self.model = self.engine.layout, self.engine.model
-        restrict = cfg.rollout.restrict_phase
-        self.peft, self.reference = None, None
-        if cfg.lora.enabled:
-            lo = cfg.lora
-            self.peft = apply_lora(self.model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.train_stop_head)
-        elif cfg.loss.beta > 0 or cfg.loss.kl_monitor:
+        super().__init__(cfg, accelerator, config_dir, source)
+        self.W = routing_matrix(*cfg.reward_routing(), self.layout.num_quantizers)
+
+    def make_reference(self) -> PolicyScorer | None:
+        """A frozen copy of the starting weights when the KL is used or logged (LoRA: none, the
+        adapter-disabled model is the reference)."""
+        if self.peft is None and (self.cfg.loss.beta > 0 or self.cfg.loss.kl_monitor):
             frozen = copy.deepcopy(self.model).requires_grad_(False).eval()
-            self.reference = PolicyScorer(frozen, self.layout, restrict)
-        if cfg.activation_checkpointing:
-            enable_activation_checkpointing(self.model)
-        self.master = self.model if self.peft is None else None  # LoRA checkpoints hold the adapters instead
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
-        self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
-        self.source = source or EngineRollouts(self.engine)
-        self.rewards = [build_reward(spec) for spec in cfg.rewards]
-        overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
-        self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
-        self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
+            return PolicyScorer(frozen, self.layout, self.cfg.rollout.restrict_phase)
+        return None
 
     @property
     def total_steps(self) -> int:
@@ -179,44 +143,14 @@ class GRPOTrainer(Trainer):
     # ------------------------------------------------------------------ rollouts and rewards
     def make_batch(self, step: int) -> RolloutBatch:
         """Sample this process's shard of prompts, score the rollouts, route the advantages."""
-        cfg, G = self.cfg, self.cfg.rollout.num_generations
-        picks = self.sampler.sample(step, cfg.rollout.prompts_per_step, G)
-        local = list(range(len(picks)))[self.acc.process_index :: self.acc.num_processes]
-        requests = [build_request(picks[k][0], picks[k][1], cfg.rollout) for k in local]
-        self.model.eval()
-        with torch.no_grad():
-            rollouts = self.source.generate(requests, G, cfg.rollout.stop_mode)
-        owners = [local[i] for i in rollouts.request_index]
-        row_requests = [requests[i] for i in rollouts.request_index]
-        columns = self._columns([picks[k][0] for k in owners])
-        if any(getattr(fn, "needs_audio", False) for fn in self.rewards):
-            columns["audio"] = self._decode(rollouts)
-            columns["sample_rate"] = self.engine.sample_rate
-        columns["frame_rate_hz"] = self.layout.frame_rate_hz
-        rewards = compute_rewards(self.rewards, row_requests, rollouts, columns)
-        groups = torch.tensor(owners, dtype=torch.long)
-        adv = group_advantages(rewards, groups, cfg.loss.adv_eps, cfg.loss.scale_rewards)
-        cols = action_columns(rollouts.token_ids, rollouts.token_mask, self.layout, rollouts.restrict_phase)
-        token_adv, stop_adv = route_advantages(adv, self.W, cols, rollouts.stop_mask,
-                                               flat=cfg.loss.routing == "flat")
-        return RolloutBatch(rollouts, row_requests, columns, groups, rewards, adv, token_adv, stop_adv)
-
-    @staticmethod
-    def _columns(items: list[dict]) -> dict[str, list]:
-        keys = sorted({k for item in items for k in item} - set(RESERVED_COLUMNS))
-        return {k: [item.get(k) for item in items] for k in keys}
-
-    def _decode(self, rollouts: Rollouts) -> list:
-        waves: list = []
-        for lo in range(0, len(rollouts), DECODE_BATCH):
-            frames = rollouts.num_frames[lo : lo + DECODE_BATCH]
-            width = int(frames.max()) if len(frames) else 0
-            if width == 0:
-                waves += [torch.zeros(0).numpy() for _ in frames]
-                continue
-            codes = rollouts.codes[lo : lo + DECODE_BATCH, :, :width].to(self.engine.codec.device)
-            waves += self.engine.decode(codes, frames)
-        return waves
+        cfg = self.cfg
+        scored = self.roll_out(self.sampler.sample(step, cfg.rollout.prompts_per_step, cfg.rollout.num_generations))
+        r = scored.rollouts
+        adv = group_advantages(scored.rewards, scored.groups, cfg.loss.adv_eps, cfg.loss.scale_rewards)
+        cols = action_columns(r.token_ids, r.token_mask, self.layout, r.restrict_phase)
+        token_adv, stop_adv = route_advantages(adv, self.W, cols, r.stop_mask, flat=cfg.loss.routing == "flat")
+        return RolloutBatch(r, scored.requests, scored.columns, scored.groups, scored.rewards, adv, token_adv,
+                            stop_adv)
 
     # ------------------------------------------------------------------ update
     def _reference_logps(self, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -327,27 +261,6 @@ class GRPOTrainer(Trainer):
             "num_actions": count, **{f"time/{k}": v for k, v in timings.items()},
         })
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
-
-    # ------------------------------------------------------------------ checkpoints
-    def checkpoint_state(self) -> tuple[dict | None, dict]:
-        extra: dict[str, Any] = {}
-        state = None
-        if self.peft is not None:  # adapters are replicated (DDP): the main process has them all
-            from peft import get_peft_model_state_dict
-
-            if self.acc.is_main_process:
-                state = merged_state_dict(self.peft)
-                extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
-        else:  # every process takes part (FSDP/DeepSpeed gather here)
-            state = {k.removeprefix("model."): v for k, v in self.acc.get_state_dict(self.scorer).items()}
-        return state, extra
-
-    def restore(self, extra: dict) -> None:
-        if self.peft is not None:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.peft, extra["lora"])
-        self.source.sync_weights(self.model)
 
     # ------------------------------------------------------------------ smoke run
     @classmethod

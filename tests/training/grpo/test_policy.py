@@ -23,6 +23,25 @@ def _sampled(engine):
         return engine.generate_batch(REQUESTS, num_samples=3, stop_mode="sample")
 
 
+
+def _same(a: ScoringBatch, b: ScoringBatch) -> None:
+    for name in ScoringBatch.fills():
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_select_and_cat_give_the_layout_of_the_rows_alone(tiny_engine):
+    """select(rows) of a batch, and of batches concatenated, lays rows out as from_rollouts of those rows."""
+    r = _sampled(tiny_engine)
+    pad = tiny_engine.pad_id
+    full = ScoringBatch.from_rollouts(r, 8, pad_id=pad)
+    for rows in ([4, 1], [0], [5, 5, 2], list(range(6))):
+        _same(full.select(rows, 8), ScoringBatch.from_rollouts(r, 8, rows=rows, pad_id=pad))
+    parts = [ScoringBatch.from_rollouts(r, 8, rows=rows, pad_id=pad) for rows in ([3], [0, 5], [1])]
+    both = ScoringBatch.cat(parts, pad)
+    assert both.input_ids.shape[0] == 4 and both.tokens.shape[1] == max(p.tokens.shape[1] for p in parts)
+    _same(both.select([1, 3], 8), ScoringBatch.from_rollouts(r, 8, rows=[0, 1], pad_id=pad))
+    _same(both.select([0], 8), parts[0])
+
 def test_scorer_reproduces_sampled_token_and_stop_log_probs(tiny_engine):
     r = _sampled(tiny_engine)
     assert len(set(r.lengths.tolist())) > 1 and r.stop_decisions.any()

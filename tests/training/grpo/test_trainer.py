@@ -3,12 +3,8 @@ the normaliser, the smoke run's rising reward, zero learning rate, resume, LoRA.
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +13,7 @@ from safetensors.torch import load_file
 import training.grpo.trainer as grpo
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
+from tests.training.distributed import set_args, smoke_on_one_and_two_processes
 from training.common import latest_checkpoint, read_metrics, wsd_lambda
 from training.config import load_config
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
@@ -262,17 +259,8 @@ def test_real_reward_streams_run_in_the_loop(tiny_checkpoint, tmp_path):
 @pytest.mark.slow
 def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     """DDP (gloo, 2 CPU processes, each with half the prompts) gives the single-process run's numbers."""
-    sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16",
-                                       "save_every=2")), [])
-    main(["--smoke", "--out", str(tmp_path / "one"), *sets])
-    repo = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "training.grpo", "--smoke", "--out", str(tmp_path / "two"), *sets],
-                          check=True, env=env, cwd=repo, timeout=300, capture_output=True, text=True)
-    assert "training.grpo: 2 processes (DDP over CPU processes)" in done.stdout
-    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    sets = set_args(f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16", "save_every=2")
+    one, two = smoke_on_one_and_two_processes(main, "training.grpo", tmp_path, sets)
     assert len(one) == len(two) == 2
     for key in ("reward", "reward_std", "kl", "loss", "grad_norm", "num_actions"):
         # loss is a sum of +-A terms that cancel to ~1e-9 at rho = 1: compare it absolutely
