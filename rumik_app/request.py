@@ -40,6 +40,11 @@ MAX_TEMPERATURE = 2.0
 DEFAULT_TOP_K = 30
 MAX_TOP_K = 200
 DEFAULT_TOP_P = 1.0
+# Repetition penalty (CTRL's, as transformers and vLLM apply it): a code this row already
+# produced has its logit divided by the penalty when positive, multiplied when negative. 1 is
+# off and exact (x / 1 == x), so the default leaves every token unchanged.
+DEFAULT_REPETITION_PENALTY = 1.0
+MAX_REPETITION_PENALTY = 2.0
 DEFAULT_MIN_NEW_TOKENS = 8
 DEFAULT_MAX_NEW_TOKENS = 2048
 # Hard cap on generated tokens per utterance (chunk): ~30 s of audio, the longest training
@@ -101,6 +106,16 @@ def check_top_p(value) -> float:
     if not 0.0 < p <= 1.0:
         raise PromptError(f"Top-p {_show(value)} is out of range: use a value above 0 and at most 1.", field="top_p")
     return p
+
+
+def check_repetition_penalty(value) -> float:
+    """Above 0, at most MAX_REPETITION_PENALTY (1 = off)."""
+    r = _number(value, "Repetition penalty", "repetition_penalty")
+    if not 0.0 < r <= MAX_REPETITION_PENALTY:
+        raise PromptError(f"Repetition penalty {_show(value)} is out of range: use a value above 0 and at most "
+                          f"{MAX_REPETITION_PENALTY:g} (1 = off; above 1 discourages repeating audio codes).",
+                          field="repetition_penalty")
+    return r
 
 
 def check_new_tokens(min_new_tokens, max_new_tokens) -> tuple[int, int]:
@@ -189,6 +204,7 @@ class SynthesisRequest:
     voice/tone/accent/pace/description: the prompt condition (docs/ARCHITECTURE.md §3).
     seed: None (or -1) draws a fresh seed (reported back on the result); an int reproduces exactly.
     temperature/top_k/top_p: sampling; temperature 0 is greedy; top_k 0 disables top-k.
+    repetition_penalty: 1 = off; above 1 lowers the logits of codes already generated.
     min_new_tokens/max_new_tokens: generated-token bounds per chunk (100 tokens = 1 s of audio).
     language: optional ISO code or name: speaking-rate estimates, and the language numbers are
         read in for text in its script (None: decided per clause from the script).
@@ -207,6 +223,7 @@ class SynthesisRequest:
     temperature: float = DEFAULT_TEMPERATURE
     top_k: int = DEFAULT_TOP_K
     top_p: float = DEFAULT_TOP_P
+    repetition_penalty: float = DEFAULT_REPETITION_PENALTY
     min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     language: str | None = None
@@ -215,8 +232,9 @@ class SynthesisRequest:
     def __post_init__(self) -> None:
         min_new, max_new = check_new_tokens(self.min_new_tokens, self.max_new_tokens)
         checked = dict(temperature=check_temperature(self.temperature), top_k=check_top_k(self.top_k),
-                       top_p=check_top_p(self.top_p), min_new_tokens=min_new, max_new_tokens=max_new,
-                       seed=check_seed(self.seed))
+                       top_p=check_top_p(self.top_p),
+                       repetition_penalty=check_repetition_penalty(self.repetition_penalty),
+                       min_new_tokens=min_new, max_new_tokens=max_new, seed=check_seed(self.seed))
         if self.language is not None:
             get_language(self.language)  # PromptError naming the supported languages
         for name, value in checked.items():  # canonical types (a slider's 30.0 is top_k 30)

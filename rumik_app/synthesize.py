@@ -33,8 +33,8 @@ from rumik_app.audio import Audio
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS,
-    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P,
+    MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
 )
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -60,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
+    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_REPETITION_PENALTY,
+                   help="above 1 discourages repeating audio codes (default 1 = off)")
     p.add_argument("--max-seconds", type=float, default=None,
                    help=f"cap per utterance (per chunk for long text), at most {MAX_SECONDS:g} "
                         f"(default {DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
@@ -113,7 +115,7 @@ def build_request(args: argparse.Namespace) -> SynthesisRequest:
     req = SynthesisRequest(
         text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
         description=args.description, seed=resolve_seed(check_seed(args.seed)), temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, language=args.language, normalize=not args.no_normalize,
+        top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty, language=args.language, normalize=not args.no_normalize,
     )
     # Every voice name passes here; the checkpoint's own list is checked once its config is read.
     req.with_(voice=VOICES[0]).prompt()

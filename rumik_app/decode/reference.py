@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicCache
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
     FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms,
-    max_stop_slots, sample_tokens, stop_floor,
+    max_stop_slots, penalize_repeats, sample_tokens, stop_floor,
 )
 from rumik_app.request import MAX_NEW_TOKENS_CAP
 
@@ -43,6 +43,8 @@ class ReferenceDecoder(DecoderBase):
         self.temperature = torch.tensor([r.temperature for r in rows], device=dev, dtype=torch.float32)
         self.top_k = torch.tensor([r.top_k for r in rows], device=dev, dtype=torch.long)
         self.top_p = torch.tensor([r.top_p for r in rows], device=dev, dtype=torch.float32)
+        self.penalty = torch.tensor([r.repetition_penalty for r in rows], device=dev, dtype=torch.float32)
+        self.seen = torch.zeros(len(rows), self.layout.num_units, device=dev, dtype=torch.bool)  # codes produced
         self.max_new = torch.tensor([r.max_new_tokens for r in rows], device=dev)
         q = self.layout.num_quantizers
         self.stop_floor = torch.tensor([stop_floor(r.min_new_tokens, q) for r in rows], device=dev)
@@ -133,6 +135,7 @@ class ReferenceDecoder(DecoderBase):
             alive = self.alive
             allow_end = (t >= self.stop_floor[alive]) & (t % q == 0 or not self.head.restrict_phase)
             logits = self.head.logits(hidden, t % q, allow_end)
+            logits = penalize_repeats(logits, self.head.seen_columns(self.seen[alive], t % q), self.penalty[alive])
             index, logp = sample_tokens(logits, self.temperature[alive], self.top_k[alive], self.top_p[alive],
                                         self.u_token[alive, t])
             tokens = self.head.index_to_token(index, t % q)
@@ -144,6 +147,7 @@ class ReferenceDecoder(DecoderBase):
             self._log_probs.append(full_logp)
             yield Step(t=t, tokens=full)
             ended = tokens == self.layout.audio_end_token_id
+            self.seen[alive[~ended], tokens[~ended] - self.layout.first_unit_id] = True
             hidden = self._drop(ended, FINISH_END_TOKEN, hidden)
             if not len(self.alive):
                 break

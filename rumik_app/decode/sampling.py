@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from rumik_app.request import (
-    DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P,
-    MAX_NEW_TOKENS_CAP,
+    DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_NEW_TOKENS, DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
+    DEFAULT_TOP_P, MAX_NEW_TOKENS_CAP,
 )
 
 # How the stop head decides at a frame boundary: "threshold" stops when sigmoid(logit) >
@@ -80,12 +80,24 @@ class RowParams:
     top_p: float = DEFAULT_TOP_P
     min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    repetition_penalty: float = DEFAULT_REPETITION_PENALTY
 
     def __post_init__(self) -> None:
         # Every decoder sizes its per-row buffers (pre-drawn uniforms, stop slots) by the cap;
         # requests are checked against it where they are made (`rumik_app.request`).
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:
             raise ValueError(f"max_new_tokens must be 1 to {MAX_NEW_TOKENS_CAP}, not {self.max_new_tokens}")
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """CTRL's repetition penalty, as transformers and vLLM apply it, before the temperature:
+    where `seen`, a positive logit is divided by the row's penalty and a negative one
+    multiplied (-inf stays -inf). logits: [B, V] float32; seen: [B, V] bool; penalty: [B]
+    float. A penalty of 1 returns the logits unchanged bit for bit (x / 1 == x * 1 == x).
+    Dividing by the temperature afterwards commutes with this (the sign is kept), so vLLM's
+    order (penalties on temperature-scaled logits) gives the same distribution."""
+    p = penalty[:, None]
+    return torch.where(seen, torch.where(logits > 0, logits / p, logits * p), logits)
 
 
 def draw_uniforms(seed: int, count: int) -> torch.Tensor:

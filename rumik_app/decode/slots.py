@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
     END_TOKEN, FINISH_MAX_TOKENS, FINISH_NAMES, MAX_TOKENS, RUNNING, STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD,
-    RowParams, draw_uniforms, max_stop_slots, sample_tokens, stop_floor,
+    RowParams, draw_uniforms, max_stop_slots, penalize_repeats, sample_tokens, stop_floor,
 )
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.static_body import StaticBody
@@ -82,10 +82,11 @@ class DecodeState:
     t: [B] tokens generated; pos: [B] cache column of the next fed token; alive: [B];
     reason: [B] finish code; hidden: [B, h] the final hidden state predicting position t;
     phase: [] t mod Q shared by every live row; per-row sampling settings and pre-drawn
-    uniforms; frame_* and stop_*: what the current frame produced, read by the host.
+    uniforms; seen: [B, num_units] bool, the audio codes each row has produced (the
+    repetition penalty); frame_* and stop_*: what the current frame produced, read by the host.
     """
 
-    def __init__(self, batch: int, hidden_size: int, num_quantizers: int, device, dtype):
+    def __init__(self, batch: int, hidden_size: int, num_quantizers: int, num_units: int, device, dtype):
         long = dict(device=device, dtype=torch.long)
         flt = dict(device=device, dtype=torch.float32)
         self.t = torch.zeros(batch, **long)
@@ -97,6 +98,8 @@ class DecodeState:
         self.temperature = torch.ones(batch, **flt)
         self.top_k = torch.zeros(batch, **long)
         self.top_p = torch.ones(batch, **flt)
+        self.penalty = torch.ones(batch, **flt)
+        self.seen = torch.zeros(batch, num_units, device=device, dtype=torch.bool)
         self.floor = torch.zeros(batch, **long)
         self.max_new = torch.zeros(batch, **long)
         self.u_token = torch.zeros(batch, MAX_NEW_TOKENS_CAP, **flt)
@@ -135,12 +138,14 @@ def decode_step(model, head: AudioHead, body: StaticBody, s: DecodeState, stop_m
     sampling = live & ~stop
     # The audio head and the sampler.
     allow_end = past_floor & (boundary if head.restrict_phase else torch.ones_like(boundary))
-    logits = head.step_logits(s.hidden, phase, allow_end)
+    logits = penalize_repeats(head.step_logits(s.hidden, phase, allow_end), head.seen_columns(s.seen, phase), s.penalty)
     uniform = s.u_token.gather(1, t.clamp(max=s.u_token.shape[1] - 1)[:, None]).squeeze(1)
     index, logp = sample_tokens(logits, s.temperature, s.top_k, s.top_p, uniform)
     token = head.index_to_token(index, phase)
     ended = sampling & (token == lay.audio_end_token_id)
     going = sampling & ~ended
+    unit = (token - lay.first_unit_id).clamp(0, s.seen.shape[1] - 1)[:, None]
+    s.seen.scatter_(1, unit, s.seen.gather(1, unit) | going[:, None])
     column = phase.view(1).expand(token.shape[0], 1)
     s.frame_tokens.scatter_(1, column, torch.where(sampling, token, -1)[:, None])
     s.frame_log_probs.scatter_(1, column, torch.where(sampling, logp.float(), 0.0)[:, None])
@@ -187,7 +192,8 @@ class SlotDecoder:
         weight = model.get_input_embeddings().weight
         self.device = weight.device
         self.body = StaticBody(model, batch, max_len)
-        self.state = DecodeState(batch, model.config.hidden_size, self.layout.num_quantizers, self.device, weight.dtype)
+        self.state = DecodeState(batch, model.config.hidden_size, self.layout.num_quantizers, self.layout.num_units,
+                                 self.device, weight.dtype)
         self.free = list(range(batch))
         self.in_use = False  # set while a BatchDecoder or a server loop drives it
         self.compiled = False
@@ -259,6 +265,8 @@ class SlotDecoder:
         put(s.temperature, [r.temperature for r in rows])
         put(s.top_k, [r.top_k for r in rows])
         put(s.top_p, [r.top_p for r in rows])
+        put(s.penalty, [r.repetition_penalty for r in rows])
+        s.seen[idx] = False
         put(s.floor, [stop_floor(r.min_new_tokens, q) for r in rows])
         put(s.max_new, [r.max_new_tokens for r in rows])
         s.u_token[idx] = torch.stack([draw_uniforms(r.seed, s.u_token.shape[1]) for r in rows]).to(dev)

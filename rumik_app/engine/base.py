@@ -103,7 +103,8 @@ class BaseEngine:
     def row_params(self, req: SynthesisRequest, seed: int | None = None) -> RowParams:
         """The sampling row of `req` (its seed unless `seed` is given)."""
         return RowParams(seed=req.seed if seed is None else seed, temperature=req.temperature, top_k=req.top_k,
-                         top_p=req.top_p, min_new_tokens=req.min_new_tokens, max_new_tokens=req.max_new_tokens)
+                         top_p=req.top_p, min_new_tokens=req.min_new_tokens, max_new_tokens=req.max_new_tokens,
+                         repetition_penalty=req.repetition_penalty)
 
     def batch_rows(self, requests: Sequence[SynthesisRequest],
                    num_samples: int = 1) -> tuple[list[list[int]], list[RowParams], list[int]]:

@@ -128,6 +128,17 @@ class AudioHead:
         logits[..., -1] = logits[..., -1].masked_fill(~allow_end, float("-inf"))
         return logits
 
+    def seen_columns(self, seen: torch.Tensor, phase: int | torch.Tensor) -> torch.Tensor:
+        """Which of this step's logit columns a row has already produced (for the repetition
+        penalty). seen: [B, num_units] bool over audio codes (unit id - first_unit_id); phase:
+        an int or a 0-dim long tensor -> [B, V] bool, `</audio>` (never seen) last."""
+        lay = self.layout
+        if self.restrict_phase:
+            grid = seen.view(seen.shape[0], lay.codebook_size, lay.num_quantizers)
+            index = phase.view(1) if isinstance(phase, torch.Tensor) else torch.tensor([phase], device=seen.device)
+            seen = grid.index_select(2, index).squeeze(2)
+        return F.pad(seen, (0, 1), value=False)
+
     def index_to_token(self, index: torch.Tensor, phase: int) -> torch.Tensor:
         """Head output index [B] -> vocabulary ids [B]."""
         lay = self.layout

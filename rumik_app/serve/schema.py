@@ -7,7 +7,7 @@
 OpenAI fields: `model`, `input`, `voice` (a name, or `{"id": name}`), `instructions` (the
 free-form description), `response_format` (wav | pcm | mp3 | opus | flac; default mp3 as
 OpenAI), `speed`, `stream_format` (audio | sse). Extra fields (`extra_body` in the openai
-client): `tone`, `accent`, `pace`, `seed`, `temperature`, `top_k`, `top_p`, `max_seconds`,
+client): `tone`, `accent`, `pace`, `seed`, `temperature`, `top_k`, `top_p`, `repetition_penalty`, `max_seconds`,
 `normalize`, `language`. Unknown fields are an error (a typo in `extra_body` must not be
 silently ignored).
 
@@ -80,6 +80,7 @@ class SpeechRequest(BaseModel):
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
+    repetition_penalty: float | None = None
     max_seconds: float | None = None
     normalize: bool = True
     language: str | None = None
@@ -183,7 +184,8 @@ def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tok
     _prompt_check(lambda: format_description(body.tone, body.accent, pace, body.instructions), "instructions")
     seed = _prompt_check(lambda: check_seed(body.seed), "seed")
     options = {name: value for name, value in (("temperature", body.temperature), ("top_k", body.top_k),
-                                               ("top_p", body.top_p)) if value is not None}
+                                               ("top_p", body.top_p), ("repetition_penalty", body.repetition_penalty))
+               if value is not None}
     if body.max_seconds is not None:  # PromptError outside 0-30 s (rumik_app.request.check_max_seconds)
         options["max_new_tokens"] = _prompt_check(lambda: max_new_tokens_for(body.max_seconds), "max_seconds")
     req = _prompt_check(lambda: SynthesisRequest(
@@ -202,7 +204,8 @@ def validation_error(errors: Sequence[dict]) -> ApiError:
     if kind == "missing":
         return ApiError(400, f"Missing required parameter: {param!r}.", param=param, code="missing_required_parameter")
     if kind == "extra_forbidden":
-        extras = "tone, accent, pace, seed, temperature, top_k, top_p, max_seconds, normalize, language"
+        extras = ("tone, accent, pace, seed, temperature, top_k, top_p, repetition_penalty, max_seconds, normalize, "
+                  "language")
         return ApiError(400, f"Unrecognized request argument supplied: {param}. This server also accepts: {extras}.",
                         param=param, code="unknown_parameter")
     if kind.startswith("json"):

@@ -21,11 +21,15 @@ from tests.servers import ServerThread
 
 # (what, CLI flags, app/server field and value, the message every front end gives); the app's
 # /synthesize has no `language` field (its language picker only chooses examples), so that
-# row checks the CLI and the server.
+# row checks the CLI and the server, and so does repetition_penalty (a setting of the API
+# clients; the app's sliders stay with temperature, top-k and top-p).
 CASES = [
     ("temperature", ["--temperature", "3"], ("temperature", 3), "Temperature 3 is out of range: use 0 (greedy) to 2."),
     ("top_k", ["--top-k", "500"], ("top_k", 500), "Top-k 500 is out of range: use a whole number 0 (off) to 200."),
     ("top_p", ["--top-p", "0"], ("top_p", 0), "Top-p 0 is out of range: use a value above 0 and at most 1."),
+    ("repetition_penalty", ["--repetition-penalty", "3"], ("repetition_penalty", 3),
+     "Repetition penalty 3 is out of range: use a value above 0 and at most 2 (1 = off; above 1 discourages "
+     "repeating audio codes)."),
     ("seed", ["--seed", "-5"], ("seed", -5), "Seed -5 is not valid. Use -1 for a random seed or a whole number"),
     ("max_seconds", ["--max-seconds", "45"], ("max_seconds", 45),
      "Max seconds 45 is out of range: use more than 0 and at most 30."),
@@ -76,7 +80,7 @@ def test_cli_app_and_server_give_the_same_message(what, flags, field_value, mess
                                                    speech):
     field, value = field_value
     said = {"cli": _cli(tmp_path, capsys, flags), "server": _server(speech, field, value)}
-    if field != "language":
+    if field not in ("language", "repetition_penalty"):
         said["app"] = _app(client, field, value)
     assert all(text.startswith(message) for text in said.values()), said
     assert len(set(said.values())) == 1, said  # word for word, not only the same start
