@@ -57,6 +57,12 @@ MAX_NEW_TOKENS_CAP = 3072
 DEFAULT_MAX_SECONDS = 20.0
 TINY_MAX_SECONDS = 3.0
 MAX_SECONDS = 30.0
+
+
+def default_max_seconds(model: str) -> float:
+    """The length cap per utterance chunk when a request gives none: short for `tiny`."""
+    return TINY_MAX_SECONDS if model == TINY_MODEL else DEFAULT_MAX_SECONDS
+
 # Seeds are in [0, SEED_RANGE) when drawn: the engine draws a fresh one there when none is
 # given, the benchmark runner derives per-clip seeds into it, and GRPO's group seeds stay
 # inside it. A caller's own seed may go up to MAX_SEED: integers up to 2^53 survive JSON

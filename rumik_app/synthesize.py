@@ -34,7 +34,8 @@ from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P,
-    MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
+    MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, default_max_seconds,
+    resolve_seed,
 )
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> Audio:
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
-    max_seconds = args.max_seconds or (TINY_MAX_SECONDS if args.model == TINY_MODEL else DEFAULT_MAX_SECONDS)
+    max_seconds = args.max_seconds or default_max_seconds(args.model)
     req = req.with_(max_new_tokens=engine.max_new_tokens_for(max_seconds))
     spoken = req.spoken_text()
     say = (lambda line: None) if args.quiet else print

@@ -20,7 +20,8 @@ from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
 from rumik_app.request import (
     APP_LIMITS, DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
-    TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, resolve_seed,
+    TINY_MAX_SECONDS, SynthesisRequest, check_max_seconds, check_seed, default_max_seconds,
+    resolve_seed,
 )
 from webapp.common import (
     APP_MAX_TEXT_CHARS, MIN_SECONDS, SYNTH_CONCURRENCY, checked_slider, error_line, user_errors,
@@ -158,8 +159,9 @@ class SynthHandlers:
             key = self.registry.resolve_key(system)
         except SystemUnavailable:
             return DEFAULT_MAX_SECONDS
-        noise = key == SYSTEM_TINY or (key == SYSTEM_RUMIK and self.registry.model == TINY_MODEL)
-        return TINY_MAX_SECONDS if noise else DEFAULT_MAX_SECONDS
+        if key == SYSTEM_TINY:
+            return TINY_MAX_SECONDS
+        return default_max_seconds(self.registry.model) if key == SYSTEM_RUMIK else DEFAULT_MAX_SECONDS
 
     def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,
                 system="rumik-oss-1", language=None, normalize=True) -> tuple[str, str]:

@@ -24,9 +24,12 @@ from pathlib import Path
 
 from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import CheckpointError
-from rumik_app.request import DEFAULT_MODEL
+from rumik_app.request import (
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, TINY_MAX_SECONDS, check_max_seconds, default_max_seconds,
+)
 from rumik_app.serve.protocol import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, DEFAULT_SHUTDOWN_TIMEOUT_S,
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_SOCKET_MESSAGE_BYTES,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -50,6 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=DEFAULT_MAX_PROMPT_TOKENS,
                    help="engine: prompt tokens per text chunk; sizes the KV cache (max-batch x (this + 3072)); "
                         "vllm sizes its paged cache itself")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="length cap per utterance chunk when a request gives none (default "
+                        f"{DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
+    p.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
+                   help="WebSocket sessions (Rumik's /v1/tts/ws, text-in /v1/audio/speech/stream) open at once, "
+                        "idle ones included; beyond that an upgrade gets 503 + Retry-After")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
     p.add_argument("--voice-map", help="other names for the voices, e.g. 'alloy=Ira,nova=Aisha', for clients that "
@@ -59,11 +68,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds streaming requests may take to finish after SIGTERM")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = p.parse_args(argv)
-    if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1:
-        p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue >= 0")
+    if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1 or args.max_sessions < 0:
+        p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue and --max-sessions >= 0")
     if args.api_key is not None and not args.api_key.strip():
         p.error(f"the API key is empty (--api-key or ${API_KEY_ENV}); an empty key would let every request in. "
                 f"Set a long random one, or unset {API_KEY_ENV} to run without a key.")
+    if args.max_seconds is not None:
+        try:
+            check_max_seconds(args.max_seconds)
+        except ValueError as exc:
+            p.error(f"--max-seconds: {exc}")
     args.engine_options = engine_options(p, args)  # {"backend": ..., device/dtype/compile and vLLM's, when given}
     args.engine_options.pop("backend")
     return args
@@ -88,12 +102,15 @@ def build_server(args: argparse.Namespace):
     name = args.served_model_name or served_name(args.model)
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_key,
-                     shutdown_timeout=args.shutdown_timeout, voice_map=voice_map)
-    # Connections beyond what the server can hold get 503 from uvicorn itself: every request
-    # that can decode or wait, plus room for /health, /metrics and the ones being refused.
+                     shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
+                     max_seconds=args.max_seconds or default_max_seconds(args.model))
+    # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
+    # request that can decode or wait, plus room for /health, /metrics and the ones being
+    # refused. (uvicorn does not count WebSockets here; --max-sessions bounds those.)
     concurrency = args.max_batch + args.max_queue + CONNECTION_HEADROOM
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=args.shutdown_timeout, limit_concurrency=concurrency)
+                            timeout_graceful_shutdown=args.shutdown_timeout, limit_concurrency=concurrency,
+                            ws_max_size=MAX_SOCKET_MESSAGE_BYTES)
     return SpeechServer(config, adapter)
 
 

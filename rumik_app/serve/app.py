@@ -35,17 +35,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE, PromptError
-from rumik_app.request import resolve_seed
+from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
+from rumik_app.request import DEFAULT_MAX_SECONDS, resolve_seed
 from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics
 from rumik_app.serve.protocol import (
-    DEFAULT_SHUTDOWN_TIMEOUT_S, EngineFailed, ServerBusy, ShuttingDown, SpeechAdapter,
+    DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S, SpeechAdapter,
 )
 from rumik_app.serve.schema import (
-    ApiError, SpeechJob, SpeechRequest, check_model, to_synthesis_request, validation_error,
+    ApiError, SpeechJob, SpeechRequest, check_model, engine_error, to_synthesis_request, validation_error,
 )
+from rumik_app.serve.silk import add_silk_routes
+from rumik_app.serve.sockets import ServeContext, SessionRegistry
+from rumik_app.serve.text_in import add_text_in_route
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +62,6 @@ CLIENT_CLOSED = 499  # nginx's status for "client closed the request" (logged on
 
 def _error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
-
-
-def _engine_error(exc: Exception) -> ApiError:
-    """The ApiError for what an adapter raises before the first audio."""
-    if isinstance(exc, PromptError):
-        return ApiError(400, str(exc), param=exc.field or "input")
-    if isinstance(exc, (ServerBusy, ShuttingDown)):
-        code = "server_busy" if isinstance(exc, ServerBusy) else "shutting_down"
-        return ApiError(503, str(exc), type="server_error", code=code,
-                        headers={"Retry-After": str(exc.retry_after)})
-    if isinstance(exc, EngineFailed):
-        log.error("the speech engine failed: %s", exc)
-        return ApiError(500, "The speech engine failed; the server log says why.", type="server_error",
-                        code="backend_failed")
-    log.error("speech request failed", exc_info=exc)
-    return ApiError(500, "Synthesis failed; the server log says why.", type="server_error", code="server_error")
 
 
 def key_error(authorization: str | None, api_key: str | None) -> ApiError | None:
@@ -91,14 +78,22 @@ def key_error(authorization: str | None, api_key: str | None) -> ApiError | None
     return None
 
 
+SILK_PREFIX = "/v1/tts"  # Rumik's hosted-API routes (rumik_app.serve.silk): errors in its body shape
+SILK_SOCKET = "/v1/tts/ws"  # its socket carries a token minted with the key, not the key itself
+
+
 class RequestGate:
     """Pure ASGI, in front of FastAPI: the API key of /v1 routes from the headers alone, and
-    no body over `max_body` bytes (413), each refused before any body is read or parsed."""
+    no body over `max_body` bytes (413), each refused before any body is read or parsed.
+    WebSocket upgrades to /v1 need the key too (as `Authorization: Bearer`), except Silk's
+    socket, whose token the endpoint checks; a refused upgrade gets the HTTP 401."""
 
     def __init__(self, app, api_key: str | None, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES):
         self.app, self.api_key, self.metrics, self.max_body = app, api_key, metrics, max_body
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            return await self._websocket(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refused = self._check_headers(scope)
@@ -111,8 +106,25 @@ class RequestGate:
         if refused is not None:
             self.metrics.error(refused.code)
             self.metrics.request_done(refused.status, "none")
-            return await send_json(send, refused.status, refused.body(), refused.headers)
+            return await send_json(send, refused.status, refused.body(silk=scope["path"].startswith(SILK_PREFIX)),
+                                   refused.headers)
         await self.app(scope, receive, send)
+
+    async def _websocket(self, scope, receive, send) -> None:
+        path = scope["path"]
+        refused = None
+        if path.startswith("/v1") and path != SILK_SOCKET:
+            refused = key_error(header(scope, b"authorization"), self.api_key)
+        if refused is None:
+            return await self.app(scope, receive, send)
+        self.metrics.error(refused.code)
+        await receive()  # websocket.connect
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": refused.status,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "websocket.http.response.body", "body": json.dumps(refused.body()).encode()})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
 
     def _check_headers(self, scope) -> ApiError | None:
         if scope["path"].startswith("/v1"):
@@ -142,11 +154,16 @@ async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> n
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
-               voice_map: dict[str, str] | None = None) -> FastAPI:
+               voice_map: dict[str, str] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
+               max_seconds: float = DEFAULT_MAX_SECONDS) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
-    voice_map: extra voice names (see `schema.parse_voice_map`)."""
-    metrics = ServerMetrics(adapter)
+    voice_map: extra voice names (see `schema.parse_voice_map`); max_sessions: WebSocket
+    sessions (Silk's and text-in's) open at once; max_seconds: the cap per chunk when a
+    request gives none."""
+    sessions = SessionRegistry(max_sessions)
+    metrics = ServerMetrics(adapter, sessions)
     accepted = (model_name, *aliases)
+    ctx = ServeContext(adapter, metrics, sessions, accepted, voice_map, adapter.max_new_tokens_for(max_seconds))
     created = int(time.time())
 
     @asynccontextmanager
@@ -160,8 +177,10 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
 
     closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key is not None else {}
     app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan, **closed)
-    app.state.adapter, app.state.metrics = adapter, metrics
+    app.state.adapter, app.state.metrics, app.state.sessions = adapter, metrics, sessions
     app.add_middleware(RequestGate, api_key=api_key, metrics=metrics)
+    app.state.silk_tokens = add_silk_routes(app, ctx)
+    add_text_in_route(app, ctx)
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -185,7 +204,7 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
         started = time.perf_counter()
         check_model(body.model, accepted)
         spec = to_synthesis_request(body, adapter.voices, adapter.max_new_tokens_for, adapter.limits.max_chars,
-                                    voice_map)
+                                    voice_map, ctx.default_max_new_tokens)
         req = spec.request.with_(seed=resolve_seed(spec.request.seed))  # known now: sent back in a header
         info: dict = {}
         pieces = adapter.stream(req, info)
@@ -193,7 +212,7 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
             first = await _first_piece(pieces, request)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one readable error body
             await pieces.aclose()
-            raise _engine_error(exc) from None
+            raise engine_error(exc) from None
         if first is None:
             await pieces.aclose()
             metrics.error("client_disconnected")
@@ -276,7 +295,9 @@ def _sse_done(info: dict) -> bytes:
 class SpeechServer(uvicorn.Server):
     """uvicorn's server that tells the adapter to drain as soon as shutdown begins (SIGTERM):
     requests still waiting for a batch row get 503, streaming ones run to their end (within
-    `timeout_graceful_shutdown`), then the lifespan stops the adapter."""
+    `timeout_graceful_shutdown`), then the lifespan stops the adapter. WebSocket sessions
+    drain the same way (`SessionRegistry.drain`) before uvicorn closes the connections,
+    which it would otherwise do at once, mid-utterance."""
 
     def __init__(self, config: uvicorn.Config, adapter: SpeechAdapter):
         super().__init__(config)
@@ -284,4 +305,9 @@ class SpeechServer(uvicorn.Server):
 
     async def shutdown(self, sockets=None) -> None:
         self.adapter.begin_shutdown()
+        for server in self.servers:  # stop accepting first (uvicorn does it again, harmlessly)
+            server.close()
+        sessions = getattr(getattr(self.config.app, "state", None), "sessions", None)
+        if sessions is not None:
+            await sessions.drain(self.config.timeout_graceful_shutdown or DEFAULT_SHUTDOWN_TIMEOUT_S)
         await super().shutdown(sockets=sockets)

@@ -18,6 +18,8 @@ buckets are what every Prometheus scraper expects. One registry per server (no g
   rumik_tokens_per_second                    over the last ~10 s
   rumik_audio_seconds_total                  audio produced
   rumik_backend_healthy                      1 while the decode loop runs
+  rumik_websocket_sessions                   WebSocket sessions open (Silk and text-in)
+  rumik_websocket_streaming                  utterances those sessions are streaming now
 """
 
 from __future__ import annotations
@@ -33,10 +35,14 @@ DURATION_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300
 class _BackendCollector:
     """Reads the backend's stats at scrape time."""
 
-    def __init__(self, backend):
-        self.backend = backend
+    def __init__(self, backend, sessions=None):
+        self.backend, self.sessions = backend, sessions
 
     def collect(self):
+        if self.sessions is not None:
+            yield GaugeMetricFamily("rumik_websocket_sessions", "WebSocket sessions open", value=len(self.sessions.open))
+            yield GaugeMetricFamily("rumik_websocket_streaming", "Utterances WebSocket sessions are streaming",
+                                    value=self.sessions.streaming)
         s = self.backend.stats()
         yield GaugeMetricFamily("rumik_queue_depth", "Requests waiting for a batch row", value=s.queue_depth)
         yield GaugeMetricFamily("rumik_active_requests", "Requests decoding now (batch rows in use)", value=s.active)
@@ -51,7 +57,7 @@ class _BackendCollector:
 class ServerMetrics:
     """Counters and histograms the HTTP layer updates, plus the backend's gauges."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, sessions=None):
         self.registry = CollectorRegistry()
         self.requests = Counter("rumik_requests", "Speech requests answered, by HTTP status",
                                 ["status", "format"], registry=self.registry)
@@ -61,7 +67,7 @@ class ServerMetrics:
                                      buckets=TTFA_BUCKETS, registry=self.registry)
         self.duration = Histogram("rumik_request_duration_seconds", "Request received to last byte sent",
                                   buckets=DURATION_BUCKETS, registry=self.registry)
-        self.registry.register(_BackendCollector(backend))
+        self.registry.register(_BackendCollector(backend, sessions))
 
     def error(self, code: str | None) -> None:
         self.errors.labels(code=code or "error").inc()

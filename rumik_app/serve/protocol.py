@@ -32,7 +32,11 @@ DEFAULT_MAX_QUEUE = 256  # --max-queue: requests waiting for a row before 503
 # (~300 characters at the fastest rate) plus a description of up to 300 characters: a few
 # hundred tokens with the published tokenizer, ~1,000 with the tiny checkpoint's byte-level one.
 DEFAULT_MAX_PROMPT_TOKENS = 1024
-DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+DEFAULT_MAX_SESSIONS = 128  # --max-sessions: WebSocket sessions open at once (idle ones included)
+# The largest message a client may send on a socket (uvicorn's ws_max_size): a text or
+# config frame is a few KB (text is at most SERVER_LIMITS.max_chars characters).
+MAX_SOCKET_MESSAGE_BYTES = 64 * 1024  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
 # Suggested wait for a client refused because the queue is full (seconds; the Retry-After header).
 RETRY_AFTER_S = 2
 # tokens/s in stats() is measured over this many recent seconds.

@@ -23,6 +23,7 @@ so the CLI, the app and this server say the same thing about the same bad value.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from pydantic import BaseModel, ConfigDict
 from rumik_app.prompt import PromptError, format_description, normalize_voice, validate_text
 from rumik_app.request import SERVER_LIMITS, SynthesisRequest, check_seed
 from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
+from rumik_app.serve.protocol import EngineFailed, ServerBusy, ShuttingDown
+
+log = logging.getLogger(__name__)
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
@@ -51,7 +55,10 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
         self.headers = headers or {}
 
-    def body(self) -> dict:
+    def body(self, silk: bool = False) -> dict:
+        """OpenAI's error body; silk: Rumik's hosted API's, `{"error", "message", "code"}`."""
+        if silk:
+            return {"error": self.message, "message": self.message, "code": self.code}
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
@@ -166,11 +173,13 @@ def parse_voice_map(spec: str | None, voices: Sequence[str]) -> dict[str, str]:
 
 def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tokens_for: Callable[[float], int],
                          max_text_chars: int = SERVER_LIMITS.max_chars,
-                         voice_map: dict[str, str] | None = None) -> SpeechJob:
+                         voice_map: dict[str, str] | None = None,
+                         default_max_new_tokens: int | None = None) -> SpeechJob:
     """Check every field and build the SynthesisRequest; ApiError names the field and the fix.
 
     voice_map: other names for the voices (lower-case name -> voice), for clients that can
-    only send OpenAI's voice names (`--voice-map alloy=Ira`)."""
+    only send OpenAI's voice names (`--voice-map alloy=Ira`); default_max_new_tokens: the
+    cap per chunk when the request has no max_seconds (the server's --max-seconds)."""
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
     text = _prompt_check(lambda: validate_text(body.input, max_chars=max_text_chars), "input")
@@ -188,6 +197,8 @@ def to_synthesis_request(body: SpeechRequest, voices: Sequence[str], max_new_tok
                if value is not None}
     if body.max_seconds is not None:  # PromptError outside 0-30 s (rumik_app.request.check_max_seconds)
         options["max_new_tokens"] = _prompt_check(lambda: max_new_tokens_for(body.max_seconds), "max_seconds")
+    elif default_max_new_tokens is not None:
+        options["max_new_tokens"] = default_max_new_tokens
     req = _prompt_check(lambda: SynthesisRequest(
         text=text, voice=voice, tone=body.tone or None, accent=body.accent or None, pace=pace or None,
         description=body.instructions or None, seed=seed, language=body.language or None, normalize=body.normalize,
@@ -212,3 +223,19 @@ def validation_error(errors: Sequence[dict]) -> ApiError:
         return ApiError(400, f"The request body is not valid JSON: {err.get('msg')}.", code="invalid_json")
     where = ".".join(loc) or "body"
     return ApiError(400, f"Invalid value for {where!r}: {err.get('msg')}.", param=param, code="invalid_value")
+
+
+def engine_error(exc: Exception) -> ApiError:
+    """The ApiError for what an adapter raises before the first audio."""
+    if isinstance(exc, PromptError):
+        return ApiError(400, str(exc), param=exc.field or "input")
+    if isinstance(exc, (ServerBusy, ShuttingDown)):
+        code = "server_busy" if isinstance(exc, ServerBusy) else "shutting_down"
+        return ApiError(503, str(exc), type="server_error", code=code,
+                        headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, EngineFailed):
+        log.error("the speech engine failed: %s", exc)
+        return ApiError(500, "The speech engine failed; the server log says why.", type="server_error",
+                        code="backend_failed")
+    log.error("speech request failed", exc_info=exc)
+    return ApiError(500, "Synthesis failed; the server log says why.", type="server_error", code="server_error")

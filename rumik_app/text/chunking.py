@@ -68,3 +68,76 @@ def split_text(
     for sentence in sentences(text):
         parts.extend(_split_long(sentence, max_seconds, language, pace))
     return _pack(parts, max_seconds, language, pace)
+
+
+# Text streamed in (an LLM's deltas) is cut into units as it arrives (`SentenceCutter`).
+# A unit with fewer words than this waits for the next sentence ("Dr." or "Hi." alone).
+MIN_UNIT_WORDS = 2
+# A unit whose text runs on without a sentence end is cut anyway: at a clause mark once it
+# holds CLAUSE_CUT_CHARS, at any word boundary once it holds MAX_UNIT_CHARS (about 16 s of
+# speech at the fastest rate), inside a word once it holds twice that. Bounds what waits.
+CLAUSE_CUT_CHARS = 150
+MAX_UNIT_CHARS = 300
+_CLOSERS = "\"'”’)]"
+
+
+class SentenceCutter:
+    """Cut text that arrives in pieces into units to speak, as soon as each is complete.
+
+        cut = SentenceCutter()
+        cut.push("Hello there.")          # [] - "there." may still become "there..." or "there.)"
+        cut.push(" How are you? I")       # ["Hello there.", "How are you?"]
+        cut.flush()                       # ["I"] - the end of the input: the rest
+
+    The sentence rules of `sentences()` (SENTENCE_END, then closing quotes), decided on the
+    text alone: a sentence ends where its terminator run (and closers) is followed by
+    whitespace, so "3.14" and "..." never cut, and the cut points do not depend on how the
+    text was split into pieces (`push("ab")` == `push("a"); push("b")`). Units of fewer
+    than MIN_UNIT_WORDS words join the next; run-on text is cut at CLAUSE_CUT_CHARS /
+    MAX_UNIT_CHARS (see above). `pending` counts the characters not yet returned.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = ""
+        self.scanned = 0  # buffer[:scanned] has been checked for cut points
+
+    @property
+    def pending(self) -> int:
+        return len(self.buffer)
+
+    def push(self, delta: str) -> list[str]:
+        """Add `delta`; returns the units it completed (stripped, never empty)."""
+        self.buffer += delta
+        units: list[str] = []
+        i = max(self.scanned, 1)
+        while i < len(self.buffer):
+            cut = self._cut_at(i)
+            if cut:
+                unit, self.buffer = self.buffer[:cut].strip(), self.buffer[cut:]
+                if unit:
+                    units.append(unit)
+                i = 1
+            else:
+                i += 1
+        self.scanned = len(self.buffer)
+        return units
+
+    def flush(self) -> list[str]:
+        """The end of the input: whatever is left, as one unit (or none)."""
+        unit, self.buffer, self.scanned = self.buffer.strip(), "", 0
+        return [unit] if unit else []
+
+    def _cut_at(self, i: int) -> int:
+        """Where to cut if buffer[i] completes a unit (0: not here)."""
+        text = self.buffer
+        if len(text.lstrip()) == 0:
+            return 0
+        if not text[i].isspace():  # past every word boundary a cut could use: one enormous word
+            return i if len(text[:i].strip()) >= 2 * MAX_UNIT_CHARS else 0
+        before = text[:i].rstrip(_CLOSERS)
+        if not text[i - 1].isspace() and before and before[-1] in SENTENCE_END:
+            return i if len(text[:i].split()) >= MIN_UNIT_WORDS else 0
+        size = len(text[:i].strip())
+        if text[i - 1] in CLAUSE_END and size >= CLAUSE_CUT_CHARS:
+            return i
+        return i if size >= MAX_UNIT_CHARS and not text[i - 1].isspace() else 0

@@ -71,3 +71,39 @@ def test_crossfade_stream_equals_offline_join_for_any_piece_sizes():
     np.testing.assert_allclose(np.concatenate(out), crossfade_concat(chunks, 64), atol=1e-6)
     seam = crossfade_concat([np.ones(100), np.ones(100)], 50)
     assert len(seam) == 150 and seam.max() <= np.sqrt(2) + 1e-6  # equal-power: no gap, no spike
+
+
+# ---------------------------------------------------------------- text arriving in pieces
+STREAMED = ('Dr. Sharma earned 3.14 lakh... Really?! "Yes." she said. नमस्ते दोस्तों। कैसे हो? Hi. ok '
+            + "word " * 90 + "x" * 1300 + " tail, and more, " + "y, " * 80 + "end.")
+
+
+def test_the_cut_points_depend_on_the_text_not_on_how_it_arrives():
+    import random
+
+    from rumik_app.text.chunking import SentenceCutter
+
+    whole = SentenceCutter()
+    expected = whole.push(STREAMED) + whole.flush()
+    rng = random.Random(0)
+    for _ in range(30):
+        cutter, got, i = SentenceCutter(), [], 0
+        while i < len(STREAMED):
+            j = i + rng.randint(1, 9)
+            got += cutter.push(STREAMED[i:j])
+            i = j
+        assert got + cutter.flush() == expected
+    assert "".join(expected).replace(" ", "") == STREAMED.replace(" ", "")  # nothing lost or repeated
+
+
+def test_sentences_are_cut_where_they_end_and_run_on_text_is_bounded():
+    from rumik_app.text.chunking import MAX_UNIT_CHARS, SentenceCutter
+
+    cutter = SentenceCutter()
+    units = cutter.push(STREAMED) + cutter.flush()
+    assert units[:5] == ["Dr. Sharma earned 3.14 lakh...", 'Really?! "Yes."', "she said.", "नमस्ते दोस्तों।", "कैसे हो?"]
+    assert all(len(u) <= 2 * MAX_UNIT_CHARS for u in units)
+    assert any(u.endswith(",") and len(u) < MAX_UNIT_CHARS for u in units)  # run-on text cut at a clause
+    first = SentenceCutter()
+    assert first.push("Hello there.") == [] and first.pending == len("Hello there.")  # "..." or ".)" may follow
+    assert first.push(" How") == ["Hello there."]

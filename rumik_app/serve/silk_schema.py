@@ -1,0 +1,184 @@
+"""Rumik's hosted API ("Silk") as this server reads it: fields, voices, tones and errors.
+
+    fields = SilkFields.parse({"text": "[happy] Namaste!", "model": "muga"})   # SilkError if malformed
+    voice = SilkVoice().updated(fields)             # a session keeps the voice its first frame set
+    req = silk_request(fields, voice, voices=adapter.voices, max_chars=adapter.limits.max_chars)
+    SilkError(422, "...", "unknown_speaker").body()   # {"error": msg, "message": msg, "code": ...}
+
+The official clients (`rumik-ai`, `pipecat-rumik`, `livekit-plugins-rumik`) send
+`{text, model, description, speaker, temperature, top_p, top_k, repetition_penalty,
+max_new_tokens}` (pipecat and livekit also `f0_up_key`); see docs/ARCHITECTURE.md §15.
+This server adds `seed` (an int: the same audio again). Both model names select this
+server's one model:
+  mulberry  the voice from `speaker` and `description`;
+  muga      a leading tone tag in the text, `[happy] Namaste!`: neutral (no tone), happy,
+            sad, excited, angry (and this model's `professional`). `whisper` has no
+            equivalent here: a 400 that says so. The tag is read under both names.
+`speaker`: Ira, Aisha, Siya or Zoya in any case; the legacy `speaker_1..4` are Ira, Siya,
+Aisha, Zoya (the livekit plugin's mapping). Hosted-only names (emma, lucas, ...) get a 422
+naming this server's voices. `f0_up_key` other than 0 is a 400: pitch shifting is a feature
+of the hosted voices. Every other value is checked by `rumik_app.request` (one message per
+bad value, as on every front end).
+
+Errors use the hosted API's body, which the SDK parses into its exception classes by
+status (400 BadRequest, 401 Authentication, 404 NotFound, 422 UnprocessableEntity, 429
+RateLimit, 503 ServiceUnavailable); over the socket the same fields ride in a `type:
+"error"` frame with `status`. No client error is ever a 5xx: the SDK retries those.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rumik_app.prompt import TONES, PromptError, format_description, normalize_voice, validate_text
+from rumik_app.request import SynthesisRequest, check_seed
+
+SILK_MODELS = ("muga", "mulberry")
+DEFAULT_SILK_MODEL = "muga"  # every client's default
+LEGACY_SPEAKERS = {"speaker_1": "Ira", "speaker_2": "Siya", "speaker_3": "Aisha", "speaker_4": "Zoya"}
+# The hosted muga tones, as this model's tones (None: no tone in the prompt).
+SILK_TONES: dict[str, str | None] = {"neutral": None, "happy": "happy", "sad": "sad", "excited": "excited",
+                                     "angry": "angry"}
+NO_EQUIVALENT_TONES = ("whisper",)
+_TONE_TAG = re.compile(r"^\s*\[([^\[\]]{1,32})\]\s*")
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed")
+
+
+class SilkError(Exception):
+    """A refused request, in the hosted API's shape (see the module docstring)."""
+
+    def __init__(self, status: int, message: str, code: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
+
+    def body(self) -> dict:
+        return {"error": self.message, "message": self.message, "code": self.code}
+
+    def frame(self) -> dict:
+        return {"type": "error", **self.body(), "status": self.status}
+
+
+class SilkFields(BaseModel):
+    """One request body or socket frame (unknown keys refused: a typo must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str | None = None  # socket control frames: "cancel", "close"
+    text: str | None = None
+    model: str | None = None
+    description: str | None = None
+    speaker: str | None = None
+    f0_up_key: float | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+
+    @classmethod
+    def parse(cls, data) -> "SilkFields":
+        """SilkFields from decoded JSON; SilkError 422 naming the first bad field."""
+        if not isinstance(data, dict):
+            raise SilkError(422, "The body must be a JSON object, e.g. {\"text\": \"Namaste!\"}.", "invalid_request")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err.get("loc", ())) or "body"
+            if err.get("type") == "extra_forbidden":
+                known = ", ".join(name for name in cls.model_fields if name != "type")
+                raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.", "unknown_field") from None
+            raise SilkError(422, f"{field}: {err.get('msg')}.", "invalid_request") from None
+
+
+@dataclass(frozen=True)
+class SilkVoice:
+    """What a socket session keeps between frames: the voice (the SDK sends it in the first
+    frame only). A `speaker` or `description` in a later frame replaces it for this and later
+    utterances; sampling settings and the seed belong to the frame that carries them."""
+
+    speaker: str | None = None
+    description: str | None = None
+
+    def updated(self, fields: SilkFields) -> "SilkVoice":
+        given = {name: getattr(fields, name) for name in ("speaker", "description") if getattr(fields, name) is not None}
+        return replace(self, **given)
+
+
+def check_silk_model(name: str | None, accepted: Sequence[str]) -> str:
+    """The model name (default muga); SilkError 404 for another."""
+    name = (name or DEFAULT_SILK_MODEL).strip()
+    if name.lower() in SILK_MODELS or name in accepted:
+        return name
+    raise SilkError(404, f"The model {name!r} does not exist on this server. Use muga or mulberry (both are "
+                         f"{accepted[0]}).", "model_not_found")
+
+
+def silk_speaker(name: str | None, voices: Sequence[str]) -> str:
+    """A Silk speaker name as one of `voices` (default: the first)."""
+    if name is None or not name.strip():
+        return voices[0]
+    key = name.strip().lower()
+    try:
+        return normalize_voice(LEGACY_SPEAKERS.get(key, key), voices)
+    except PromptError:
+        legacy = ", ".join(f"{k} = {v}" for k, v in LEGACY_SPEAKERS.items())
+        raise SilkError(422, f"Unknown speaker {name!r}. This server's voices are {', '.join(voices)} (any case; "
+                             f"legacy {legacy}). The hosted API's other voices are not part of rumik-oss-1.",
+                        "unknown_speaker") from None
+
+
+def split_tone_tag(text: str) -> tuple[str | None, str]:
+    """A leading `[tone]` tag -> (this model's tone or None, the rest of the text)."""
+    match = _TONE_TAG.match(text)
+    if match is None:
+        return None, text
+    tag = match.group(1).strip().lower()
+    if tag in SILK_TONES:
+        return SILK_TONES[tag], text[match.end():]
+    if tag in TONES:
+        return tag, text[match.end():]
+    choices = ", ".join([*SILK_TONES, *(t for t in TONES if t not in SILK_TONES)])
+    if tag in NO_EQUIVALENT_TONES:
+        raise SilkError(400, f"The tone [{tag}] has no equivalent in rumik-oss-1. Use one of: {choices} "
+                             "(or a description with model mulberry).", "unsupported_tone")
+    raise SilkError(400, f"Unknown tone tag [{tag}]. Start the text with one of: {choices}, e.g. "
+                         "\"[happy] Namaste!\".", "unsupported_tone")
+
+
+def check_f0(value: float | None) -> None:
+    if value is not None and (not math.isfinite(value) or value != 0):
+        raise SilkError(400, f"f0_up_key {value:g} asks for a pitch shift, which is a feature of Rumik's hosted "
+                             "voices; rumik-oss-1 has no pitch control. Send 0 or leave it out.",
+                        "unsupported_parameter")
+
+
+def silk_request(fields: SilkFields, voice: SilkVoice, voices: Sequence[str], max_chars: int,
+                 default_max_new_tokens: int | None = None) -> SynthesisRequest:
+    """The checked SynthesisRequest for one utterance: this frame's text and sampling settings
+    with the session's voice (already updated with this frame's fields). default_max_new_tokens: the cap per
+    chunk when no max_new_tokens was given (the server's --max-seconds). SilkError names the fix."""
+    check_f0(fields.f0_up_key)
+    if fields.text is None or not fields.text.strip():
+        raise SilkError(422, "text: the text is empty; send what to say, e.g. {\"text\": \"Namaste!\"}.",
+                        "invalid_request")
+    tone, text = split_tone_tag(fields.text)
+    speaker = silk_speaker(voice.speaker, voices)
+    options = {name: getattr(fields, name) for name in SAMPLING_FIELDS if getattr(fields, name) is not None}
+    if "max_new_tokens" not in options and default_max_new_tokens is not None:
+        options["max_new_tokens"] = default_max_new_tokens
+    try:
+        text = validate_text(text, max_chars=max_chars)
+        if "seed" in options:
+            options["seed"] = check_seed(options["seed"])
+        format_description(tone, description=voice.description)  # tone tag + description: one or the other
+        return SynthesisRequest(text=text, voice=speaker, tone=tone, description=voice.description or None, **options)
+    except PromptError as exc:
+        status = 422 if exc.field in ("text", *SAMPLING_FIELDS) else 400
+        raise SilkError(status, str(exc), "invalid_request") from None

@@ -1,0 +1,312 @@
+"""`WS /v1/audio/speech/stream`: text streamed in (an LLM's deltas), speech out per sentence.
+
+    async with websockets.connect("ws://127.0.0.1:8000/v1/audio/speech/stream") as ws:
+        await ws.send(json.dumps({"type": "session.config", "voice": "Ira", "response_format": "pcm",
+                                  "stream_audio": True, "seed": 7}))
+        for delta in llm_deltas:
+            await ws.send(json.dumps({"type": "input.text", "text": delta}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        # <- audio.start, binary PCM..., audio.done per sentence, then session.done
+
+vLLM-Omni's protocol as published (docs/serving/speech_api.md, "Streaming Text Input"):
+  client  session.config (first; again between utterances), input.text {text}, input.done
+          (the end of one utterance: the socket stays open), session.close.
+  server  audio.start {utterance_index, sentence_index, sentence_text, format, sample_rate,
+          channels}, binary audio, audio.done {utterance_index, sentence_index, total_bytes,
+          error}, and session.done {utterance_index, total_sentences} after input.done's
+          sentences; error {message, code} for a bad frame (the session stays open).
+The config takes the fields of POST /v1/audio/speech except `input` (voice, or its alias
+speaker; instructions, tone, accent, pace, speed, seed, temperature, top_k, top_p,
+repetition_penalty, max_seconds, normalize, language, response_format), checked by the same
+code, plus `stream_audio` (false: one whole file per sentence in one binary frame, as
+vLLM-Omni; true: PCM as it is generated, needs response_format pcm) and
+`split_granularity` ("sentence", the default here: speak each sentence once it is complete;
+"none": the whole utterance at input.done).
+
+Sentences are cut as text arrives by `rumik_app.text.chunking.SentenceCutter` (the
+project's sentence rules; the cut points depend on the text only, not on how it was split
+into deltas). Sentence k of the session (counting across utterances) is sampled with seed
+base + k, where base is the config's seed (or one drawn per session), so a session speaks
+exactly what POST /v1/audio/speech says for each sentence with that seed. Sentences play in
+order, one at a time, through `SpeechAdapter.stream` (the rows every route uses). Text
+waiting to be spoken is bounded (the server's text limit): a delta beyond it gets an error
+and is dropped. A hang-up stops the sentence playing and frees its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import FastAPI, WebSocket
+from pydantic import ValidationError
+
+from rumik_app.request import resolve_seed
+from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
+from rumik_app.serve.schema import (
+    ApiError, SpeechRequest, check_format, check_model, engine_error, to_synthesis_request, validation_error,
+)
+from rumik_app.serve.sockets import CLOSE_NORMAL, ServeContext, Session
+from rumik_app.text.chunking import SentenceCutter
+
+PATH = "/v1/audio/speech/stream"
+CONFIG_TIMEOUT_S = 10.0  # vLLM-Omni's: the first session.config must come this soon
+IDLE_TIMEOUT_S = 30.0  # vLLM-Omni's: no client frame this long, with nothing to say, ends the session
+DEFAULT_FORMAT = "wav"  # vLLM-Omni's default
+GRANULARITIES = ("sentence", "none")
+STREAM_KEYS = ("type", "stream_audio", "split_granularity")
+CHECK_TEXT = "Hello."  # a config is checked as a request with this text
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """A checked session.config: the speech request's fields (all but `input`) and ours."""
+
+    fields: dict
+    stream_audio: bool
+    granularity: str
+    response_format: str
+    seed_base: int
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One sentence to speak: which utterance, its index there, its text, seed and config."""
+
+    utterance: int
+    index: int
+    text: str
+    seed: int
+    config: StreamConfig
+
+
+def parse_config(data: dict, ctx: ServeContext) -> StreamConfig:
+    """StreamConfig from a session.config frame; ApiError names the bad field."""
+    fields = {k: v for k, v in data.items() if k not in STREAM_KEYS}
+    if "speaker" in fields:
+        fields.setdefault("voice", fields.pop("speaker"))
+    fields.setdefault("model", ctx.accepted[0])
+    fields.setdefault("voice", ctx.adapter.voices[0])
+    fields.setdefault("response_format", DEFAULT_FORMAT)
+    stream_audio, granularity = data.get("stream_audio", False), data.get("split_granularity", "sentence")
+    if not isinstance(stream_audio, bool):
+        raise ApiError(400, "stream_audio must be true or false.", param="stream_audio")
+    if granularity not in GRANULARITIES:
+        raise ApiError(400, f"split_granularity must be one of: {', '.join(GRANULARITIES)}.",
+                       param="split_granularity")
+    try:
+        body = SpeechRequest(input=CHECK_TEXT, **fields)
+    except ValidationError as exc:
+        raise validation_error(exc.errors()) from None
+    check_model(body.model, ctx.accepted)
+    fmt = check_format(body.response_format, sse=False)
+    if stream_audio and fmt != "pcm":
+        raise ApiError(400, "stream_audio needs response_format \"pcm\" (raw audio as it is generated); with "
+                            f"{fmt!r}, leave stream_audio false to get one {fmt} file per sentence.",
+                       param="response_format")
+    job = to_synthesis_request(body, ctx.adapter.voices, ctx.adapter.max_new_tokens_for, ctx.adapter.limits.max_chars,
+                               ctx.voice_map, ctx.default_max_new_tokens)
+    return StreamConfig(fields, stream_audio, granularity, fmt, resolve_seed(job.request.seed))
+
+
+class TextInSession:
+    """One text-in socket session (see the module docstring)."""
+
+    def __init__(self, session: Session, ctx: ServeContext):
+        self.session, self.ctx, self.adapter, self.metrics = session, ctx, ctx.adapter, ctx.metrics
+        self.config: StreamConfig | None = None
+        self.cutter = SentenceCutter()
+        self.units: asyncio.Queue = asyncio.Queue()
+        self.queued_chars = 0  # text cut into units, not yet spoken
+        self.utterance = 0
+        self.sentences = 0  # units of the open utterance
+        self.spoken = 0  # units of the session: the seed offset
+        self.busy = False
+        self.last_frame = time.monotonic()
+
+    async def run(self) -> None:
+        speaker = asyncio.create_task(self._speaker())
+        try:
+            while True:
+                timeout = self._quiet_left()
+                try:
+                    message = await asyncio.wait_for(self.session.ws.receive(), timeout)
+                except TimeoutError:
+                    if self.busy or not self.units.empty():
+                        continue
+                    what = "Timeout waiting for session.config" if self.config is None else \
+                        f"Idle timeout: no message received for {IDLE_TIMEOUT_S:.0f} s"
+                    await self.session.send_json({"type": "error", "message": what, "code": "timeout"})
+                    return
+                if message["type"] == "websocket.disconnect":
+                    return
+                self.last_frame = time.monotonic()
+                if not await self._on_message(message):
+                    await self.units.put(None)  # session.close: speak what is queued, then end
+                    await speaker
+                    return
+        finally:
+            speaker.cancel()
+            await asyncio.gather(speaker, return_exceptions=True)
+            await self.session.close(CLOSE_NORMAL)
+
+    def _quiet_left(self) -> float:
+        limit = CONFIG_TIMEOUT_S if self.config is None else IDLE_TIMEOUT_S
+        return max(0.05, self.last_frame + limit - time.monotonic())
+
+    async def _on_message(self, message: dict) -> bool:
+        try:
+            if message.get("text") is None:
+                raise ApiError(400, "Binary frames are not accepted; send JSON text frames.", code="invalid_frame")
+            try:
+                data = json.loads(message["text"])
+            except ValueError:
+                raise ApiError(400, "The frame is not valid JSON.", code="invalid_json") from None
+            if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+                raise ApiError(400, "A frame is a JSON object with a \"type\": session.config, input.text, "
+                                    "input.done or session.close.", code="invalid_frame")
+            return await self._on_frame(data)
+        except ApiError as exc:  # a bad frame: say so; the session goes on
+            self.metrics.error(exc.code or "invalid_frame")
+            await self.session.send_json({"type": "error", "message": exc.message, "code": exc.code,
+                                          "param": exc.param})
+            return True
+
+    async def _on_frame(self, data: dict) -> bool:
+        kind = data["type"]
+        if kind == "session.config":
+            if self.cutter.pending or self.sentences:
+                raise ApiError(400, "An utterance is open: send input.done first, then the new session.config.",
+                               code="utterance_open")
+            self.config = parse_config(data, self.ctx)
+            self.spoken = 0  # a new config starts a new seed sequence
+            return True
+        if kind == "session.close":
+            await self._flush()
+            return False
+        if self.config is None:
+            raise ApiError(400, "Send session.config first (e.g. {\"type\": \"session.config\", \"voice\": \"Ira\"}).",
+                           code="no_config")
+        if kind == "input.text":
+            text = data.get("text")
+            if not isinstance(text, str):
+                raise ApiError(400, "input.text needs \"text\": a string.", param="text", code="invalid_text")
+            self._check_backlog(text)
+            if self.config.granularity == "sentence":
+                await self._queue(self.cutter.push(text))
+            else:
+                self.cutter.buffer += text
+            return True
+        if kind == "input.done":
+            await self._flush()
+            return True
+        raise ApiError(400, f"Unknown frame type {kind!r}: use session.config, input.text, input.done or "
+                            "session.close.", code="invalid_frame")
+
+    def _check_backlog(self, text: str) -> None:
+        limit = self.adapter.limits.max_chars
+        if self.cutter.pending + self.queued_chars + len(text) > limit:
+            raise ApiError(400, f"This text would put more than {limit:,} characters in line to be spoken; it was "
+                                "dropped. Send it again once audio has played, or in smaller parts.",
+                           code="text_backlog")
+
+    async def _queue(self, texts: list[str]) -> None:
+        for text in texts:
+            seed = self.config.seed_base + self.spoken
+            await self.units.put(Unit(self.utterance, self.sentences, text, seed, self.config))
+            self.queued_chars += len(text)
+            self.sentences += 1
+            self.spoken += 1
+
+    async def _flush(self) -> None:
+        """The end of an utterance: its last text, then session.done once it has played."""
+        if self.config is None and not self.cutter.pending:
+            return
+        await self._queue(self.cutter.flush())
+        await self.units.put(("done", self.utterance, self.sentences))
+        self.utterance, self.sentences = self.utterance + 1, 0
+
+    async def _speaker(self) -> None:
+        while (item := await self.units.get()) is not None:
+            if isinstance(item, tuple):
+                _, utterance, total = item
+                await self.session.send_json({"type": "session.done", "utterance_index": utterance,
+                                              "total_sentences": total})
+                continue
+            self.queued_chars -= len(item.text)
+            self.busy = True
+            try:
+                await self._speak(item)
+            finally:
+                self.busy = False
+                self.last_frame = max(self.last_frame, time.monotonic())
+
+    async def _speak(self, unit: Unit) -> None:
+        cfg, started, total, opened = unit.config, time.perf_counter(), 0, False
+        fields = {**cfg.fields, "seed": unit.seed}
+        ids = {"utterance_index": unit.utterance, "sentence_index": unit.index}
+
+        async def start() -> None:
+            nonlocal opened
+            if not opened:
+                opened = True
+                await self.session.send_json({"type": "audio.start", **ids, "sentence_text": unit.text,
+                                              "format": cfg.response_format, "sample_rate": self.adapter.sample_rate,
+                                              "channels": 1})
+        failed = True
+        try:
+            job = to_synthesis_request(SpeechRequest(input=unit.text, **fields), self.adapter.voices,
+                                       self.adapter.max_new_tokens_for, self.adapter.limits.max_chars,
+                                       self.ctx.voice_map, self.ctx.default_max_new_tokens)
+            async with self.session.utterance():
+                audio = []
+                async for piece in self.adapter.stream(job.request, {}):
+                    if not opened:
+                        self.metrics.first_audio.observe(time.perf_counter() - started)
+                    await start()
+                    if cfg.stream_audio:
+                        data = to_s16(piece).tobytes()
+                        total += len(data)
+                        await self.session.send_audio(data)
+                    else:
+                        audio.append(piece)
+            if not cfg.stream_audio:
+                data = _whole_file(audio, cfg.response_format, self.adapter.sample_rate)
+                total = len(data)
+                await start()
+                await self.session.send_audio(data)
+            failed = False
+            self.metrics.request_done(200, cfg.response_format, time.perf_counter() - started)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one error frame; the next sentence goes on
+            error = exc if isinstance(exc, ApiError) else engine_error(exc)
+            self.metrics.error(error.code)
+            self.metrics.request_done(error.status, cfg.response_format)
+            await start()
+            await self.session.send_json({"type": "error", "message": error.message, "code": error.code, **ids})
+        finally:
+            if opened:
+                await self.session.send_json({"type": "audio.done", **ids, "total_bytes": total, "error": failed})
+
+
+def _whole_file(pieces: list[np.ndarray], fmt: str, sample_rate: int) -> bytes:
+    samples = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+    if fmt == "wav":  # sizes filled in: this file is complete
+        data = to_s16(samples).tobytes()
+        return wav_header(sample_rate, len(data)) + data
+    encoder = make_encoder(fmt, sample_rate)
+    return encoder.header() + encoder.encode(samples) + encoder.finish()
+
+
+def add_text_in_route(app: FastAPI, ctx: ServeContext) -> None:
+    """`WS /v1/audio/speech/stream` on `app` (the API key, when set, is checked in front)."""
+
+    @app.websocket(PATH)
+    async def speech_stream(ws: WebSocket) -> None:
+        async with ctx.sessions.session(ws) as session:
+            if session is not None:
+                await TextInSession(session, ctx).run()
