@@ -38,6 +38,9 @@ SILENCE_PEAK = 1e-3
 MIN_DURATION_S = 0.05
 # ffmpeg decode timeout (seconds) for one clip.
 FFMPEG_TIMEOUT_S = 120
+# Longest clip the judges decode (seconds): read from the file's header before decoding, so a
+# huge or hostile upload is refused before it fills memory (1 h of float32 at 24 kHz is 350 MB).
+MAX_CLIP_SECONDS = 3600.0
 
 
 class AudioLoadError(RumikError, ValueError):
@@ -66,15 +69,17 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     return samples
 
 
-def _decode_with_ffmpeg(path: Path, sample_rate: int) -> np.ndarray:
-    """Decode any container ffmpeg knows into float32 mono at `sample_rate`."""
+def _decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float | None = None) -> np.ndarray:
+    """Decode any container ffmpeg knows into float32 mono at `sample_rate`; with
+    `max_seconds`, ffmpeg stops one second past it (so the caller can tell it was longer)."""
     exe = shutil.which("ffmpeg")
     if exe is None:
         raise AudioLoadError(
             f"{path}: soundfile cannot decode this file and ffmpeg is not installed. "
             "Convert it to WAV or FLAC, or install ffmpeg (apt-get install ffmpeg)."
         )
-    cmd = [exe, "-nostdin", "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1",
+    limit = [] if max_seconds is None else ["-t", f"{max_seconds + 1:g}"]
+    cmd = [exe, "-nostdin", "-v", "error", "-i", str(path), *limit, "-f", "f32le", "-ac", "1",
            "-ar", str(sample_rate), "-"]
     try:
         proc = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False)
@@ -89,27 +94,49 @@ def _decode_with_ffmpeg(path: Path, sample_rate: int) -> np.ndarray:
     return np.frombuffer(proc.stdout, dtype="<f4").astype(np.float32)
 
 
-def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+def audio_duration(path: str | os.PathLike) -> float | None:
+    """Duration in seconds from the file's header (soundfile), without decoding the samples;
+    None when soundfile cannot read the header (the ffmpeg path then bounds the decode)."""
+    try:
+        info = sf.info(str(path))
+    except (sf.SoundFileError, RuntimeError, TypeError, ValueError):
+        return None
+    return info.frames / float(info.samplerate) if info.samplerate > 0 else None
+
+
+def _too_long(path: Path, seconds: float, max_seconds: float) -> AudioLoadError:
+    return AudioLoadError(f"{path}: the clip is {seconds:.0f} s long, over the {max_seconds:.0f} s limit; "
+                          "cut it into shorter clips.")
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE,
+               max_seconds: float | None = None) -> np.ndarray:
     """Read a clip as float32 mono [N] at `sample_rate` Hz; raises AudioLoadError.
 
     The error names the file and the problem: missing, empty (0 bytes), undecodable
-    (corrupt or truncated), or containing no samples.
+    (corrupt or truncated), containing no samples, or (with `max_seconds`) longer than that:
+    the length is read from the header before anything is decoded.
     """
     path = Path(path)
     if not path.is_file():
         raise AudioLoadError(f"{path}: no such audio file.")
     if path.stat().st_size == 0:
         raise AudioLoadError(f"{path}: the file is empty (0 bytes); regenerate or re-export it.")
+    seconds = audio_duration(path) if max_seconds is not None else None
+    if seconds is not None and seconds > max_seconds:
+        raise _too_long(path, seconds, max_seconds)
     try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=False)
         samples = resample(to_mono(data), int(sr), sample_rate)
     except (sf.SoundFileError, RuntimeError, TypeError, ValueError) as exc:
         try:
-            samples = _decode_with_ffmpeg(path, sample_rate)
+            samples = _decode_with_ffmpeg(path, sample_rate, max_seconds)
         except AudioLoadError as ff_exc:
             raise AudioLoadError(f"{ff_exc} (soundfile said: {exc})") from exc
     if samples.size == 0:
         raise AudioLoadError(f"{path}: the file holds no audio samples.")
+    if max_seconds is not None and samples.size > max_seconds * sample_rate:  # a header that lied, or ffmpeg
+        raise _too_long(path, samples.size / sample_rate, max_seconds)
     return samples
 
 
