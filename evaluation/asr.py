@@ -4,6 +4,7 @@
     judge = load_asr("pocketsphinx")              # English, offline
     judge = load_asr("hf:openai/whisper-small")   # any transformers ASR model (or whisper:small)
     judge = load_asr("supplied:transcripts.jsonl")  # transcripts you made yourself
+    judge = load_asr("indicconformer")            # AI4Bharat IndicConformer (22 Indian languages)
     text = judge.transcribe(samples, 24000, "en")  # samples: float32 [N] mono
 
 Back-ends:
@@ -12,6 +13,8 @@ Back-ends:
   resampled to the model's rate and cut into ~15 s windows at the quietest point.
 - `PocketSphinxJudge`: the English model shipped in the `pocketsphinx` package (16 kHz int16).
 - `SuppliedTranscripts`: a JSONL/CSV file (or a dict) keyed by clip id.
+- `evaluation.indicconformer.IndicConformerJudge` (`indicconformer[:PATH]`): AI4Bharat's
+  IndicConformer through onnxruntime, 22 Indian languages, the language passed explicitly.
 - `CachedJudge` + `TranscriptCache`: transcripts cached by sha256(float32 samples, rate,
   judge name, language) in a JSON file written atomically.
 
@@ -58,6 +61,7 @@ VALID_SPECS = (
     "hf:MODEL_ID_OR_PATH               any transformers ASR model, e.g. hf:openai/whisper-large-v3",
     "whisper:SIZE_OR_ID                shorthand: whisper:small = hf:openai/whisper-small",
     "supplied:PATH.jsonl|.csv|.json    your own transcripts keyed by clip id (field hyp or transcript)",
+    "indicconformer[:PATH_OR_ID]       AI4Bharat's IndicConformer 600M, 22 Indian languages (ONNX, no remote code)",
 )
 
 
@@ -156,7 +160,7 @@ def split_windows(samples: np.ndarray, sample_rate: int, window_s: float = WINDO
     return [p for p in pieces if len(p)]
 
 
-def _looks_like_path(ref: str) -> bool:
+def looks_like_path(ref: str) -> bool:
     """A hub id is `name` or `org/name`; anything else with slashes or a leading ./ ~ is a path."""
     return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
 
@@ -200,7 +204,7 @@ def resolve_model(ref: str, what: str = "ASR model", example: str = "openai/whis
         if not (local / required).is_file():
             raise error(f"{local} has no {required}; it is not a {what} folder.")
         return str(local)
-    if _looks_like_path(ref):
+    if looks_like_path(ref):
         raise error(f"{what} folder {ref!r} does not exist. Pass an existing local folder or a hub id "
                     f"such as {example}.")
     try:
@@ -395,6 +399,10 @@ def load_asr(spec: str, cache: str | os.PathLike | None = None, device: str | No
         judge = HFJudge(model, device=device)
     elif kind == "supplied" and arg:
         judge = SuppliedTranscripts(arg)
+    elif kind == "indicconformer":
+        from evaluation.indicconformer import REPO_ID, IndicConformerJudge
+
+        judge = IndicConformerJudge(arg or REPO_ID, device=device)
     else:
         raise ASRError(f"Unknown ASR spec {spec!r}. Valid specs:\n  " + "\n  ".join(VALID_SPECS))
     if cache is not None and judge.cacheable:
