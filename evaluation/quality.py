@@ -49,7 +49,9 @@ HOP_SAMPLES = MODEL_RATE  # windows start every second
 P808_TRIM = 160  # P.808 reads the window without its last 160 samples: 900 mel frames
 P808_MEL = {"n_fft": 321, "hop_length": 160, "n_mels": 120}
 P808_DB_OFFSET = 40.0
-BATCH_WINDOWS = 16  # windows per onnxruntime call: ~1 MB of input each
+# Windows per onnxruntime call (0.6 MB of input each). On the CPU batching saves nothing (a window
+# is ~240 ms of convolutions on 2 threads, batched or not) and large batches fall out of cache.
+BATCH_WINDOWS = 4
 PACKAGE = "speechmos"
 PACKAGE_PIN = "speechmos==0.0.1.1"
 MODEL_FILES = {False: "dnsmos_models/sig_bak_ovr.onnx", True: "pdnsmos_models/sig_bak_ovr.onnx"}
@@ -77,7 +79,7 @@ class QualityScores:
     sig: float
     bak: float
     ovrl: float
-    p808: float
+    p808: float | None
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -118,15 +120,22 @@ class DNSMOS:
     """The DNSMOS judge: P.835 (or personalized P.835) and P.808 sessions, loaded once.
 
     device: None (CUDA provider if onnxruntime has one, else CPU), "cpu" or "cuda";
-    threads: onnxruntime intra-op threads (None: every core); batch_windows: windows per call.
+    threads: onnxruntime intra-op threads (None: every core); batch_windows: windows per call;
+    p808: also run the P.808 model (False: `p808` is None, ~15 % faster);
+    max_windows: score only each clip's first k windows (None: all of them, as speechmos; a short
+    clip tiled to 11-18 s has up to 7, each a shifted copy of the same audio, so k = 1 is ~5x
+    faster on such clips but no longer equals speechmos).
     """
 
     def __init__(self, personalized: bool = False, device: str | None = None, threads: int | None = None,
-                 batch_windows: int = BATCH_WINDOWS) -> None:
+                 batch_windows: int = BATCH_WINDOWS, p808: bool = True, max_windows: int | None = None) -> None:
         folder = model_dir()
         self.personalized = bool(personalized)
         self.name = "dnsmos_personalized" if personalized else "dnsmos"
         self.batch_windows = max(1, int(batch_windows))
+        self.with_p808, self.max_windows = bool(p808), max_windows
+        if max_windows is not None:
+            self.name += f"_first{int(max_windows)}"
         self.primary = open_session(folder / MODEL_FILES[self.personalized], device, threads, QualityError)
         self.p808 = open_session(folder / P808_FILE, device, threads, QualityError)
         for session in (self.primary, self.p808):
@@ -134,8 +143,10 @@ class DNSMOS:
         self.polys = [np.poly1d(c) for c in POLYNOMIALS[self.personalized]]
 
     def _raw(self, batch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Raw P.835 outputs [W, 3] and P.808 MOS [W] of a list of windows."""
+        """Raw P.835 outputs [W, 3] and P.808 MOS [W] (NaN without P.808) of a list of windows."""
         p835 = self.primary.run([OUTPUT], {INPUT: np.stack(batch).astype(np.float32)})[0]
+        if not self.with_p808:
+            return p835, np.full(len(batch), np.nan, np.float32)
         p808 = self.p808.run([OUTPUT], {INPUT: np.stack([p808_features(w) for w in batch])})[0][:, 0]
         return p835, p808
 
@@ -146,7 +157,7 @@ class DNSMOS:
             audio = np.clip(resample(np.asarray(clip, dtype=np.float32), sample_rate, MODEL_RATE), -1.0, 1.0)
             if not np.all(np.isfinite(audio)):
                 raise QualityError(f"clip {k}: audio contains NaN or infinite values.")
-            found = windows(audio)
+            found = windows(audio)[: self.max_windows]
             segs += found
             owner += [k] * len(found)
         if not segs:
@@ -161,7 +172,8 @@ class DNSMOS:
         for k in range(len(clips)):
             rows = owner_arr == k
             sig, bak, ovrl = (float(np.mean(m[rows])) for m in mos)
-            out.append(QualityScores(sig=sig, bak=bak, ovrl=ovrl, p808=float(np.mean(p808[rows]))))
+            out.append(QualityScores(sig=sig, bak=bak, ovrl=ovrl,
+                                     p808=float(np.mean(p808[rows])) if self.with_p808 else None))
         return out
 
 

@@ -137,3 +137,16 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path, capsys, speech_clips, m
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_without_p808_and_with_the_first_window_only(judge, speech_clips):
+    clip = load_audio(speech_clips["f5_two"], MODEL_RATE)  # tiled to more than one window
+    assert len(windows(clip)) > 1
+    [full] = judge.score([clip], MODEL_RATE)
+    [lean] = DNSMOS(device="cpu", threads=1, p808=False).score([clip], MODEL_RATE)
+    assert lean.p808 is None and (lean.sig, lean.bak, lean.ovrl) == pytest.approx((full.sig, full.bak, full.ovrl))
+    first = DNSMOS(device="cpu", threads=1, max_windows=1)
+    [one] = first.score([clip], MODEL_RATE)
+    [alone] = judge.score([windows(clip)[0]], MODEL_RATE)  # that window as a clip of its own
+    assert one.as_dict() == pytest.approx(alone.as_dict()) and one.ovrl != full.ovrl
+    assert first.name == "dnsmos_first1"
