@@ -140,7 +140,7 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path, capsys, speech_clips, m
 
 
 def test_without_p808_and_with_the_first_window_only(judge, speech_clips):
-    clip = load_audio(speech_clips["f5_two"], MODEL_RATE)  # tiled to more than one window
+    clip = load_audio(speech_clips["f5_one"], MODEL_RATE)  # 6.4 s: tiled to 12.7 s, three windows
     assert len(windows(clip)) > 1
     [full] = judge.score([clip], MODEL_RATE)
     [lean] = DNSMOS(device="cpu", threads=1, p808=False).score([clip], MODEL_RATE)
