@@ -68,6 +68,9 @@ class VoiceReferences:
         self._memo: dict[str, np.ndarray] = {}
         self.clip = None if clip is None else Path(clip)
         self.source = f"clip {self.clip.name}" if self.clip is not None else f"{system.name}'s own voice"
+        if system is not None and getattr(system, "needs_clip_id", False):
+            raise SpeakerError(f"{system.name} only reads clips made elsewhere, so it cannot speak a reference; "
+                               "pass a reference clip of the voice (--speaker-ref CLIP).")
         if self.clip is not None:  # embed the user's clip now: a bad file fails before any work
             samples = load_audio(self.clip, SAMPLE_RATE, max_seconds=MAX_CLIP_SECONDS)
             self._clip_embedding = self.encoder.embed([samples], SAMPLE_RATE)[0]

@@ -109,3 +109,31 @@ def test_broken_assets_and_offline_hub_fail_fast(standin, tmp_path, hub_download
     with pytest.raises(ASRModelUnavailable, match="--asr indicconformer:/path/to/folder"):
         load_asr("indicconformer")  # the tests run with HF_HUB_OFFLINE=1: the cache only, no download
     assert hub_downloads and all(call.get("local_files_only") for call in hub_downloads)
+
+
+def test_benchmark_runner_scores_its_transcripts(standin, tmp_path):
+    """--asr indicconformer:PATH in evaluation.run: its transcripts feed GCER unchanged."""
+    import csv
+
+    from evaluation import run as runner
+    from evaluation.metrics import gcer
+    from evaluation.systems import Synthesizer
+    from rumik_app.audio import Audio
+
+    class Tone(Synthesizer):
+        name = label = "tone"
+
+        def _synthesize(self, request, *, clip_id, run):
+            t = np.arange(2 * MODEL_RATE) / MODEL_RATE
+            return Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), MODEL_RATE, seed=request.seed)
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "h1", "text": "नमस्ते दुनिया", "language": "hi"}, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+    out = tmp_path / "out"
+    assert runner.main(["--prompts", str(prompts), "--asr", f"indicconformer:{standin}", "--out", str(out)],
+                       system=Tone()) == 0
+    with open(out / "clips.csv", newline="", encoding="utf-8") as fh:
+        [row] = list(csv.DictReader(fh))
+    assert row["hyp"] == EXPECTED["hi"] and row["error"] == ""
+    assert float(row["gcer"]) == pytest.approx(gcer("नमस्ते दुनिया", EXPECTED["hi"]))
