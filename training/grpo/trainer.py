@@ -17,7 +17,8 @@ One step (a "rollout batch"):
    push on.
 3. Rewards: every stream's function (training.grpo.rewards) on the rows; None = abstain.
 4. Advantages per stream and group, routed to actions by W (training.grpo.loss): by
-   default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`.
+   default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`,
+   speaker and quality -> codebooks 1..Q-1 (`acoustic`); each stream's `weight` scales its row.
 5. Update: teacher-forced log-probs over the audio-only head (training.grpo.policy), the
    clipped objective normalised by the batch's total actions (tokens + stop decisions, over
    all processes), `num_iterations` optimiser steps (1 by default).
@@ -158,9 +159,11 @@ class GRPOTrainer(Trainer):
         optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
         self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
         self.source = source or EngineRollouts(self.engine)
-        self.rewards = [build_reward(spec) for spec in cfg.rewards]
+        self.rewards = [build_reward(spec, model=cfg.model) for spec in cfg.rewards]
         overrides = {s: spec.routing for s, spec in enumerate(cfg.rewards) if spec.routing}
-        self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers)
+        weights = [spec.weight for spec in cfg.rewards]
+        self.W = routing_matrix([spec.kind for spec in cfg.rewards], overrides, self.layout.num_quantizers, weights)
+        self.stream_weights = torch.tensor(weights, dtype=torch.float32)
         self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
 
     @property
@@ -198,7 +201,7 @@ class GRPOTrainer(Trainer):
         adv = group_advantages(rewards, groups, cfg.loss.adv_eps, cfg.loss.scale_rewards)
         cols = action_columns(rollouts.token_ids, rollouts.token_mask, self.layout, rollouts.restrict_phase)
         token_adv, stop_adv = route_advantages(adv, self.W, cols, rollouts.stop_mask,
-                                               flat=cfg.loss.routing == "flat")
+                                               flat=cfg.loss.routing == "flat", stream_weights=self.stream_weights)
         return RolloutBatch(rollouts, row_requests, columns, groups, rewards, adv, token_adv, stop_adv)
 
     @staticmethod
