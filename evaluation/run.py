@@ -5,6 +5,7 @@
     python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
     python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
+    python -m evaluation.run ... --asr indicconformer --quality --speaker   # + DNSMOS, speaker similarity, drift
     .venv-vllm/bin/python -m evaluation.run --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 `--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
@@ -24,7 +25,9 @@ Writes under --out:
   manifest.jsonl         id, run, path, seed, system, settings, sha256, duration, error
   transcripts.jsonl      id, run, hyp, judge, error
   clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
-                         (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules)
+                         (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules); with
+                         --quality/--speaker also dnsmos_*, speaker_sim, speaker_drift and their
+                         means with bootstrap CIs (evaluation.acoustic; acoustic.jsonl caches them)
   nova_verdicts.jsonl, nova.csv   when prompts carry tags
   report.md, charts/*.png
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
