@@ -7,7 +7,6 @@ Run: .venv/bin/python -m pytest tests/evaluation/test_acoustic.py -q
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from evaluation.listening_stats import bootstrap_mean
 from evaluation.quality import DNSMOS
 from evaluation.systems import EspeakSystem, FolderSystem, Synthesizer
 from rumik_app.audio import SAMPLE_RATE, Audio
+from tests.evaluation.test_run import read_csv, write_jsonl
 
 PROMPTS = [{"id": "p1", "text": "Please open the window before you leave.", "language": "en"},
            {"id": "p2", "text": "The bus leaves at half past seven.", "language": "en", "voice": "Aisha"},
@@ -28,31 +28,21 @@ PROMPTS = [{"id": "p1", "text": "Please open the window before you leave.", "lan
 FAST = ["--quality-max-windows", "1"]  # one DNSMOS window per clip keeps the test short
 
 
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def _csv(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
 def _run(tmp: Path, system: Synthesizer, prompts: list[dict], *flags: str) -> int:
-    p = _jsonl(tmp / "prompts.jsonl", prompts)
-    hyps = _jsonl(tmp / "hyps.jsonl", [{"id": x["id"], "hyp": x["text"]} for x in prompts])
+    p = write_jsonl(tmp / "prompts.jsonl", prompts)
+    hyps = write_jsonl(tmp / "hyps.jsonl", [{"id": x["id"], "hyp": x["text"]} for x in prompts])
     return runner.main(["--prompts", str(p), "--asr", f"supplied:{hyps}", "--out", str(tmp / "out"), *flags],
                        system=system)
 
 
 def test_runner_reports_quality_and_similarity_with_cis(tmp_path, capsys, monkeypatch):
     assert _run(tmp_path, EspeakSystem(), PROMPTS, "--quality", "--speaker", *FAST) == 0
-    clips = _csv(tmp_path / "out" / "clips.csv")
+    clips = read_csv(tmp_path / "out" / "clips.csv")
     for col in ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak"):
         assert all(1.0 <= float(c[col]) <= 5.0 for c in clips), col
     sims = [float(c["speaker_sim"]) for c in clips]
     assert all(0.5 < s <= 1.0 for s in sims) and all(c["speaker_drift"] == "" for c in clips)  # one chunk each
-    overall = _csv(tmp_path / "out" / "summary.csv")[0]
+    overall = read_csv(tmp_path / "out" / "summary.csv")[0]
     est = bootstrap_mean([float(c["dnsmos_ovrl"]) for c in clips])  # the CI code the campaigns use
     assert float(overall["dnsmos_ovrl"]) == pytest.approx(est.mean)
     assert (float(overall["dnsmos_ovrl_ci_low"]), float(overall["dnsmos_ovrl_ci_high"])) == pytest.approx((est.low, est.high))
@@ -66,17 +56,17 @@ def test_runner_reports_quality_and_similarity_with_cis(tmp_path, capsys, monkey
 
     monkeypatch.setattr(DNSMOS, "score", refuse)
     assert _run(tmp_path, EspeakSystem(), PROMPTS, "--quality", "--speaker", *FAST) == 0
-    assert _csv(tmp_path / "out" / "clips.csv") == clips  # reused from acoustic.jsonl
+    assert read_csv(tmp_path / "out" / "clips.csv") == clips  # reused from acoustic.jsonl
 
 
 def test_a_users_clip_is_the_reference(tmp_path, speech_clips):
     ref = str(speech_clips["m3_two"])  # a male espeak voice: further from the female variants
     assert _run(tmp_path, EspeakSystem(), PROMPTS[:2], "--speaker-ref", ref) == 0
-    with_clip = [float(c["speaker_sim"]) for c in _csv(tmp_path / "out" / "clips.csv")]
+    with_clip = [float(c["speaker_sim"]) for c in read_csv(tmp_path / "out" / "clips.csv")]
     assert "clip m3_two.wav" in (tmp_path / "out" / "report.md").read_text()
-    assert "dnsmos_ovrl" not in _csv(tmp_path / "out" / "clips.csv")[0]  # no --quality
+    assert "dnsmos_ovrl" not in read_csv(tmp_path / "out" / "clips.csv")[0]  # no --quality
     assert _run(tmp_path, EspeakSystem(), PROMPTS[:2], "--speaker") == 0
-    own = [float(c["speaker_sim"]) for c in _csv(tmp_path / "out" / "clips.csv")]
+    own = [float(c["speaker_sim"]) for c in read_csv(tmp_path / "out" / "clips.csv")]
     assert all(a < b for a, b in zip(with_clip, own))
 
 
@@ -104,7 +94,7 @@ def test_speaker_drift_compares_each_chunk_with_the_first(tmp_path, speech_clips
     assert _run(tmp_path, system, prompts, "--speaker-ref", str(speech_clips["f5_one"])) == 0
     manifest = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
     assert all(len(r["chunks"]) == 2 for r in manifest)  # the spans reach the manifest
-    rows = {c["id"]: c for c in _csv(tmp_path / "out" / "clips.csv")}
+    rows = {c["id"]: c for c in read_csv(tmp_path / "out" / "clips.csv")}
     same, other = float(rows["same"]["speaker_drift"]), float(rows["other"]["speaker_drift"])
     assert same > other + 0.1 and rows["same"]["speaker_drift_chunks"] == f"{same:.4f}"
     assert "speaker drift" in (tmp_path / "out" / "report.md").read_text()
