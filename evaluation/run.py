@@ -5,6 +5,7 @@
     python -m evaluation.run --system rumik --prompts evaluation/prompts/intelligibility.jsonl \\
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
     python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
+    python -m evaluation.run ... --asr indicconformer --quality --speaker   # + DNSMOS, speaker similarity, drift
     .venv-vllm/bin/python -m evaluation.run --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 `--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
@@ -24,7 +25,9 @@ Writes under --out:
   manifest.jsonl         id, run, path, seed, system, settings, sha256, duration, error
   transcripts.jsonl      id, run, hyp, judge, error
   clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
-                         (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules)
+                         (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules); with
+                         --quality/--speaker also dnsmos_*, speaker_sim, speaker_drift and their
+                         means with bootstrap CIs (evaluation.acoustic; acoustic.jsonl caches them)
   nova_verdicts.jsonl, nova.csv   when prompts carry tags
   report.md, charts/*.png
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
@@ -46,44 +49,32 @@ import os
 import re
 import shlex
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 from tqdm import tqdm
 
-from evaluation import nova
+from evaluation import acoustic, nova
 from evaluation.asr import ASRError, ASRJudge, load_asr, run_key
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
-from evaluation.charts import grouped_bar_chart
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
-from evaluation.report import markdown_table, read_jsonl, write_csv, write_jsonl
-from evaluation.systems import SynthesisError, Synthesizer, load_system
-from evaluation.text import (
-    DEFAULT_SEGMENTATION,
-    SEGMENTATIONS,
-    normalizer_info,
-    segmentation_label,
-    segmentation_source,
-    segmentation_unicode_version,
-    spoken_form,
+from evaluation.report import markdown_table, read_jsonl, write_jsonl
+from evaluation.run_report import (  # noqa: F401 - the output file names are part of this module's interface
+    CHARTS_DIR, CLIPS_CSV, CLUSTER_RATE_KEYS, MANIFEST, NOVA_CSV, NOVA_JSONL, RATE_KEYS, REPORT, SUMMARY_CSV,
+    TRANSCRIPTS, gcer_headers, write_outputs,
 )
+from evaluation.systems import SynthesisError, Synthesizer, load_system
+from evaluation.text import DEFAULT_SEGMENTATION, SEGMENTATIONS, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 
-MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
-CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
-CHARTS_DIR, DEFAULT_CACHE = "charts", "asr_cache.json"
+DEFAULT_CACHE = "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
-MAX_REPORT_CLIPS = 300
-REPORT_TEXT_CHARS = 80
-RATE_KEYS = (("wer", "word"), ("cer", "char"), ("gcer", "grapheme"))  # gcer: the chosen segmentation
-CLUSTER_RATE_KEYS = tuple((f"gcer_{seg}", f"clusters_{seg}") for seg in SEGMENTATIONS)  # GCER under each
 
 
 class PromptFileError(RumikError, ValueError):
@@ -163,10 +154,11 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesizer, out: Path,
-                 error: str | None, settings: dict) -> dict:
-    """Manifest line; reads the written clip back to check it and hash it."""
+                 error: str | None, settings: dict, chunks: list | None = None) -> dict:
+    """Manifest line; reads the written clip back to check it and hash it. chunks: where each
+    planned chunk lies in the clip, [[start_s, end_s], ...], when the system says (rumik)."""
     rec = {"id": prompt["id"], "run": run, "path": str(path.relative_to(out)), "seed": seed, "system": system.name,
-           "settings": settings, "sha256": None, "duration": None, "error": error}
+           "settings": settings, "sha256": None, "duration": None, "error": error, "chunks": chunks}
     if error is None or path.is_file():
         try:
             samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
@@ -198,7 +190,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
             if path.is_file():  # resume: keep the clip, re-check it
                 old = previous.get((run, p["id"]), {})
                 records[(run, p["id"])] = _clip_record(p, run, path, old.get("seed", clip_seed(seed, p["id"], run)),
-                                                       system, out, None, old.get("settings", {}))
+                                                       system, out, None, old.get("settings", {}), old.get("chunks"))
             else:
                 pending.append((run, p))
     counts = {"kept": len(records), "synthesized": 0, "failed": 0}
@@ -228,7 +220,8 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                         continue
                     write_wav(path, res.samples, res.sample_rate)
                     seed_used = res.seed if res.seed is not None else req.seed
-                    records[(run, p["id"])] = _clip_record(p, run, path, seed_used, system, out, None, settings[p["id"]])
+                    records[(run, p["id"])] = _clip_record(p, run, path, seed_used, system, out, None, settings[p["id"]],
+                                                           res.info.get("chunk_seconds"))
                     counts["synthesized"] += 1
                 for p in group:
                     if p["id"] in errors:
@@ -270,7 +263,7 @@ def _pool(rows: list[dict]) -> dict:
             if scored else None
     durations = [r["duration"] for r in rows if r["duration"] is not None]  # every clip with audio
     out["mean_duration"] = sum(durations) / len(durations) if durations else None
-    return out
+    return {**out, **acoustic.pool(rows)}  # audio judges: every clip with audio, whatever its ASR said
 
 
 def gcer_rules() -> str:
@@ -279,13 +272,15 @@ def gcer_rules() -> str:
 
 
 def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
-              segmentation: str = DEFAULT_SEGMENTATION, normalize: bool = True) -> tuple[list[dict], list[dict]]:
+              segmentation: str = DEFAULT_SEGMENTATION, normalize: bool = True,
+              extra: dict[tuple[int, str], dict] | None = None) -> tuple[list[dict], list[dict]]:
     """Per-clip rows (metrics, errors) and corpus-pooled summary rows (overall/language/domain/run).
 
     `gcer` and `content_error` use `segmentation`; `gcer_<s>` hold the GCER under each one.
     normalize: score the spoken form of the reference and the transcript
     (`evaluation.text.spoken_form`: numbers, money, dates, times as words), the text the
     system was asked to read; `ref_spoken` keeps it per clip. False scores the text as typed.
+    extra: more per-clip columns keyed (run, id) (the audio judges, evaluation.acoustic).
     """
     by_id = {p["id"]: p for p in prompts}
     tags = {"gcer_segmentation": segmentation, "gcer_rules": gcer_rules()}
@@ -300,19 +295,13 @@ def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict]
             hyp = spoken_form(tr["hyp"], p["language"]) if normalize else tr["hyp"]
             row.update(score_pair(ref, hyp, segmentation))
             row["content_error"] = content_error(ref, hyp, p["language"], segmentation=segmentation)
-        rows.append(row)
+        rows.append({**row, **(extra or {}).get((rec["run"], rec["id"]), {})})
     summary = [{"level": "overall", "group": "all", **_pool(rows), **tags}]
     for level in ("language", "domain", "run"):
         for group in sorted({str(r[level]) for r in rows}):
             summary.append({"level": level, "group": group, **_pool([r for r in rows if str(r[level]) == group]),
                             **tags})
     return rows, summary
-
-
-def gcer_headers(segmentation: str) -> list[str]:
-    """Markdown headers of the side-by-side GCER columns; the chosen segmentation in bold."""
-    names = [f"GCER {seg} (U{segmentation_unicode_version(seg)})" for seg in SEGMENTATIONS]
-    return [f"**{n}**" if seg == segmentation else n for seg, n in zip(SEGMENTATIONS, names)]
 
 
 def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict], system: str,
@@ -336,99 +325,6 @@ def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
     return verdicts, nova.aggregate(system, {listener: [per_run[r] for r in sorted(per_run)]})
 
 
-def _short(text: str | None) -> str:
-    text = "" if text is None else " ".join(str(text).split())
-    return text if len(text) <= REPORT_TEXT_CHARS else text[:REPORT_TEXT_CHARS - 1] + "…"
-
-
-def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: str, prompts_path: str, runs: int,
-                  seed: int, counts: dict, rows: list[dict], summary: list[dict], verdicts: list[dict],
-                  agg: nova.NovaAggregate | None, segmentation: str = DEFAULT_SEGMENTATION,
-                  normalize: bool = True) -> Path:
-    """CSV files, charts and report.md; returns the report path."""
-    gcer_cols = ["gcer", "gcer_segmentation", *(rate for rate, _ in CLUSTER_RATE_KEYS), "gcer_rules"]
-    clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", *gcer_cols, "content_error",
-                 "word_errors", "word_ref_len", "char_errors", "char_ref_len", "grapheme_errors",
-                 "grapheme_ref_len", *(f"{unit}_{n}" for _, unit in CLUSTER_RATE_KEYS for n in ("errors", "ref_len")),
-                 "ref", "ref_spoken", "hyp", "error"]
-    write_csv(out / CLIPS_CSV, clip_cols, [[r.get(c) for c in clip_cols] for r in rows])
-    sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", *gcer_cols, "mean_duration"]
-    write_csv(out / SUMMARY_CSV, sum_cols, [[s[c] for c in sum_cols] for s in summary])
-    charts = []
-    for level in ("language", "domain"):
-        groups = [s for s in summary if s["level"] == level]
-        if groups:
-            charts.append(grouped_bar_chart(out / CHARTS_DIR / f"by_{level}.png",
-                                            f"{system.label}: error rates by {level} ({judge.name})",
-                                            [s["group"] for s in groups],
-                                            {"WER": [s["wer"] for s in groups], "CER": [s["cer"] for s in groups],
-                                             **{f"GCER {seg}": [s[f"gcer_{seg}"] for s in groups]
-                                                for seg in SEGMENTATIONS}},
-                                            ylabel="corpus error rate"))
-    if agg is not None:
-        write_jsonl(out / NOVA_JSONL, verdicts)
-        write_csv(out / NOVA_CSV, agg.csv_headers(), agg.csv_rows())
-        x = agg.listeners[0]
-        charts.append(grouped_bar_chart(out / CHARTS_DIR / "nova.png", f"{system.label}: NoVA rendered rate",
-                                        ["laughter", "sigh", "laugh", "chuckle"],
-                                        {"rendered": [x.laughter, x.sigh, x.rendered["laugh"], x.rendered["chuckle"]]},
-                                        ylabel="rendered at the requested word", ylim=(0, 1)))
-    overall = summary[0]
-    lines = [
-        f"# Benchmark report: {system.label}", "",
-        f"- System: **{system.label}** (`{system.name}`)",
-        f"- ASR judge: `{judge.name}`",
-        f"- Prompts: `{prompts_path}` ({len({r['id'] for r in rows})} prompts) x {runs} run(s), base seed {seed}",
-        f"- Command: `{args_line}`",
-        f"- GCER: the `gcer` CSV column and the content error use the **{segmentation}** segmentation "
-        f"(`--gcer-segmentation`); the tables show both, the chosen one in bold:",
-        *(f"  - {segmentation_label(seg)}" for seg in SEGMENTATIONS),
-        f"- Normaliser: {normalizer_info()}",
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-        f"- Clips: {overall['clips']} ({counts['synthesized']} synthesised now, {counts['kept']} kept from an "
-        f"earlier run, {counts['failed']} failed at synthesis); scored {overall['scored']}, "
-        f"failed {overall['failed']} (listed below, left out of the rates)", "",
-        "Rates are corpus-pooled (summed edit errors / summed reference length) after the shared normaliser "
-        "(`evaluation.text.normalize`). GCER is the content metric for Indic scripts, WER for Latin.", "",
-        ("References and transcripts are compared in spoken form: numbers, money, dates and times were "
-         "turned into words with `rumik_app.normalize.normalize_text` in the prompt's language (the text the "
-         "system was asked to read; `ref_spoken` in clips.csv) before scoring." if normalize else
-         "Text normalisation was off (`--no-normalize`): systems read and references are scored as typed, "
-         "digits included."), "",
-    ]
-    table_cols = ["clips", "scored", "failed", "wer", "cer", *(rate for rate, _ in CLUSTER_RATE_KEYS), "mean_duration"]
-    table_headers = ["clips", "scored", "failed", "WER", "CER", *gcer_headers(segmentation), "mean duration (s)"]
-    for level, title in (("overall", "Overall"), ("language", "By language"), ("domain", "By domain"),
-                         ("run", "By run")):
-        part = [s for s in summary if s["level"] == level]
-        lines += [f"## {title}", "", markdown_table([level if level != "overall" else "", *table_headers],
-                                                    [[s["group"], *(s[c] for c in table_cols)] for s in part]), ""]
-    lines += [f"![by language]({CHARTS_DIR}/by_language.png)", f"![by domain]({CHARTS_DIR}/by_domain.png)", ""]
-    if agg is not None:
-        lines += [agg.markdown(), "", "Clips that failed count as not rendered; ASR failures are listener errors."]
-        if not any(v.get("hyp_tags") for v in verdicts):
-            lines += ["", f"No transcript contains a tag: `{judge.name}` may not transcribe vocalisations at all "
-                      "(pocketsphinx never does), so these rates say nothing about the system. Use a tag-aware "
-                      "listener, e.g. transcripts with inline tags via `--asr supplied:PATH.jsonl`."]
-        lines += ["", f"![NoVA]({CHARTS_DIR}/nova.png)", ""]
-    failed = [r for r in rows if r["error"] is not None]
-    lines += ["## Per-clip errors", ""]
-    lines += [markdown_table(["run", "id", "error"], [[r["run"], r["id"], r["error"]] for r in failed])
-              if failed else "None.", ""]
-    shown = rows[:MAX_REPORT_CLIPS]
-    lines += ["## Per clip", "", markdown_table(
-        ["run", "id", "lang", "domain", "dur (s)", "WER", "CER", *gcer_headers(segmentation),
-         "reference (spoken form)" if normalize else "reference", "transcript"],
-        [[r["run"], r["id"], r["language"], r["domain"], r["duration"], r.get("wer"), r.get("cer"),
-          *(r.get(rate) for rate, _ in CLUSTER_RATE_KEYS),
-          _short(r["ref_spoken"]), _short(r["hyp"]) if r["error"] is None else "(error)"] for r in shown])]
-    if len(rows) > len(shown):
-        lines.append(f"\n({len(rows) - len(shown)} more clips in {CLIPS_CSV}.)")
-    report = out / REPORT
-    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return report
-
-
 def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> int:
     """CLI entry; `system` lets tests inject a Synthesizer instead of --system."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -436,7 +332,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--system", required=system is None, help="rumik | rumik:PATH_OR_ID | tiny | espeak | folder:DIR")
     parser.add_argument("--prompts", required=True, help="prompt set (JSONL)")
     parser.add_argument("--runs", type=int, default=1, help="times each prompt is synthesised (default 1)")
-    parser.add_argument("--asr", required=True, help="pocketsphinx | hf:MODEL | whisper:SIZE | supplied:PATH")
+    parser.add_argument("--asr", required=True,
+                        help="pocketsphinx | hf:MODEL | whisper:SIZE | supplied:PATH | indicconformer[:PATH]")
     parser.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="base seed; per-clip seeds derive from it")
     parser.add_argument("--limit", type=int, default=None, help="only the first K prompts")
@@ -452,6 +349,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     parser.add_argument("--no-normalize", action="store_true",
                         help="systems read the text as typed and references are scored as typed "
                              "(default: numbers, money, dates, times become words for both)")
+    acoustic.add_arguments(parser)  # --quality --speaker --speaker-ref --speaker-encoder
     add_engine_arguments(parser)  # --device (also for HF ASR) --dtype --compile --backend vllm (raise --batch-size)
     args = parser.parse_args(argv)
     normalize = not args.no_normalize
@@ -469,16 +367,21 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         if missing_clips(out, prompts, args.runs):
             system.load()  # the model before the judge: both are checked before any synthesis
         judge = load_asr(args.asr, cache=cache, device=args.device)
+        judges = acoustic.load_judges(args, system)
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens, normalize)
     except RumikError as exc:
         return report_user_error(exc)
     transcripts = transcribe_all(judge, prompts, manifest, out)
-    rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation, normalize)
+    try:  # a voice reference the system cannot speak stops the run with its fix
+        extra = acoustic.clip_values(judges, prompts, manifest, out)
+    except RumikError as exc:
+        return report_user_error(exc)
+    rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation, normalize, extra)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)
     args_line = "python -m evaluation.run " + shlex.join(argv)
     report = write_outputs(out, system, judge, args_line, args.prompts, args.runs, args.seed, counts, rows,
-                           summary, verdicts, agg, args.gcer_segmentation, normalize)
+                           summary, verdicts, agg, args.gcer_segmentation, normalize, judges)
     overall = summary[0]
     print(markdown_table(["system", "judge", "clips", "scored", "failed", "WER", "CER",
                           *gcer_headers(args.gcer_segmentation)],
@@ -486,6 +389,9 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
                            overall["wer"], overall["cer"], *(overall[rate] for rate, _ in CLUSTER_RATE_KEYS)]]))
     if agg is not None:
         print(f"NoVA score ({judge.name}): {agg.score:.3f}")
+    for col in acoustic.COLUMNS:
+        if overall.get(col) is not None:
+            print(f"{acoustic.HEADERS[col]}: {acoustic.pooled_text(overall, col)}")
     print(f"report: {report}")
     return 0
 

@@ -110,6 +110,17 @@ class CrossfadeStream:
         return self._emit(np.concatenate([before, seam, head[n:]]))
 
 
+def chunk_spans(lengths: list[int], fade_samples: int) -> list[tuple[int, int]]:
+    """Where each chunk lies in `crossfade_concat` of chunks with these lengths: (start, end)
+    sample offsets; a chunk starts where its seam with the previous one starts."""
+    spans, out_len = [], 0
+    for n in lengths:
+        start = out_len - min(fade_samples, out_len, n) if out_len else 0
+        spans.append((start, start + n))
+        out_len = start + n
+    return spans
+
+
 def crossfade_concat(chunks: list[np.ndarray], fade_samples: int) -> np.ndarray:
     """Join waveforms with an equal-power crossfade of `fade_samples` at each seam.
 

@@ -25,6 +25,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "rumik_app.tiny": [str(tmp / "t"), "--hidden", "65"],
         "evaluation.run": ["--system", "espeak", "--prompts", missing, "--asr", "pocketsphinx", "--out", str(tmp / "r")],
         "evaluation.asr": [str(tmp / "missing.wav")],
+        "evaluation.quality": [str(tmp / "missing.wav"), "--out", str(tmp / "q.jsonl")],
+        "evaluation.speaker": [str(tmp / "missing.wav"), str(tmp / "b.wav"), "--out", str(tmp / "s.jsonl")],
         "evaluation.nova": ["score", "--prompts", missing, "--transcripts", missing, "--out", str(tmp / "v.jsonl")],
         "evaluation.indicemo": ["aggregate", "--judgments", missing],
         "training.prepare": ["--manifest", missing, "--model", "tiny", "--out", str(tmp / "data")],
@@ -96,7 +98,9 @@ def test_grpo_unknown_key_from_the_shell(tmp_path):
 def test_one_base_class_over_every_error_type():
     from evaluation.asr import ASRError
     from evaluation.audio_io import AudioLoadError
+    from evaluation.quality import QualityError
     from evaluation.run import PromptFileError
+    from evaluation.speaker import SpeakerError
     from evaluation.systems import SynthesisError
     from rumik_app.errors import CheckpointConfigError, CheckpointError
     from training.prepare import PrepareError
@@ -114,7 +118,7 @@ def test_one_base_class_over_every_error_type():
     everything = (CheckpointError, CheckpointConfigError, PromptError, ConfigError, ASRError, AudioLoadError,
                   PromptFileError, SynthesisError, PrepareError, DataError, UserError, AccessDenied, LoginError,
                   RatingError, UnsafeLayoutError, SystemUnavailable, CampaignError, DesignError, RaterError,
-                  NotYourItem)
+                  NotYourItem, QualityError, SpeakerError)
     assert all(issubclass(cls, RumikError) for cls in everything)
     # what used to be a ValueError / RuntimeError still is, for `except ValueError` callers
     assert all(issubclass(cls, ValueError) for cls in (PromptError, ConfigError, CheckpointConfigError,

@@ -67,6 +67,12 @@ class Synthesizer:
                 out.append(exc)
         return out
 
+    def fingerprint(self) -> str | None:
+        """What the system's voices sound like depends on, as a string (the cache key of its voice
+        references, evaluation.voice_ref); None: the system cannot synthesise references (clips
+        made elsewhere)."""
+        return None
+
     def settings(self) -> dict:
         """Facts about the system (shown in reports)."""
         return {"system": self.name, "label": self.label}

@@ -232,5 +232,11 @@ class EspeakSystem(Synthesizer):
         return espeak_synthesize(request.spoken_text(), language=request.language, voice=request.voice,
                                  pace=request.pace, tone=request.tone, seed=seed)
 
+    def fingerprint(self) -> str:
+        """espeak-ng's version line: its voices change only with the program."""
+        proc = subprocess.run([espeak_executable(), "--version"], capture_output=True, timeout=ESPEAK_TIMEOUT_S,
+                              check=False)
+        return f"espeak: {proc.stdout.decode('utf-8', 'replace').strip()}"
+
     def settings(self) -> dict:
         return {**super().settings(), "voice_variants": VOICE_VARIANTS, "pace_wpm": PACE_WPM}

@@ -14,6 +14,7 @@ Not a CLI; tested by tests/evaluation/test_systems.py.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from evaluation.systems.base import SynthesisError, Synthesizer, conform
@@ -74,6 +75,22 @@ class RumikSystem(Synthesizer):
             return [conform(a) for a in engine.synthesize_many(list(requests))]
         except Exception:  # noqa: BLE001 - fall back to one by one to isolate the failure
             return super().synthesize_many(requests, clip_ids, run)
+
+    def fingerprint(self) -> str:
+        """The checkpoint's identity (config.json's bytes; every weight file's name, size and
+        modification time), read without loading it: a retrained or replaced checkpoint gets new
+        voice references, an unchanged one keeps its cached ones."""
+        from rumik_app.checkpoint.load import ModelUnavailable, resolve_checkpoint
+
+        try:
+            folder = resolve_checkpoint(self.model)
+        except ModelUnavailable as exc:
+            raise SynthesisError(exc.with_flags(**SYSTEM_FLAGS)) from exc
+        h = hashlib.sha256((folder / "config.json").read_bytes())
+        for path in sorted(folder.rglob("*.safetensors")):
+            stat = path.stat()
+            h.update(f"|{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        return f"rumik: {h.hexdigest()}"
 
     def request_settings(self, request: SynthesisRequest) -> dict:
         sampling = ("temperature", "top_k", "top_p", "min_new_tokens", "max_new_tokens")

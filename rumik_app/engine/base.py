@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rumik_app.audio import Audio, crossfade_concat
+from rumik_app.audio import Audio, chunk_spans, crossfade_concat
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
@@ -204,9 +204,12 @@ class BaseEngine:
     def joined_audio(self, waves: list[np.ndarray], plan: Sequence[SynthesisRequest], tokens: int, elapsed: float,
                      finish: list[str]) -> Audio:
         """One request's chunks crossfaded into an `Audio` with its info dict."""
-        audio = Audio(crossfade_concat(waves, int(CROSSFADE_SECONDS * self.sample_rate)), self.sample_rate,
-                      seed=plan[0].seed)
+        fade = int(CROSSFADE_SECONDS * self.sample_rate)
+        audio = Audio(crossfade_concat(waves, fade), self.sample_rate, seed=plan[0].seed)
+        spans = chunk_spans([len(w) for w in waves], fade)
         audio.info = {"tokens": tokens, "chunks": len(plan), "finish_reasons": list(finish), "seconds": elapsed,
+                      # where each planned chunk lies in the audio, in seconds (long-form speaker drift)
+                      "chunk_seconds": [[a / self.sample_rate, b / self.sample_rate] for a, b in spans],
                       "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                       # RTF = compute s per audio s (below 1: faster than real time); x_real_time is its inverse
                       "real_time_factor": elapsed / audio.duration if audio.duration else 0.0,

@@ -100,6 +100,11 @@ class _FakeVLLMEngine:
     def close(self) -> None:
         pass
 
+    def max_new_tokens_for(self, seconds: float) -> int:
+        from rumik_app.request import tokens_for_seconds
+
+        return tokens_for_seconds(seconds)
+
 
 def test_serve_passes_the_vllm_flags_to_the_engine(monkeypatch):
     from rumik_app.serve.__main__ import build_server, parse_args

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rumik_app.audio import CrossfadeStream, crossfade_concat
+from rumik_app.audio import CrossfadeStream, chunk_spans, crossfade_concat
 from rumik_app.text.chunking import sentences, split_text
 from rumik_app.text.languages import expected_seconds
 
@@ -53,6 +53,22 @@ def test_crossfade_concat_matches_direct_formula():
             continue
         fade = int(rng.integers(0, 25))
         np.testing.assert_allclose(crossfade_concat(chunks, fade), _reference_crossfade(chunks, fade), atol=1e-6)
+
+
+def test_chunk_spans_locate_each_chunk_in_the_joined_audio():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        chunks = [rng.standard_normal(rng.integers(0, 60)) for _ in range(rng.integers(1, 6))]
+        fade = int(rng.integers(0, 25))
+        joined, spans = crossfade_concat(chunks, fade), chunk_spans([len(c) for c in chunks], fade)
+        assert spans[-1][1] == len(joined) and all(b - a == len(c) for (a, b), c in zip(spans, chunks))
+        full = [(j, a, b) for j, ((a, b), c) in enumerate(zip(spans, chunks)) if len(c)]
+        for i, ((start, end), chunk) in enumerate(zip(spans, chunks)):
+            # samples shared with an earlier chunk's tail, and with a later chunk's head (seams)
+            head = max([0] + [b - start for j, a, b in full if j < i])
+            tail = max([0] + [end - a for j, a, b in full if j > i])
+            if len(chunk) > head + tail:  # the unshared middle is the chunk itself
+                np.testing.assert_allclose(joined[start + head:end - tail], chunk[head:len(chunk) - tail], atol=1e-6)
 
 
 def test_crossfade_stream_equals_offline_join_for_any_piece_sizes():

@@ -225,7 +225,8 @@ def test_two_thousand_characters_synthesise_via_chunking(tiny_engine):
     with stop_head_bias(tiny_engine, ALWAYS_STOP):
         audio = tiny_engine.synthesize(req)
         streamed = np.concatenate(list(tiny_engine.stream(req)))
-    assert audio.info["chunks"] == len(chunks)
+    assert audio.info["chunks"] == len(chunks) == len(audio.info["chunk_seconds"])
+    assert audio.info["chunk_seconds"][-1][1] == pytest.approx(audio.duration)
     fade = int(0.05 * 24_000)
     assert len(audio.samples) == len(chunks) * 1920 - (len(chunks) - 1) * fade
     np.testing.assert_allclose(streamed, audio.samples, rtol=0, atol=STREAM_ATOL)

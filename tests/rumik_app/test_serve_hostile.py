@@ -19,7 +19,8 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.errors import PromptError
 from rumik_app.request import SERVER_LIMITS
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.app import MAX_BODY_BYTES, _engine_error
+from rumik_app.serve.app import MAX_BODY_BYTES
+from rumik_app.serve.schema import engine_error
 from rumik_app.serve.scheduler import BatchScheduler
 from tests.servers import ServerThread
 
@@ -105,5 +106,5 @@ def test_an_empty_key_refuses_to_start_and_docs_close_with_a_key(monkeypatch, ca
 
 
 def test_errors_carry_no_exception_text():
-    error = _engine_error(RuntimeError("/srv/models/secret.safetensors: CUDA error at 0xdeadbeef"))
+    error = engine_error(RuntimeError("/srv/models/secret.safetensors: CUDA error at 0xdeadbeef"))
     assert error.status == 500 and "secret" not in error.message and "0xdeadbeef" not in error.message

@@ -39,13 +39,14 @@ from training.dpo.pairs import TOTAL
 from training.grpo.loss import CONTENT_KINDS, route_advantages, routing_matrix
 
 
-def pair_routing_matrix(kinds: list[str], overrides: dict[int, list[float]], num_quantizers: int) -> torch.Tensor:
+def pair_routing_matrix(kinds: list[str], overrides: dict[int, list[float] | str], num_quantizers: int,
+                        weights: list[float] | None = None) -> torch.Tensor:
     """W [S, Q + 1] for DPO pairs: GRPO's routing matrix, with the stop slot added to content
-    rows that the config does not override (module docstring)."""
-    W = routing_matrix(kinds, overrides, num_quantizers)
+    rows that the config does not override (module docstring); weights scale each row."""
+    W = routing_matrix(kinds, overrides, num_quantizers, weights)
     for s, kind in enumerate(kinds):
         if kind in CONTENT_KINDS and s not in overrides:
-            W[s, num_quantizers] = 1.0
+            W[s, num_quantizers] = 1.0 if weights is None else float(weights[s])
     return W
 
 

@@ -78,7 +78,8 @@ class DPOTrainer(RolloutTrainer):
     def __init__(self, cfg: DPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
         super().__init__(cfg, accelerator, config_dir, source)
-        self.W = pair_routing_matrix(*cfg.reward_routing(), self.layout.num_quantizers)
+        kinds, overrides, weights = cfg.reward_routing()
+        self.W = pair_routing_matrix(kinds, overrides, self.layout.num_quantizers, weights)
         self.flat = cfg.loss.routing == "flat"
         self.pool: PhasePool | None = None
 

@@ -183,11 +183,11 @@ class PolicyRunConfig(RunConfig):
         if not self.prompt_sets:
             raise ConfigError("prompt_sets: at least one prompt set is needed")
 
-    def reward_routing(self) -> tuple[list[str], dict[int, list[float]]]:
-        """(the kind of every reward stream, stream index -> its configured W row) for
-        training.grpo.loss.routing_matrix."""
-        return [spec.kind for spec in self.rewards], {s: spec.routing for s, spec in enumerate(self.rewards)
-                                                      if spec.routing}
+    def reward_routing(self) -> tuple[list[str], dict[int, list[float] | str], list[float]]:
+        """(the kind of every reward stream, stream index -> its configured W row or target,
+        every stream's weight) for training.grpo.loss.routing_matrix."""
+        return ([spec.kind for spec in self.rewards], {s: spec.routing for s, spec in enumerate(self.rewards)
+                                                       if spec.routing}, [spec.weight for spec in self.rewards])
 
     @property
     def total_steps(self) -> int:

@@ -4,7 +4,7 @@ Pure tensor functions with no model or I/O; `training.grpo.trainer` (the loop) a
 `training.grpo.policy` (log-probs) call them. Library module, no command line::
 
     adv = group_advantages(rewards, groups)                 # [B, S] per stream
-    W = routing_matrix(["content", "duration"], {}, Q)      # [S, Q + 1], last column = stop slot
+    W = routing_matrix(["content", "duration", "speaker"], {}, Q)  # [S, Q + 1], last column = stop slot
     cols = action_columns(token_ids, token_mask, layout, restrict_phase=True)
     tok_adv, stop_adv = route_advantages(adv, W, cols, stop_mask)             # routed
     tok_adv, stop_adv = route_advantages(adv, W, cols, stop_mask, flat=True)  # flat broadcast
@@ -35,10 +35,16 @@ from rumik_app.model.tokens import TokenLayout
 DEFAULT_ADV_EPS = 1e-4
 DEFAULT_CLIP_EPS = 0.2
 PAD_COLUMN = -1  # action_columns value at padded positions
-# Default routing rows by reward kind (docs/ARCHITECTURE.md §7): content -> codebook 0 only; duration ->
-# the stop slot (stop-head decisions and the `</audio>` token) only. Other kinds broadcast.
+# Routing targets (docs/ARCHITECTURE.md §7): which action columns a stream's advantage reaches.
+# codebook0: the content codebook; acoustic: codebooks 1..Q-1 (timbre, speaker, quality: the
+# acoustic residual); stop: the stop slot (stop-head decisions and the `</audio>` token); all.
+ROUTING_TARGETS = ("codebook0", "acoustic", "stop", "all")
+# Default target by reward kind; kinds not listed broadcast ("all").
 CONTENT_KINDS = ("content", "codebook0_low")
 DURATION_KINDS = ("duration",)
+ACOUSTIC_KINDS = ("speaker", "quality")
+DEFAULT_TARGETS = {**dict.fromkeys(CONTENT_KINDS, "codebook0"), **dict.fromkeys(DURATION_KINDS, "stop"),
+                   **dict.fromkeys(ACOUSTIC_KINDS, "acoustic")}
 
 
 def group_advantages(
@@ -71,33 +77,42 @@ def group_advantages(
     return out.float()
 
 
+def target_row(target: str, num_quantizers: int) -> list[float]:
+    """W row of a routing target (ROUTING_TARGETS): Q codebook weights, then the stop slot."""
+    q = num_quantizers
+    rows = {"codebook0": [1.0] + [0.0] * q, "acoustic": [0.0] + [1.0] * (q - 1) + [0.0],
+            "stop": [0.0] * q + [1.0], "all": [1.0] * (q + 1)}
+    if target not in rows:
+        raise ConfigError(f"unknown routing target {target!r}; use one of {ROUTING_TARGETS} or a list of "
+                          f"{q + 1} weights")
+    return rows[target]
+
+
 def default_routing_row(kind: str, num_quantizers: int) -> list[float]:
     """W row for a reward kind: Q codebook weights followed by the stop-slot weight."""
-    row = [0.0] * (num_quantizers + 1)
-    if kind in CONTENT_KINDS:
-        row[0] = 1.0
-    elif kind in DURATION_KINDS:
-        row[num_quantizers] = 1.0
-    else:
-        row = [1.0] * (num_quantizers + 1)
-    return row
+    return target_row(DEFAULT_TARGETS.get(kind, "all"), num_quantizers)
 
 
-def routing_matrix(kinds: list[str], overrides: dict[int, list[float]], num_quantizers: int) -> torch.Tensor:
+def routing_matrix(kinds: list[str], overrides: dict[int, list[float] | str], num_quantizers: int,
+                   weights: list[float] | None = None) -> torch.Tensor:
     """W [S, Q + 1]: row s routes stream s to codebooks 0..Q-1 and (last column) the stop slot.
 
     kinds: the reward kind of each stream (picks the default row); overrides: stream index
-    -> an explicit row of Q + 1 weights (from config).
+    -> a routing target name or an explicit row of Q + 1 weights (from config); weights: a
+    factor per stream that scales its row (default 1).
     """
     rows = []
     for s, kind in enumerate(kinds):
         row = overrides.get(s) or default_routing_row(kind, num_quantizers)
+        if isinstance(row, str):
+            row = target_row(row, num_quantizers)
         if len(row) != num_quantizers + 1:
             raise ConfigError(
                 f"routing row for stream {s} has {len(row)} weights; it needs {num_quantizers + 1} "
                 f"({num_quantizers} codebooks, then the stop slot)"
             )
-        rows.append([float(w) for w in row])
+        scale = 1.0 if weights is None else float(weights[s])
+        rows.append([float(w) * scale for w in row])
     return torch.tensor(rows, dtype=torch.float32).reshape(len(kinds), num_quantizers + 1)
 
 
@@ -124,15 +139,18 @@ def route_advantages(
     columns: torch.Tensor,
     stop_mask: torch.Tensor,
     flat: bool = False,
+    stream_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-action advantages A_{i,k} = sum_s W[s, col(k)] * A_i^s.
 
     stream_adv: [B, S]; weights: W [S, Q + 1]; columns: [B, N] from `action_columns`;
-    stop_mask: [B, F]. flat=True: every token and stop decision gets sum_s A_i^s (W ignored).
-    Returns (token_adv [B, N], stop_adv [B, F]), 0 at masked positions.
+    stop_mask: [B, F]. flat=True: every token and stop decision gets sum_s w_s A_i^s (W
+    ignored; w = stream_weights [S], default 1). Returns (token_adv [B, N], stop_adv [B, F]),
+    0 at masked positions.
     """
     if flat:
-        total = stream_adv.sum(1)
+        w = torch.ones(stream_adv.shape[1]) if stream_weights is None else stream_weights
+        total = (stream_adv.float() * w.to(stream_adv.device).float()).sum(1)
         token_adv = total[:, None].expand(columns.shape) * (columns != PAD_COLUMN)
         stop_adv = total[:, None].expand(stop_mask.shape) * stop_mask
         return token_adv.float(), stop_adv.float()

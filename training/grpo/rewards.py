@@ -31,6 +31,14 @@ plain-string prompt through `evaluation.text.spoken_form`; the transcript throug
   t_exp = speakable characters / rate. Rates are chars/s per language, looked up as
   `rates["<code>:<voice>"]`, then `rates["<code>"]`, then `rumik_app.text.languages`; times the
   pace multiplier of the request's pace (slow 0.8, fast 1.2). Abstains on empty text.
+- `speaker`: cosine similarity of the rollout's speaker embedding (`evaluation.speaker`,
+  resemblyzer by default: 0..1) with the reference of the row's voice
+  (`evaluation.voice_ref`): by default the voice as the starting checkpoint speaks fixed
+  sentences (the trainer passes its `model` as `reference_model`; computed once, cached), or
+  `reference` = an audio file for every voice. Abstains on empty or silent audio.
+- `quality`: DNSMOS P.835 OVRL (`evaluation.quality`) mapped from MOS 1-5 onto 0-1. Abstains
+  on empty audio. Both are routed to codebooks 1..Q-1 by default (the `acoustic` target,
+  training.grpo.loss): the acoustic residual carries timbre and quality.
 - `codebook0_low`: the fraction of codebook-0 codes below `threshold` (default half the
   codebook) in each rollout; deterministic and ASR-free, it is the smoke-test reward.
 - `function`: any importable `module:function` with the signature above; `kwargs` from
@@ -57,7 +65,7 @@ RewardFn = Callable[..., list]
 DEFAULT_ASR = "pocketsphinx"
 DEFAULT_FRAME_RATE_HZ = 12.5
 SMOKE_CODE_THRESHOLD = 1024
-REWARD_KINDS = ("content", "duration", "codebook0_low", "function")
+REWARD_KINDS = ("content", "duration", "speaker", "quality", "codebook0_low", "function")
 
 
 @dataclass
@@ -66,11 +74,14 @@ class RewardSpec:
 
     name: the stream's name in logs (`rewards/<name>/mean`); kind: one of REWARD_KINDS;
     function: `module:function` for kind "function"; kwargs: constructor/partial arguments
-    (content: asr, wer_weight, languages, segmentation; duration: rates; codebook0_low: threshold;
-    a content stream without `segmentation` gets DEFAULT_SEGMENTATION written in, so the
-    saved config says which GCER the run was rewarded with);
-    routing: this stream's row of W (Q codebook weights, then the stop slot), or None for
-    the kind's default (content -> codebook 0, duration -> stop slot, others -> everything);
+    (content: asr, wer_weight, languages, segmentation; duration: rates; speaker: encoder,
+    reference, reference_model, device; quality: device, threads, max_windows, personalized;
+    codebook0_low: threshold; a content stream without `segmentation` gets
+    DEFAULT_SEGMENTATION written in, so the saved config says which GCER the run was rewarded with);
+    routing: this stream's row of W: a target of training.grpo.loss.ROUTING_TARGETS
+    ("codebook0", "acoustic", "stop", "all") or Q codebook weights then the stop slot; None for
+    the kind's default (content -> codebook0, duration -> stop, speaker and quality ->
+    acoustic, others -> all); weight: a factor on the stream's row (its share of the advantage);
     needs_audio: for kind "function", decode audio for it.
     """
 
@@ -78,7 +89,8 @@ class RewardSpec:
     kind: str = "function"
     function: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
-    routing: list[float] | None = None
+    routing: Any = None  # a target name (str), a list of Q + 1 numbers, or None; checked by `check`
+    weight: float = 1.0
     needs_audio: bool = False
 
     def __post_init__(self) -> None:
@@ -94,6 +106,16 @@ class RewardSpec:
                 check_segmentation(self.kwargs.get("segmentation"))
             except ValueError as exc:
                 raise ConfigError(f"reward {self.name!r}: kwargs.segmentation: {exc}") from None
+        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
+            raise ConfigError(f"reward {self.name!r}: weight must be a number >= 0, got {self.weight!r}")
+        from training.grpo.loss import ROUTING_TARGETS
+
+        row = self.routing
+        is_row = isinstance(row, (list, tuple)) and all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                                        for w in row)
+        if not (row is None or is_row or (isinstance(row, str) and row in ROUTING_TARGETS)):
+            raise ConfigError(f"reward {self.name!r}: routing {row!r} is neither a target nor a list of weights; "
+                              f"use one of {ROUTING_TARGETS} or the weights of the codebooks, then the stop slot")
 
 
 def _text(prompt: Any, language: str | None = None) -> str:
@@ -212,6 +234,88 @@ class DurationReward:
                 for i, p in enumerate(prompts)]
 
 
+def _audible(samples: np.ndarray) -> bool:
+    """A rollout with some audio that is not digital silence (the audio judges abstain otherwise)."""
+    from evaluation.audio_io import SILENCE_PEAK
+
+    samples = np.asarray(samples)
+    return samples.size > 0 and float(np.max(np.abs(samples))) >= SILENCE_PEAK
+
+
+class SpeakerReward:
+    """Cosine similarity to the reference of the row's voice; see the module docstring.
+
+    encoder: `evaluation.speaker` spec; reference: an audio file (every voice); reference_model:
+    the checkpoint whose voices are the references (the trainer passes its own `model`);
+    device: torch device of the encoder and of the reference synthesis (None: auto).
+    """
+
+    kind = "speaker"
+    needs_audio = True
+
+    def __init__(self, encoder: str = "resemblyzer", reference: str | None = None,
+                 reference_model: str | None = None, device: str | None = None):
+        if reference is None and reference_model is None:
+            raise ConfigError("speaker reward: set kwargs.reference (an audio file) or kwargs.reference_model "
+                              "(a checkpoint whose voices are the references)")
+        self.spec, self.reference, self.reference_model, self.device = encoder, reference, reference_model, device
+        self._encoder, self._refs = None, None
+
+    def references(self):
+        """The encoder and the voice references, loaded on first use."""
+        if self._refs is None:
+            from evaluation.speaker import load_speaker_encoder
+            from evaluation.systems import RumikSystem
+            from evaluation.voice_ref import VoiceReferences
+
+            self._encoder = load_speaker_encoder(self.spec, self.device)
+            self._refs = (VoiceReferences(self._encoder, clip=self.reference) if self.reference else
+                          VoiceReferences(self._encoder, system=RumikSystem(self.reference_model, device=self.device)))
+        return self._encoder, self._refs
+
+    def __call__(self, prompts: Sequence[Any], rollouts: Any = None, *, audio: Sequence[np.ndarray],
+                 sample_rate: int, **columns) -> list[float | None]:
+        from evaluation.speaker import cosine
+
+        encoder, refs = self.references()
+        rows = [i for i in range(len(prompts)) if _audible(audio[i])]
+        embeddings = encoder.embed([audio[i] for i in rows], sample_rate) if rows else []
+        out: list[float | None] = [None] * len(prompts)
+        for i, emb in zip(rows, embeddings):
+            out[i] = cosine(refs.get(_row_value(columns, "voice", i, prompts[i])), emb)
+        return out
+
+
+class QualityReward:
+    """DNSMOS OVRL scaled to 0-1 (`evaluation.quality.scaled_ovrl`); see the module docstring.
+
+    device/threads: onnxruntime's; max_windows: score the first k 9 s windows only (None: all,
+    as speechmos); personalized: the personalized DNSMOS model.
+    """
+
+    kind = "quality"
+    needs_audio = True
+
+    def __init__(self, device: str | None = None, threads: int | None = None, max_windows: int | None = None,
+                 personalized: bool = False):
+        self.options = {"device": device, "threads": threads, "max_windows": max_windows,
+                        "personalized": personalized, "p808": False}
+        self._judge = None
+
+    def __call__(self, prompts: Sequence[Any], rollouts: Any = None, *, audio: Sequence[np.ndarray],
+                 sample_rate: int, **columns) -> list[float | None]:
+        from evaluation.quality import DNSMOS, scaled_ovrl
+
+        if self._judge is None:
+            self._judge = DNSMOS(**self.options)
+        rows = [i for i in range(len(prompts)) if np.asarray(audio[i]).size]
+        scores = self._judge.score([audio[i] for i in rows], sample_rate) if rows else []
+        out: list[float | None] = [None] * len(prompts)
+        for i, s in zip(rows, scores):
+            out[i] = scaled_ovrl(s)
+        return out
+
+
 class Codebook0LowReward:
     """Fraction of a rollout's codebook-0 codes below `threshold` (default: half of Mimi's 2048
     codes); None for a rollout with no frames."""
@@ -246,12 +350,17 @@ def load_callable(ref: str) -> Callable:
     return obj
 
 
-def build_reward(spec: RewardSpec) -> RewardFn:
-    """The callable for one config entry; it carries `name`, `kind` and `needs_audio` attributes."""
-    kinds = {"content": ContentReward, "duration": DurationReward, "codebook0_low": Codebook0LowReward}
+def build_reward(spec: RewardSpec, model: str | None = None) -> RewardFn:
+    """The callable for one config entry; it carries `name`, `kind` and `needs_audio` attributes.
+    model: the run's checkpoint, the speaker reward's default `reference_model`."""
+    kinds = {"content": ContentReward, "duration": DurationReward, "speaker": SpeakerReward,
+             "quality": QualityReward, "codebook0_low": Codebook0LowReward}
+    kwargs = dict(spec.kwargs)
+    if spec.kind == "speaker" and not kwargs.get("reference"):
+        kwargs.setdefault("reference_model", model)
     if spec.kind in kinds:
         try:
-            fn: Any = kinds[spec.kind](**spec.kwargs)
+            fn: Any = kinds[spec.kind](**kwargs)
         except TypeError as exc:  # an unknown or missing keyword
             raise ConfigError(f"reward {spec.name!r}: kwargs: {exc}") from None
     elif spec.kind == "function":

@@ -114,7 +114,7 @@ class RolloutTrainer(Trainer):
         optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
         self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
         self.source = source or rollout_source(cfg.rollout.backend, self.engine)
-        self.rewards = [build_reward(spec) for spec in cfg.rewards]
+        self.rewards = [build_reward(spec, model=cfg.model) for spec in cfg.rewards]
         self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
 
     def make_reference(self) -> PolicyScorer | None:

@@ -17,7 +17,8 @@ One step (a "rollout batch"):
    push on.
 3. Rewards: every stream's function (training.grpo.rewards) on the rows; None = abstain.
 4. Advantages per stream and group, routed to actions by W (training.grpo.loss): by
-   default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`.
+   default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`,
+   speaker and quality -> codebooks 1..Q-1 (`acoustic`); each stream's `weight` scales its row.
 5. Update: teacher-forced log-probs over the audio-only head (training.grpo.policy), the
    clipped objective normalised by the batch's total actions (tokens + stop decisions, over
    all processes), `num_iterations` optimiser steps (1 by default).
@@ -117,7 +118,9 @@ class GRPOTrainer(RolloutTrainer):
     def __init__(self, cfg: GRPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
         super().__init__(cfg, accelerator, config_dir, source)
-        self.W = routing_matrix(*cfg.reward_routing(), self.layout.num_quantizers)
+        kinds, overrides, weights = cfg.reward_routing()
+        self.W = routing_matrix(kinds, overrides, self.layout.num_quantizers, weights)
+        self.stream_weights = torch.tensor(weights, dtype=torch.float32)
 
     def make_reference(self) -> PolicyScorer | None:
         """A frozen copy of the starting weights when the KL is used or logged (LoRA: none, the
@@ -148,7 +151,8 @@ class GRPOTrainer(RolloutTrainer):
         r = scored.rollouts
         adv = group_advantages(scored.rewards, scored.groups, cfg.loss.adv_eps, cfg.loss.scale_rewards)
         cols = action_columns(r.token_ids, r.token_mask, self.layout, r.restrict_phase)
-        token_adv, stop_adv = route_advantages(adv, self.W, cols, r.stop_mask, flat=cfg.loss.routing == "flat")
+        token_adv, stop_adv = route_advantages(adv, self.W, cols, r.stop_mask, flat=cfg.loss.routing == "flat",
+                                               stream_weights=self.stream_weights)
         return RolloutBatch(r, scored.requests, scored.columns, scored.groups, scored.rewards, adv, token_adv,
                             stop_adv)
 

@@ -166,3 +166,39 @@ def test_concat_actions_layout():
     a, b = torch.zeros(2, 5), torch.ones(2, 3, dtype=torch.bool)
     out = concat_actions(a, b)
     assert out.shape == (2, 8) and out[:, 5:].eq(1).all() and out.dtype == a.dtype
+
+
+def test_acoustic_target_and_per_stream_weights_combine_with_content_and_duration():
+    ids, mask, stop_mask = _stream_rows()
+    W = routing_matrix(["content", "duration", "speaker", "quality"], {}, 8, weights=[1.0, 2.0, 0.5, 0.25])
+    assert W[2].tolist() == [0.0] + [0.5] * 7 + [0.0] and W[3].tolist() == [0.0] + [0.25] * 7 + [0.0]
+    assert W[1].tolist() == [0.0] * 8 + [2.0]
+    stream_adv = torch.tensor([[0.7, -1.3, 0.4, 1.0], [-0.4, 0.9, -2.0, 0.5], [1.1, 0.25, 0.3, -0.6]])
+    cols = action_columns(ids, mask, LAYOUT, restrict_phase=True)
+    tok, stop = route_advantages(stream_adv, W, cols, stop_mask)
+    for i in range(3):
+        c, d, spk, qual = stream_adv[i].tolist()
+        for t in range(ids.shape[1]):
+            if not mask[i, t]:
+                expected = 0.0
+            elif ids[i, t] == LAYOUT.audio_end_token_id:
+                expected = 2.0 * d                      # duration -> the stop slot, weight 2
+            elif t % 8 == 0:
+                expected = c                            # content -> codebook 0
+            else:
+                expected = 0.5 * spk + 0.25 * qual      # speaker and quality -> codebooks 1..7
+            assert tok[i, t].item() == pytest.approx(expected), (i, t)
+    assert torch.allclose(stop, 2.0 * stream_adv[:, 1:2].expand_as(stop) * stop_mask)
+    weights = torch.tensor([1.0, 2.0, 0.5, 0.25])
+    flat, flat_stop = route_advantages(stream_adv, W, cols, stop_mask, flat=True, stream_weights=weights)
+    total = (stream_adv * weights).sum(1, keepdim=True)
+    assert torch.allclose(flat, total.expand_as(flat) * mask) and torch.allclose(flat_stop, total.expand_as(flat_stop) * stop_mask)
+
+
+def test_routing_targets_by_name():
+    assert routing_matrix(["mine"], {0: "acoustic"}, 8)[0].tolist() == [0.0] + [1.0] * 7 + [0.0]
+    assert routing_matrix(["speaker"], {0: "codebook0"}, 8)[0].tolist() == [1.0] + [0.0] * 8
+    assert routing_matrix(["content"], {0: "stop"}, 4)[0].tolist() == [0.0] * 4 + [1.0]
+    assert routing_matrix(["quality"], {}, 4)[0].tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="unknown routing target 'timbre'"):
+        routing_matrix(["speaker"], {0: "timbre"}, 8)

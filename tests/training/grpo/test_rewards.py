@@ -13,6 +13,7 @@ import torch
 
 from evaluation.metrics import gcer
 from rumik_app import SynthesisRequest
+from rumik_app.errors import ConfigError
 from training.grpo.rewards import (
     Codebook0LowReward, ContentReward, DurationReward, RewardSpec, build_reward, compute_rewards, load_callable,
 )
@@ -201,3 +202,61 @@ def test_content_reward_end_to_end_espeak_pocketsphinx(tmp_path):
     assert out[0] > 0.6, out
     assert out[1] < 0.3, out
     assert out[2] is None  # pocketsphinx is English-only: the row abstains
+
+
+def _espeak_voice(text, voice, path):
+    subprocess.run([ESPEAK, "-v", voice, "-w", str(path), text], check=True, capture_output=True)
+    return sf.read(str(path), dtype="float32")
+
+
+@pytest.mark.skipif(ESPEAK is None, reason="espeak-ng is not installed (setup.sh installs it)")
+def test_speaker_reward_is_similarity_to_the_rows_voice_reference(tmp_path):
+    ref, rate = _espeak_voice("The weather is lovely today, we walk by the river.", "en-us+f5", tmp_path / "ref.wav")
+    same, _ = _espeak_voice("Please call me back when you reach home tonight.", "en-us+f5", tmp_path / "same.wav")
+    other, _ = _espeak_voice("Please call me back when you reach home tonight.", "en-us+m3", tmp_path / "other.wav")
+    reward = build_reward(RewardSpec(name="speaker", kind="speaker", kwargs={"reference": str(tmp_path / "ref.wav")}))
+    assert reward.kind == "speaker" and reward.needs_audio
+    prompts = [SynthesisRequest("a")] * 4
+    out = reward(prompts, None, audio=[same, other, np.zeros(0, np.float32), np.zeros(2000, np.float32)],
+                 sample_rate=rate)
+    assert 0.0 <= out[1] < out[0] <= 1.0 and out[2:] == [None, None]  # empty and silent rollouts abstain
+    from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
+    from evaluation.speaker import ResemblyzerEncoder, cosine
+
+    enc = ResemblyzerEncoder()
+    # the reference file read as every clip is (24 kHz), the audible rollouts embedded together
+    ref_emb = enc.embed([load_audio(tmp_path / "ref.wav", max_seconds=LOCAL_MAX_SECONDS)], 24_000)[0]
+    assert out[0] == pytest.approx(cosine(ref_emb, enc.embed([same, other], rate)[0]), abs=1e-6)
+
+
+def test_speaker_reward_needs_a_reference_and_defaults_to_the_run_checkpoint():
+    with pytest.raises(ConfigError, match="kwargs.reference"):
+        build_reward(RewardSpec(name="speaker", kind="speaker"))
+    fn = build_reward(RewardSpec(name="speaker", kind="speaker"), model="runs/sft/final")
+    assert fn.reference_model == "runs/sft/final" and fn.reference is None
+    own = build_reward(RewardSpec(name="speaker", kind="speaker", kwargs={"reference_model": "other"}), model="x")
+    assert own.reference_model == "other"
+
+
+@pytest.mark.skipif(ESPEAK is None, reason="espeak-ng is not installed (setup.sh installs it)")
+def test_quality_reward_is_dnsmos_ovrl_on_0_to_1(tmp_path):
+    clean, rate = _espeak_voice("Please call me back when you reach home tonight.", "en-us+f5", tmp_path / "c.wav")
+    rng = np.random.default_rng(0)
+    noisy = np.clip(clean + np.sqrt(np.mean(clean ** 2)) * rng.standard_normal(len(clean)), -1, 1).astype(np.float32)
+    reward = build_reward(RewardSpec(name="quality", kind="quality", kwargs={"max_windows": 1, "threads": 1}))
+    out = reward([SynthesisRequest("a")] * 3, None, audio=[clean, noisy, np.zeros(0, np.float32)], sample_rate=rate)
+    assert 0.0 <= out[1] < out[0] <= 1.0 and out[2] is None
+    from evaluation.quality import DNSMOS
+
+    [mos] = DNSMOS(threads=1, max_windows=1).score([clean], rate)
+    assert out[0] == pytest.approx((mos.ovrl - 1.0) / 4.0)
+
+
+def test_reward_spec_checks_weight_and_routing():
+    RewardSpec(name="q", kind="quality", routing="acoustic", weight=0.5).check()
+    RewardSpec(name="q", kind="quality", routing=[0.0] + [1.0] * 7 + [0.5]).check()
+    for bad, message in ((dict(weight=-1.0), "weight must be a number >= 0"),
+                         (dict(routing="timbre"), "neither a target nor a list"),
+                         (dict(routing=[True, 1.0]), "neither a target nor a list")):
+        with pytest.raises(ConfigError, match=message):
+            RewardSpec(name="q", kind="quality", **bad).check()

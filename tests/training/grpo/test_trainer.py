@@ -92,6 +92,83 @@ def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_pat
     assert any(float(g.abs().max()) > 0 for g in captured["grads"])
 
 
+ACOUSTIC_OVERRIDES = (
+    "rollout.prompts_per_step=2", "rollout.num_generations=3", "rollout.max_new_tokens=24",
+    "micro_batch_size=6", "optim.max_grad_norm=0",
+    # one DNSMOS window per rollout: the tiny model's 0.24 s clips would be tiled into seven
+    'rewards=[{"name": "quality", "kind": "quality", "kwargs": {"max_windows": 1, "threads": 1}}]',
+)
+
+
+def _update_grads(trainer, rb, monkeypatch) -> list[torch.Tensor]:
+    """The gradients the optimiser receives from `trainer.update(rb)` (its real step still runs)."""
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    captured, real_step = {}, trainer.optimizer.step
+
+    def capture(*args, **kwargs):
+        captured["grads"] = [p.grad.clone() for p in params]
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.optimizer, "step", capture)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.update(rb)
+    return captured["grads"]
+
+
+@pytest.mark.filterwarnings(r"error:Detected call of `lr_scheduler\.step\(\)`")
+def test_acoustic_target_is_the_policy_gradient_on_codebooks_1_to_7(tiny_checkpoint, tmp_path, monkeypatch):
+    """The quality reward routes to codebooks 1..7 by default (`acoustic`): the update's gradient
+    is sum over those tokens of A_i * grad log pi / N, built here from the stream advantages and
+    each token's position in its frame; codebook 0, `</audio>` and the stop decisions get nothing."""
+    trainer = GRPOTrainer(_cfg(tiny_checkpoint, tmp_path, *ACOUSTIC_OVERRIDES))
+    with torch.no_grad():
+        trainer.model.stop_predictor[3].bias.fill_(0.0)  # real stop decisions, varied lengths
+    rb = trainer.make_batch(1)
+    r, q, end = rb.rollouts, trainer.layout.num_quantizers, trainer.layout.audio_end_token_id
+    assert r.stop_mask.any() and rb.advantages[:, 0].ne(0).any()
+    assert torch.equal(trainer.W, torch.tensor([[0.0] + [1.0] * (q - 1) + [0.0]]))
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    tok, _ = trainer.scorer(ScoringBatch.from_rollouts(r, q, pad_id=trainer.engine.pad_id))
+    n_actions = int(r.token_mask.sum() + r.stop_mask.sum())
+    expected = [torch.zeros_like(p) for p in params]
+    acoustic = 0
+    for i in range(len(r)):
+        for t in range(tok.shape[1]):
+            if not r.token_mask[i, t]:
+                continue
+            if r.token_ids[i, t] == end or t % q == 0:  # the stop slot and codebook 0: no advantage
+                assert rb.token_adv[i, t] == 0
+                continue
+            adv = rb.advantages[i, 0]
+            assert rb.token_adv[i, t] == pytest.approx(float(adv))
+            acoustic += 1
+            grads = torch.autograd.grad(tok[i, t], params, retain_graph=True, allow_unused=True)
+            for e, g in zip(expected, grads):
+                if g is not None:
+                    e.add_(adv * g / n_actions)
+    assert acoustic and rb.stop_adv.eq(0).all()
+    for got, want in zip(_update_grads(trainer, rb, monkeypatch), expected):
+        torch.testing.assert_close(got, -want, rtol=1e-4, atol=1e-7)  # loss = -objective
+    assert rb.rewards[:, 0].ge(0).all() and rb.rewards[:, 0].le(1).all()  # OVRL scaled to 0-1
+
+
+@pytest.mark.slow
+def test_smoke_run_with_the_speaker_reward_logs_it(tiny_checkpoint, tmp_path):
+    """The speaker reward against the voices of the starting checkpoint (synthesised once and
+    cached), beside the smoke reward: its stream is logged every step."""
+    out = tmp_path / "speaker"
+    rewards = ('rewards=[{"name": "codebook0_low", "kind": "codebook0_low"}, '
+               '{"name": "speaker", "kind": "speaker", "weight": 0.5}]')
+    sets = sum((["--set", o] for o in (f"model={tiny_checkpoint}", "steps=2", "rollout.num_generations=2",
+                                       "rollout.max_new_tokens=32", rewards)), [])
+    main(["--smoke", "--out", str(out), *sets])
+    rows = _metrics(out)
+    assert len(rows) == 2 and all(0.0 <= row["rewards/speaker/mean"] <= 1.0 for row in rows)
+    assert all(row["rewards/speaker/abstained"] == 0.0 for row in rows)
+    saved = json.loads((out / "train_config.json").read_text())
+    assert saved["rewards"][1]["kind"] == "speaker" and saved["rewards"][1]["weight"] == 0.5
+
+
 def test_schedule_starts_at_its_first_value_and_the_log_is_compact(tiny_checkpoint, tmp_path, capsys):
     """The first step trains at the schedule's first learning rate (warmup 1/2 here), with no
     "lr_scheduler.step() before optimizer.step()" warning; stdout has one short line per step

@@ -1,0 +1,97 @@
+"""The voice-agent client tests: a speech server on the tiny checkpoint, driven by real clients.
+
+Run (their own environment, see requirements-agents.txt):
+    .venv-agents/bin/python -m pytest tests/agents --confcutdir=tests/agents
+
+The server runs from the main environment (`.venv/bin/python -m rumik_app.serve --model
+tiny`, or $RUMIK_SERVER_PYTHON), exactly as a user starts it, on a free port with an API
+key and OpenAI voice names mapped (the OpenAI plugins only send OpenAI's voices). Nothing
+here imports the project: these clients are all the test sees of it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "agents-test-key"
+MAX_SECONDS = 1.5  # every utterance: tiny's random weights rarely stop by themselves
+START_TIMEOUT_S = 180.0
+os.environ.setdefault("NLTK_DATA", tempfile.mkdtemp(prefix="nltk-"))  # pipecat looks for punkt_tab at import
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_python() -> str:
+    python = os.environ.get("RUMIK_SERVER_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+    if not Path(python).exists():
+        pytest.exit(f"no server environment at {python}: run ./setup.sh first (or set RUMIK_SERVER_PYTHON)", 2)
+    return python
+
+
+@pytest.fixture(scope="session")
+def server():
+    """(base URL, API key) of a running `python -m rumik_app.serve --model tiny`."""
+    port = _free_port()
+    cache = tempfile.mkdtemp(prefix="rumik-agents-")
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RUMIK_CACHE=cache,
+               PYTHONPATH=str(ROOT))
+    log = open(Path(cache) / "server.log", "w+")
+    proc = subprocess.Popen([_server_python(), "-m", "rumik_app.serve", "--model", "tiny", "--port", str(port),
+                             "--api-key", KEY, "--voice-map", "alloy=Ira,ash=Aisha", "--max-seconds", str(MAX_SECONDS),
+                             "--log-level", "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"the server at {url} was not healthy after {START_TIMEOUT_S} s")
+        time.sleep(0.2)
+    yield url, KEY
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def active_rows(url: str) -> int:
+    """Batch rows decoding now (the server's /metrics)."""
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("rumik_active_requests "):
+            return int(float(line.split()[1]))
+    raise AssertionError("rumik_active_requests missing from /metrics")
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+if sys.version_info < (3, 11):  # pragma: no cover - pipecat-rumik needs 3.11
+    pytest.exit("the agent clients need Python 3.11+", 2)
