@@ -10,7 +10,8 @@
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
 rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Evaluate
-(WER/CER/GCER and NoVA verdicts for uploaded clips). Systems: rumik-oss-1 (`--model`),
+(WER/CER/GCER and NoVA verdicts for uploaded clips; optional DNSMOS quality and speaker
+similarity to a reference voice, `--speaker-encoder`). Systems: rumik-oss-1 (`--model`),
 the espeak-ng classical baseline, and tiny. If the model cannot be loaded the app still
 starts, with a banner giving the reason and the fix. Every action is an API endpoint;
 `/synthesize` returns a 24 kHz WAV (see the "Use via API" link at the bottom of the page).
@@ -34,6 +35,7 @@ from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
+from webapp.audio_judges import DEFAULT_SPEAKER_ENCODER, AudioJudges
 from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab
 from webapp.guard import VisitorGuard
 from webapp.rate_tab import RateHandlers, build_rate_tab
@@ -69,7 +71,8 @@ INTRO = (
 
 def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
-               engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,)) -> gr.Blocks:
+               engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,),
+               speaker_encoder: str = DEFAULT_SPEAKER_ENCODER) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
@@ -77,7 +80,8 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     `served` is the folder visitors' files are served from (default: a fresh temp folder);
     `engine_options`: `load_engine`'s (device, dtype, compile, backend "engine" | "vllm", vLLM's
     options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags; `asr_models`: the
-    Hugging Face ASR judges visitors may pick in the Evaluate tab (hub ids or folders).
+    Hugging Face ASR judges visitors may pick in the Evaluate tab (hub ids or folders);
+    `speaker_encoder`: the Evaluate tab's speaker-similarity model (`evaluation.speaker` spec).
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
     """
     layout, served = DataLayout(data_dir), served or ServedFolder()
@@ -99,7 +103,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
         with gr.Tab("Compare & rate", id="rate"):
             build_rate_tab(rate, default, choices)
         with gr.Tab("Evaluate", id="evaluate"):
-            build_evaluate_tab(EvaluateHandlers(JudgeCatalog(asr_models)))
+            build_evaluate_tab(EvaluateHandlers(JudgeCatalog(asr_models), AudioJudges(registry, speaker_encoder)))
         demo.load(registry.banner_markdown, outputs=banner, api_name="model_status", queue=False,
                   show_progress="hidden")
     # For tests and embedding scripts (and `launch`):
@@ -159,6 +163,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--asr-model", action="append", default=None, metavar="ID_OR_FOLDER",
                    help=f"a Hugging Face ASR judge visitors may choose in the Evaluate tab (repeatable; default "
                         f"{DEFAULT_ASR_MODEL}; pasted transcripts and pocketsphinx are always offered)")
+    p.add_argument("--speaker-encoder", default=DEFAULT_SPEAKER_ENCODER, metavar="SPEC",
+                   help="the Evaluate tab's speaker-similarity model: resemblyzer (default, offline) or "
+                        "hf:MODEL_ID_OR_PATH (a WavLM x-vector, safetensors); visitors cannot choose another")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name this app is reached by besides this machine's own (repeatable; *.example.org "
                         "for a domain); requests naming any other host are refused (DNS rebinding)")
@@ -175,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
         logins = read_logins(args.auth, args.auth_file)
         admin = AdminGate.from_sources(args.admin_password)
         demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
-                          asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)))
+                          asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)),
+                          speaker_encoder=args.speaker_encoder)
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)

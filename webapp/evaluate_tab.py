@@ -9,6 +9,9 @@ reference carries one inline tag, a chart and a CSV. The work is in `webapp.scor
 "unicode"); the summary, the table and the CSV name it with its Unicode version.
 A run first clears the previous result (an error never sits under old scores); a guide
 says which judge suits which language and what its limits are.
+"Audio judges" adds DNSMOS OVRL/SIG/BAK and speaker-similarity columns per clip, and their
+means with 95 % bootstrap CIs to the summary (`webapp.audio_judges`): the reference voice is
+an uploaded clip, else the chosen system's own voice.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ import logging
 from evaluation.asr import WHISPER_LANGUAGES, ASRModelUnavailable
 from evaluation.report import write_csv
 from evaluation.text import DEFAULT_SEGMENTATION, GRAPHEME_PACKAGE, UNICODE_CLUSTERS, segmentation_unicode_version
+from rumik_app.prompt import VOICES
+from rumik_app.request import DEFAULT_VOICE
+from webapp.audio_judges import MAX_REFERENCE_SECONDS, AudioJudges, AudioRequest
 from webapp.common import UserError, checked_choice, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
 from webapp.scoring import MAX_CLIP_MB, MAX_TOTAL_SECONDS, PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, \
     score_uploads
+from webapp.systems import SYSTEM_ESPEAK, SystemUnavailable
 from webapp.storage import ServedFolder
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,11 @@ JUDGE_GUIDE = f"""**Which judge for which language**
   use an ASR model made for them, or pasted transcripts. `whisper-small` is quicker but much weaker on Indic
   scripts. Downloaded on first use (large-v3: ~3 GB) unless the operator gave a local folder; loaded once.
   Whisper usually drops vocalisations."""
+AUDIO_GUIDE = f"""DNSMOS (Microsoft's P.835 predictor, MOS 1-5) rates signal (SIG), background (BAK) and overall
+(OVRL) quality without reference texts; it was trained on noisy human speech, so compare systems rather than
+read it as a listening test. Speaker similarity is the cosine of speaker embeddings of each clip with the
+reference voice: an uploaded clip (up to {MAX_REFERENCE_SECONDS:.0f} s), else the chosen system's own voice (a
+few fixed sentences it speaks, made once and kept). Both take a few seconds per clip on a CPU."""
 
 
 @functools.cache
@@ -76,38 +88,43 @@ def judge_label(key: str) -> str:
 class EvaluateHandlers:
     """The Evaluate tab's function over the app's judges (`JudgeCatalog`)."""
 
-    def __init__(self, catalog: JudgeCatalog):
+    def __init__(self, catalog: JudgeCatalog, audio_judges: AudioJudges | None = None):
         self.catalog = catalog
+        self.audio_judges = audio_judges or AudioJudges()
 
     def choices(self) -> list[tuple[str, str]]:
         return [(judge_label(k), k) for k in self.catalog.keys]
 
     def evaluate(self, files, references: str = "", manifest=None, judge: str = PASTED, transcripts: str = "",
-                 language: str = "", segmentation: str = DEFAULT_SEGMENTATION):
-        """Yields (summary markdown, per-clip table, chart, CSV path) for the uploaded clips.
+                 language: str = "", segmentation: str = DEFAULT_SEGMENTATION, quality: bool = False,
+                 speaker: bool = False, reference_clip=None, reference_system: str | None = None,
+                 reference_voice: str | None = None):
+        """Yields (summary markdown, per-clip table {"headers", "data"}, chart, CSV path) for the
+        uploaded clips; quality / speaker add the audio judges' columns (see AudioRequest).
 
         The first yield clears the previous result, so an error never sits under old scores;
         an error also replaces the summary (and is raised as gr.Error, the toast)."""
         import gradio as gr
 
-        loading = judge not in (PASTED, "", None)
-        yield ("Loading the ASR judge and scoring… (a Hugging Face model loads once; the first time can take a "
-               "while)" if loading else "Scoring…"), None, None, None
+        audio = AudioRequest(bool(quality), bool(speaker), _path(reference_clip), reference_system, reference_voice)
+        yield _progress_line(judge, audio), None, None, None
         try:
             with user_errors("Evaluation"):
-                report = self._score(files, references, manifest, judge, transcripts, language, segmentation)
+                report = self._score(files, references, manifest, judge, transcripts, language, segmentation, audio)
                 out = _csv_folder().reserve("scores.csv")
-                write_csv(out, TABLE_HEADERS, report.rows())  # full precision; the table shows TABLE_DIGITS
+                write_csv(out, report.headers(), report.rows())  # full precision; the table shows TABLE_DIGITS
         except gr.Error as exc:
             yield error_line("Not scored", exc), None, None, None
             raise
-        yield report.markdown(), report.table_rows(TABLE_DIGITS), chart(report), str(out)
+        table = {"headers": report.headers(), "data": report.table_rows(TABLE_DIGITS)}
+        yield report.markdown(), table, chart(report), str(out)
 
-    def _score(self, files, references, manifest, judge, transcripts, language, segmentation):
+    def _score(self, files, references, manifest, judge, transcripts, language, segmentation, audio=None):
         """score_uploads with the form's fields; errors as UserError worded for this form."""
         try:
             return score_uploads(_paths(files), references or "", _path(manifest), judge or PASTED, transcripts or "",
-                                 language or "", segmentation or DEFAULT_SEGMENTATION, catalog=self.catalog)
+                                 language or "", segmentation or DEFAULT_SEGMENTATION, catalog=self.catalog,
+                                 audio=audio, audio_judges=self.audio_judges)
         except ASRModelUnavailable as exc:  # offline, or the hub out of reach: the fix in this form's terms
             raise UserError(
                 f"The ASR model {exc.model!r} is not on this machine and {exc.reason}. Choose “{PASTED_LABEL}” or, "
@@ -115,9 +132,21 @@ class EvaluateHandlers:
                 "or start the app with another --asr-model.") from None
         except ValueError as exc:
             raise UserError(str(exc)) from None
+        except SystemUnavailable:  # the reference voice's system: its reason and fix
+            raise
         except RuntimeError:  # ASRError: the judge could not load (a broken model folder, a missing package)
             log.exception("loading the ASR judge %s failed", judge)
             raise UserError(f"The ASR judge {judge_label(judge)} could not be loaded; the app's log says why.") from None
+
+
+def _progress_line(judge: str, audio: AudioRequest) -> str:
+    """The summary while a run works: what is loading."""
+    if judge not in (PASTED, "", None):
+        return ("Loading the ASR judge and scoring… (a Hugging Face model loads once; the first time can take a "
+                "while)")
+    if audio.active:
+        return "Loading the audio judges and scoring… (the first run loads them; a few seconds per clip)"
+    return "Scoring…"
 
 
 def _path(f) -> str | None:
@@ -156,11 +185,34 @@ def build_evaluate_tab(handlers: EvaluateHandlers) -> None:
         gr.Markdown(JUDGE_GUIDE, elem_id="judge-guide")
     segmentation = gr.Radio(segmentation_choices(), value=DEFAULT_SEGMENTATION, label="GCER clusters",
                             info="How Indic text is cut into units for GCER; the two give different numbers.")
+    audio_inputs = _audio_judge_controls(handlers)
     run = gr.Button("Score", variant="primary", elem_id="eval-score")
     summary = gr.Markdown(elem_id="eval-summary")
     table = gr.Dataframe(headers=TABLE_HEADERS, label="Per clip", wrap=True, elem_id="eval-table")
     plot = gr.Plot(label="Chart")
     csv_file = gr.File(label="Scores (CSV)", interactive=False)
-    run.click(handlers.evaluate, inputs=[files, references, manifest, judge, transcripts, language, segmentation],
+    run.click(handlers.evaluate,
+              inputs=[files, references, manifest, judge, transcripts, language, segmentation, *audio_inputs],
               outputs=[summary, table, plot, csv_file], api_name="evaluate", concurrency_id="asr",
               concurrency_limit=1, show_progress_on=[table])  # the summary line says what is happening
+
+
+def _audio_judge_controls(handlers: EvaluateHandlers) -> list:
+    """The audio judges' inputs: [quality, speaker, reference clip, reference system, voice]."""
+    import gradio as gr
+
+    registry = handlers.audio_judges.registry
+    with gr.Accordion("Audio judges: DNSMOS quality and speaker similarity (optional)", open=False):
+        gr.Markdown(AUDIO_GUIDE)
+        with gr.Row():
+            quality = gr.Checkbox(False, label="DNSMOS quality (OVRL, SIG, BAK)", elem_id="eval-quality")
+            speaker = gr.Checkbox(False, label="Speaker similarity to the reference voice", elem_id="eval-speaker")
+        with gr.Row():
+            clip = gr.File(label=f"Reference voice (optional; up to {MAX_REFERENCE_SECONDS:.0f} s)", type="filepath",
+                           file_types=[".wav", ".flac", ".ogg", ".mp3"], elem_id="eval-reference")
+            choices = registry.choices() if registry is not None else [("espeak-ng", SYSTEM_ESPEAK)]
+            system = checked_choice(gr.Dropdown(choices, value=choices[0][1], label="else the voice of system",
+                                                visible=registry is not None))  # AudioJudges checks it
+            voice = checked_choice(gr.Dropdown(list(VOICES), value=DEFAULT_VOICE, label="voice",
+                                               visible=registry is not None))
+    return [quality, speaker, clip, system, voice]

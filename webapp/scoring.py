@@ -22,7 +22,12 @@ was started with (`app.py --asr-model`, plus pasted transcripts and pocketsphinx
 picks one by its key, and anything else gets one message that says nothing about the
 machine. Loaded judges are kept in a small LRU; one evicted is freed (its lock taken first,
 so a running transcription finishes). One request scores at most MAX_CLIPS clips and
-MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`load_audio(max_seconds=...)`).
+MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`load_audio(max_seconds=...)`,
+`read_upload`, which also bounds the reference-voice upload).
+
+Audio judges (optional, `audio=AudioRequest(quality=True, speaker=True, ...)`, the judges
+from `webapp.audio_judges.AudioJudges`): DNSMOS OVRL/SIG/BAK and speaker similarity per clip,
+whether or not it has a reference text, and their means with 95 % bootstrap CIs in the summary.
 """
 
 from __future__ import annotations
@@ -64,6 +69,33 @@ TABLE_HEADERS = ["file", "language", "reference", "transcript", "WER", "CER", "G
                  "content metric", "NoVA (3-class)", "NoVA (2-class)", "message"]
 
 
+class UploadRefused(ValueError):
+    """An uploaded clip that is not read: wrong format, too large, too long or unreadable."""
+
+
+def read_upload(path: str | Path, max_seconds: float, name: str | None = None):
+    """A visitor's uploaded clip as float32 mono [N] at SAMPLE_RATE (24 kHz), refused before
+    decoding when its extension is not AUDIO_SUFFIXES, it is over MAX_CLIP_MB, or its header
+    declares more than `max_seconds` (and decoding stops there whatever it declares).
+    UploadRefused names the problem and the fix; `name` (default: the file's) replaces the
+    path in it, so no message shows where uploads are kept."""
+    from evaluation.audio_io import AudioLoadError, check_audio, load_audio
+
+    path = Path(path)
+    name = name or path.name
+    if path.suffix.lower() not in AUDIO_SUFFIXES:
+        raise UploadRefused(f"not a WAV, FLAC, OGG or MP3 file ({path.suffix or 'no extension'}); convert it first.")
+    size_mb = path.stat().st_size / 1e6 if path.exists() else 0.0
+    if size_mb > MAX_CLIP_MB:
+        raise UploadRefused(f"too large ({size_mb:.1f} MB; the limit is {MAX_CLIP_MB} MB). Trim or compress it.")
+    try:
+        samples = load_audio(path, max_seconds=max_seconds)
+        check_audio(samples, SAMPLE_RATE, where=name)
+    except AudioLoadError as exc:
+        raise UploadRefused(f"unreadable: {str(exc).replace(str(path), name)}") from None
+    return samples
+
+
 @dataclass
 class ClipResult:
     file: str
@@ -73,14 +105,20 @@ class ClipResult:
     scores: dict = field(default_factory=dict)
     nova: dict | None = None
     message: str = ""
+    audio: dict = field(default_factory=dict)  # audio judges' values: dnsmos_ovrl, ..., speaker_sim
 
-    def row(self) -> list:
+    def row(self, audio_columns: Sequence[str] = ()) -> list:
+        """The table row: TABLE_HEADERS, with `audio_columns`' values (None if absent) before the message."""
         s = self.scores
         metric = ("GCER" if uses_graphemes(self.reference, self.language or None) else "WER/CER") if s else ""
         rules = gcer_rules(s["gcer_segmentation"]) if s else ""
         return [self.file, self.language, self.reference, self.transcript, s.get("wer"), s.get("cer"), s.get("gcer"),
                 rules, metric, (self.nova or {}).get("verdict_3class", ""), (self.nova or {}).get("verdict_2class", ""),
-                self.message]
+                *(self.audio.get(c) for c in audio_columns), self.message]
+
+    def note(self, message: str) -> None:
+        """Add a message to this clip's (a clip can have an audio judge's and a transcript's)."""
+        self.message = f"{self.message} {message}".strip()
 
 
 def gcer_rules(segmentation: str) -> str:
@@ -94,9 +132,20 @@ class ScoreReport:
     corpus: dict  # metric -> pooled rate over scored clips
     judge: str
     segmentation: str = DEFAULT_SEGMENTATION  # GCER's clusters
+    audio: object | None = None  # the audio judges of this run (`webapp.audio_judges.ClipJudge`), if any
+
+    @property
+    def audio_columns(self) -> list[str]:
+        return self.audio.columns() if self.audio is not None else []
+
+    def headers(self) -> list[str]:
+        """TABLE_HEADERS with the audio judges' columns (e.g. "DNSMOS OVRL") before "message"."""
+        from webapp.audio_judges import HEADERS
+
+        return [*TABLE_HEADERS[:-1], *(HEADERS[c] for c in self.audio_columns), TABLE_HEADERS[-1]]
 
     def rows(self) -> list[list]:
-        return [c.row() for c in self.clips]
+        return [c.row(self.audio_columns) for c in self.clips]
 
     def table_rows(self, digits: int) -> list[list]:
         """`rows()` with the rates rounded to `digits` decimals (for display; None stays None)."""
@@ -114,6 +163,8 @@ class ScoreReport:
         lines.append("<small>References and transcripts are compared in spoken form: numbers, money, dates and "
                      "times as words (rumik_app.text.normalize), in the clip's language.</small>")
         lines.append(f"<small>{grapheme_backend_info(self.segmentation)}</small>")
+        if self.audio is not None:
+            lines.insert(len(lines) - 2, self.audio.summary([c.audio for c in self.clips if c.audio]))
         return "\n\n".join(lines)
 
     def metric_label(self, metric: str) -> str:
@@ -244,11 +295,11 @@ class JudgeCatalog:
 
 def score_uploads(files: list[str], references: str = "", manifest: str | None = None, judge: str = PASTED,
                   transcripts: str = "", language: str = "", segmentation: str = DEFAULT_SEGMENTATION,
-                  catalog: JudgeCatalog | None = None) -> ScoreReport:
+                  catalog: JudgeCatalog | None = None, audio=None, audio_judges=None) -> ScoreReport:
     """Score every uploaded clip; problems become per-clip messages (ValueError only for bad
-    forms). judge: a key of `catalog` (default: the default catalog's judges)."""
-    from evaluation.audio_io import AudioLoadError, check_audio, load_audio
-
+    forms, UserError for audio judges that cannot load). judge: a key of `catalog` (default:
+    the default catalog's judges); audio: a `webapp.audio_judges.AudioRequest` (None: no audio
+    judges), run by `audio_judges` (default: a fresh `AudioJudges()`, uploaded references only)."""
     catalog = catalog or JudgeCatalog()
     catalog.check(judge)
     check_segmentation(segmentation)
@@ -258,10 +309,38 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
     if len(paths) > MAX_CLIPS:
         raise ValueError(f"{len(paths)} clips uploaded; the limit is {MAX_CLIPS} per run. Split them up.")
     names = [p.name for p in paths]
-    info: dict[str, dict] = {}
-    form_note = ""
+    info, form_note = _form_info(names, references, manifest, judge, transcripts)
+    model = None if judge == PASTED else catalog.get(judge)
+    clip_judge = _clip_judge(audio, audio_judges)
+    results, total_s = [], 0.0
+    for path, name in zip(paths, names):
+        meta = info.get(name, {})
+        res = ClipResult(name, language=(meta.get("language") or language or "").strip(), reference=meta.get("text", ""))
+        results.append(res)
+        try:
+            samples = read_upload(path, MAX_CLIP_SECONDS, name)
+        except UploadRefused as exc:
+            res.message = str(exc)
+            continue
+        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:
+            res.message = (f"not scored: this run already holds {total_s / 60:.0f} min of audio, the most one run "
+                           f"takes is {MAX_TOTAL_SECONDS / 60:.0f} min. Score the rest in another run.")
+            continue
+        total_s += len(samples) / SAMPLE_RATE
+        if clip_judge is not None:
+            _judge_audio(clip_judge, samples, res)
+        _score_words(res, samples, meta, model, form_note, segmentation)
+    scored = [r.scores for r in results if r.scores]
+    corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
+              for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
+    return ScoreReport(results, corpus, "pasted transcripts" if model is None else judge, segmentation, clip_judge)
+
+
+def _form_info(names: list[str], references: str, manifest: str | None, judge: str,
+               transcripts: str) -> tuple[dict[str, dict], str]:
+    """({file name: {"text", "language", "transcript"}}, a note on how the typed lines were matched)."""
     if manifest:
-        info = read_manifest(manifest, names)
+        info, form_note = read_manifest(manifest, names), ""
     else:
         refs, form_note = _match(_split_lines(references), names, "reference")
         info = {n: {"text": t, "language": "", "transcript": None} for n, t in refs.items()}
@@ -270,57 +349,58 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
         form_note = form_note or note
         for n, t in hyps.items():
             info.setdefault(n, {"text": "", "language": "", "transcript": None})["transcript"] = t
-    model = None if judge == PASTED else catalog.get(judge)
-    results, total_s = [], 0.0
-    for path, name in zip(paths, names):
-        meta = info.get(name, {})
-        res = ClipResult(name, language=(meta.get("language") or language or "").strip(), reference=meta.get("text", ""))
-        results.append(res)
-        size_mb = path.stat().st_size / 1e6 if path.exists() else 0.0
-        if path.suffix.lower() not in AUDIO_SUFFIXES:
-            res.message = f"not a WAV, FLAC, OGG or MP3 file ({path.suffix or 'no extension'}); convert it first."
-            continue
-        if size_mb > MAX_CLIP_MB:
-            res.message = f"too large ({size_mb:.1f} MB; the limit is {MAX_CLIP_MB} MB). Trim or compress it."
-            continue
+    return info, form_note
+
+
+def _clip_judge(audio, audio_judges):
+    """The audio judges a request asks for, loaded (or None); UserError if one cannot load."""
+    if audio is None or not audio.active:
+        return None
+    if audio_judges is None:
+        from webapp.audio_judges import AudioJudges
+
+        audio_judges = AudioJudges()
+    return audio_judges.judge(audio)
+
+
+def _judge_audio(clip_judge, samples, res: ClipResult) -> None:
+    """The audio judges' values of one clip (samples float32 [N] at SAMPLE_RATE) into `res.audio`."""
+    from rumik_app.errors import RumikError
+
+    try:
+        res.audio = clip_judge.score(samples)
+    except RumikError as exc:  # QualityError, SpeakerError: this clip only
+        res.note(f"audio judges: {exc}")
+    except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
+        log.exception("the audio judges failed on %s", res.file)
+        res.note("audio judges failed on this clip (see the server log).")
+
+
+def _score_words(res: ClipResult, samples, meta: dict, model, form_note: str, segmentation: str) -> None:
+    """Transcribe (or take the pasted transcript) and score WER/CER/GCER and NoVA into `res`."""
+    if not res.reference.strip():
+        res.note("no reference text for this file." + (f" {form_note}" if form_note else ""))
+        return
+    if model is None:
+        hyp = meta.get("transcript")
+        if hyp is None:
+            res.note("no pasted transcript for this file." + (f" {form_note}" if form_note else ""))
+            return
+    else:
+        asr, lock = model
         try:
-            samples = load_audio(path, max_seconds=MAX_CLIP_SECONDS)
-            check_audio(samples, SAMPLE_RATE, where=name)
-        except AudioLoadError as exc:
-            res.message = f"unreadable: {str(exc).replace(str(path), name)}"
-            continue
-        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:
-            res.message = (f"not scored: this run already holds {total_s / 60:.0f} min of audio, the most one run "
-                           f"takes is {MAX_TOTAL_SECONDS / 60:.0f} min. Score the rest in another run.")
-            continue
-        total_s += len(samples) / SAMPLE_RATE
-        if not res.reference.strip():
-            res.message = "no reference text for this file." + (f" {form_note}" if form_note else "")
-            continue
-        if model is None:
-            hyp = meta.get("transcript")
-            if hyp is None:
-                res.message = "no pasted transcript for this file." + (f" {form_note}" if form_note else "")
-                continue
-        else:
-            asr, lock = model
-            try:
-                with lock:
-                    hyp = asr.transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(name).stem)
-            except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
-                log.exception("transcribing %s failed", name)
-                res.message = "transcription failed (see the server log)."
-                continue
-        res.transcript = str(hyp)
-        lang = _known_language(res.language)
-        res.scores = score_pair(spoken_form(res.reference, lang), spoken_form(res.transcript, lang), segmentation)
-        req = tag_request(res.reference)
-        if req is not None:
-            res.nova = nova.score_prompt(req.nova_prompt(name, res.reference), {"hyp": res.transcript})
-    scored = [r.scores for r in results if r.scores]
-    corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
-              for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
-    return ScoreReport(results, corpus, "pasted transcripts" if model is None else judge, segmentation)
+            with lock:
+                hyp = asr.transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(res.file).stem)
+        except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
+            log.exception("transcribing %s failed", res.file)
+            res.note("transcription failed (see the server log).")
+            return
+    res.transcript = str(hyp)
+    lang = _known_language(res.language)
+    res.scores = score_pair(spoken_form(res.reference, lang), spoken_form(res.transcript, lang), segmentation)
+    req = tag_request(res.reference)
+    if req is not None:
+        res.nova = nova.score_prompt(req.nova_prompt(res.file, res.reference), {"hyp": res.transcript})
 
 
 def chart(report: ScoreReport):
