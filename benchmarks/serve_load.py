@@ -21,10 +21,23 @@ prints one table with a row per (concurrency, backend) and each backend's throug
 relative to the first. `--server-arg` adds flags to every server (e.g.
 `--server-arg=--tensor-parallel-size=2` with vllm only).
 
-Goals: CPU, tiny checkpoint, engine backend: throughput at concurrency 16 >= 8x concurrency 1.
-GPU, real width at 36 layers: the vLLM backend >= 3x the engine backend at concurrency 64.
+`--modes http,silk,text-in` measures the server's sockets beside HTTP streaming, in one run
+on the same server, one table with a row per (concurrency, mode):
+  silk     Rumik's hosted-API socket (/v1/tts/ws): each client mints one session and sends its
+           requests on it one after another, as the livekit plugin's pool does; time to first
+           audio is counted from the synthesis frame (the session is open already).
+  text-in  WS /v1/audio/speech/stream: each request's text goes in word by word, one word
+           every `--word-delay` s (an LLM's pace), then input.done; time to first audio is
+           counted from the moment the first sentence's last word was sent, and `sentence s`
+           is how long the first sentence took to arrive: first audio within one sentence of
+           the text's arrival means TTFA < that.
 
-Only HTTP is used against the server, so the same script measures the engine backend, the
+Goals: CPU, tiny checkpoint, engine backend: throughput at concurrency 16 >= 8x concurrency 1;
+the Silk socket's TTFA no worse than HTTP's and the same throughput; text-in's first audio
+within one sentence. GPU, real width at 36 layers: the vLLM backend >= 3x the engine backend
+at concurrency 64.
+
+Only the server's public API is used, so the same script measures the engine backend, the
 vLLM backend or a GPU server; `--model` defaults to the first id of GET /v1/models.
 """
 
@@ -49,7 +62,10 @@ GOAL_RATIO = 8.0
 GOAL_CONCURRENCY = 16
 SAMPLE_RATE = 24_000
 BYTES_PER_SAMPLE = 2
-DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a long nap in the sun."
+DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. Then it takes a long nap in the warm sun."
+MODES = ("http", "silk", "text-in")
+DEFAULT_WORD_DELAY_S = 0.05  # ~20 words/s: an LLM streaming its answer
+FRAME_RATE_HZ, TOKENS_PER_FRAME = 12.5, 8  # Silk takes max_new_tokens: 100 tokens = 1 s
 TIMEOUT_S = 600.0
 SERVER_START_TIMEOUT_S = 900.0  # loading, compiling (CUDA) or starting vLLM's engine processes
 SERVER_STOP_TIMEOUT_S = 120.0
@@ -63,6 +79,7 @@ class Result:
     latency_s: float
     audio_s: float
     error: str = ""
+    sentence_s: float | None = None  # text-in: how long the first sentence took to arrive
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -85,8 +102,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="model id (default: the first of GET /v1/models)")
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
     p.add_argument("--seed", type=int, default=1000, help="request i uses seed + i")
+    p.add_argument("--modes", default="http", help=f"comma-separated, of {', '.join(MODES)} (module docstring)")
+    p.add_argument("--word-delay", type=float, default=DEFAULT_WORD_DELAY_S,
+                   help="text-in: seconds between words as the text is sent")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args(argv)
+    args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not args.mode_list or any(m not in MODES for m in args.mode_list):
+        p.error(f"--modes takes {', '.join(MODES)} (comma-separated), not {args.modes!r}")
     if args.spawn and not args.checkpoint:
         p.error("--spawn needs --checkpoint (the model the servers load)")
     return args
@@ -123,22 +146,108 @@ async def one_request(client: httpx.AsyncClient, args: argparse.Namespace, model
     return Result(True, first, time.perf_counter() - start, audio_s)
 
 
-async def run_level(args: argparse.Namespace, model: str, concurrency: int, headers: dict) -> dict:
+def _ws_url(args: argparse.Namespace, path: str) -> str:
+    return args.url.replace("https://", "wss://").replace("http://", "ws://") + path
+
+
+async def _audio_until(ws, start: float, end_type: str) -> tuple[float | None, int, str]:
+    """Read a socket up to a frame of `end_type`: (first audio s after `start`, audio bytes, error)."""
+    first, received = None, 0
+    while True:
+        message = await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+        if isinstance(message, bytes):
+            first = first if first is not None else time.perf_counter() - start
+            received += len(message)
+            continue
+        frame = json.loads(message)
+        if frame.get("type") == "error" or (frame.get("type") == "audio.done" and frame.get("error")):
+            return first, received, f"{frame.get('code')}: {str(frame.get('message'))[:200]}"
+        if frame.get("type") == end_type:
+            return first, received, ""
+
+
+async def silk_worker(client: httpx.AsyncClient, args: argparse.Namespace, seeds) -> list[Result]:
+    """One pooled Silk session; its requests one after another."""
+    from websockets.asyncio.client import connect
+
+    minted = (await client.post("/v1/tts/ws-connect", json={"text": "init", "model": "mulberry"})).raise_for_status()
+    tokens = max(TOKENS_PER_FRAME, int(args.max_seconds * FRAME_RATE_HZ) * TOKENS_PER_FRAME)
+    results = []
+    async with connect(f"{minted.json()['ws_url']}?token={minted.json()['token']}", max_size=2**22) as ws:
+        for seed in seeds:
+            start = time.perf_counter()
+            await ws.send(json.dumps({"text": args.text, "speaker": args.voice, "seed": seed,
+                                      "max_new_tokens": tokens}))
+            first, received, error = await _audio_until(ws, start, "done")
+            results.append(Result(not error, first, time.perf_counter() - start,
+                                  received / BYTES_PER_SAMPLE / SAMPLE_RATE, error))
+    return results
+
+
+def _first_sentence_words(text: str) -> int:
+    """Words up to and including the first one that ends a sentence (the server cuts after it)."""
+    words = text.split(" ")
+    return next((i + 1 for i, w in enumerate(words) if w.rstrip("\"')]").endswith((".", "!", "?", "।"))),
+                len(words))
+
+
+async def text_in_worker(args: argparse.Namespace, headers: dict, seeds) -> list[Result]:
+    """One text-in session; each request's text word by word, then input.done."""
+    from websockets.asyncio.client import connect
+
+    words, results = args.text.split(" "), []
+    cut = _first_sentence_words(args.text)
+    async with connect(_ws_url(args, "/v1/audio/speech/stream"), additional_headers=headers, max_size=2**22) as ws:
+        for seed in seeds:
+            await ws.send(json.dumps({"type": "session.config", "voice": args.voice, "response_format": "pcm",
+                                      "stream_audio": True, "seed": seed, "max_seconds": args.max_seconds}))
+            began = time.perf_counter()
+            sentence_done = asyncio.get_running_loop().create_future()
+
+            async def type_text() -> None:
+                for i, word in enumerate(words):
+                    await ws.send(json.dumps({"type": "input.text", "text": word + " "}))
+                    if i + 1 == cut:
+                        sentence_done.set_result(time.perf_counter())
+                    await asyncio.sleep(args.word_delay)
+                await ws.send(json.dumps({"type": "input.done"}))
+            typing = asyncio.create_task(type_text())
+            first, received, error = await _audio_until(ws, began, "session.done")
+            await typing
+            sent = sentence_done.result()
+            ttfa = None if first is None else began + first - sent
+            results.append(Result(not error, ttfa, time.perf_counter() - began,
+                                  received / BYTES_PER_SAMPLE / SAMPLE_RATE, error, sentence_s=sent - began))
+    return results
+
+
+async def run_level(args: argparse.Namespace, model: str, concurrency: int, headers: dict,
+                    mode: str = "http") -> dict:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=TIMEOUT_S, limits=limits) as client:
         counter = iter(range(concurrency * args.rounds))
 
         async def worker() -> list[Result]:
-            return [await one_request(client, args, model, args.seed + i) for i in counter]
+            seeds = [args.seed + i for i in [next(counter) for _ in range(args.rounds)]]
+            if mode == "silk":
+                return await silk_worker(client, args, seeds)
+            if mode == "text-in":
+                return await text_in_worker(args, headers, seeds)
+            return [await one_request(client, args, model, seed) for seed in seeds]
 
         start = time.perf_counter()
-        results = [r for batch in await asyncio.gather(*(worker() for _ in range(concurrency))) for r in batch]
+        batches = await asyncio.gather(*(worker() for _ in range(concurrency)), return_exceptions=True)
         wall = time.perf_counter() - start
+    results = [r for batch in batches if not isinstance(batch, BaseException) for r in batch]
+    results += [Result(False, None, wall, 0.0, f"{type(b).__name__}: {b}") for b in batches
+                if isinstance(b, BaseException)]
     good = [r for r in results if r.ok]
     ttfa = [r.first_audio_s for r in good if r.first_audio_s is not None]
     latency = [r.latency_s for r in good]
     audio = sum(r.audio_s for r in good)
-    return {"concurrency": concurrency, "requests": len(results), "errors": len(results) - len(good),
+    sentence = [r.sentence_s for r in good if r.sentence_s is not None]
+    return {"mode": mode, "concurrency": concurrency, "requests": len(results),
+            "sentence_p50_s": percentile(sentence, 50) if sentence else None, "errors": len(results) - len(good),
             "error_examples": sorted({r.error for r in results if not r.ok})[:3], "wall_s": wall,
             "audio_s": audio, "audio_s_per_s": audio / wall if wall else 0.0,
             "ttfa_p50_s": percentile(ttfa, 50), "ttfa_p95_s": percentile(ttfa, 95),
@@ -168,22 +277,26 @@ async def run(args: argparse.Namespace) -> dict:
             raise SystemExit(f"warm-up request failed: {warm.error}")
     levels = []
     for concurrency in [int(c) for c in args.concurrency.split(",") if c.strip()]:
-        level = await run_level(args, model, concurrency, headers)
-        print(f"concurrency {concurrency}: {level['audio_s_per_s']:.2f} audio s / s, "
-              f"TTFA p50 {level['ttfa_p50_s']:.2f} s, errors {level['errors']}", flush=True)
-        levels.append(level)
-    report = {"url": args.url, "model": model, "max_seconds": args.max_seconds, "rounds": args.rounds, "levels": levels}
+        for mode in args.mode_list:
+            level = await run_level(args, model, concurrency, headers, mode)
+            print(f"concurrency {concurrency} {mode}: {level['audio_s_per_s']:.2f} audio s / s, "
+                  f"TTFA p50 {level['ttfa_p50_s']:.2f} s, errors {level['errors']}", flush=True)
+            levels.append(level)
+    report = {"url": args.url, "model": model, "max_seconds": args.max_seconds, "rounds": args.rounds,
+              "levels": [lv for lv in levels if lv["mode"] == args.mode_list[0]]}
+    if len(args.mode_list) > 1 or args.mode_list != ["http"]:
+        report["modes"] = {mode: {"levels": [lv for lv in levels if lv["mode"] == mode]} for mode in args.mode_list}
     by_c = {lv["concurrency"]: lv["audio_s_per_s"] for lv in levels}
     if 1 in by_c and GOAL_CONCURRENCY in by_c and by_c[1] > 0:
         report["ratio_c16_vs_c1"] = by_c[GOAL_CONCURRENCY] / by_c[1]
     return report
 
 
-def side_by_side(reports: dict[str, dict]) -> str:
-    """One row per (concurrency, backend); `vs first` is throughput relative to the first backend."""
+def side_by_side(reports: dict[str, dict], what: str = "backend") -> str:
+    """One row per (concurrency, backend or mode); `vs first` is throughput relative to the first."""
     names = list(reports)
     by_level = {name: {lv["concurrency"]: lv for lv in rep["levels"]} for name, rep in reports.items()}
-    lines = [f"| concurrency | backend | requests | errors | audio s / wall s | vs {names[0]} | TTFA p50 | TTFA p95 "
+    lines = [f"| concurrency | {what} | requests | errors | audio s / wall s | vs {names[0]} | TTFA p50 | TTFA p95 "
              "| latency p50 | latency p95 |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in sorted({c for levels in by_level.values() for c in levels}):
@@ -196,6 +309,21 @@ def side_by_side(reports: dict[str, dict]) -> str:
             lines.append(f"| {c} | {name} | {lv['requests']} | {lv['errors']} | {lv['audio_s_per_s']:.2f} | {ratio} "
                          f"| {lv['ttfa_p50_s']:.2f} s | {lv['ttfa_p95_s']:.2f} s | {lv['latency_p50_s']:.2f} s "
                          f"| {lv['latency_p95_s']:.2f} s |")
+    return "\n".join(lines)
+
+
+def text_in_verdict(report: dict | None) -> str:
+    """Whether text-in's first audio came within one sentence of the text's arrival."""
+    if not report:
+        return ""
+    lines = []
+    for lv in report["levels"]:
+        sentence, ttfa = lv.get("sentence_p50_s"), lv["ttfa_p50_s"]
+        if sentence is None:
+            continue
+        verdict = "within" if ttfa < sentence else "later than"
+        lines.append(f"text-in, concurrency {lv['concurrency']}: first audio {ttfa:.2f} s after the first sentence "
+                     f"arrived, which took {sentence:.2f} s to arrive: {verdict} one sentence")
     return "\n".join(lines)
 
 
@@ -263,7 +391,11 @@ def main(argv: list[str] | None = None) -> dict:
         print(side_by_side(report["backends"]))
     else:
         report = asyncio.run(run(args))
-        print(table(report["levels"]))
+        if "modes" in report:
+            print(side_by_side(report["modes"], what="mode"))
+            print(text_in_verdict(report["modes"].get("text-in")))
+        else:
+            print(table(report["levels"]))
         if "ratio_c16_vs_c1" in report:
             ratio = report["ratio_c16_vs_c1"]
             verdict = "meets" if ratio >= GOAL_RATIO else "misses"

@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.request import DEFAULT_MAX_SECONDS, resolve_seed
-from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json
+from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json, unless_disconnected
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.metrics import CONTENT_TYPE, ServerMetrics
 from rumik_app.serve.protocol import (
@@ -52,7 +52,6 @@ from rumik_app.serve.text_in import add_text_in_route
 
 log = logging.getLogger(__name__)
 
-DISCONNECT_POLL_S = 0.25  # how often a request still waiting for its first audio checks its client
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
 # else in this API takes a body.
 MAX_BODY_BYTES = 64 * 1024
@@ -141,15 +140,7 @@ class RequestGate:
 
 async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> np.ndarray | None:
     """The first audio piece; None if the client hung up first (the request is then cancelled)."""
-    task = asyncio.ensure_future(anext(pieces, np.zeros(0, dtype=np.float32)))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return task.result()
-        if await request.is_disconnected():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return None
+    return await unless_disconnected(anext(pieces, np.zeros(0, dtype=np.float32)), request)
 
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,

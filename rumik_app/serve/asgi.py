@@ -13,6 +13,7 @@ larger than the route allows or the caller is not allowed to send one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
@@ -75,3 +76,21 @@ async def send_json(send: Send, status: int, body: dict, headers: dict[str, str]
     raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": data})
+
+
+DISCONNECT_POLL_S = 0.25  # how often a request still waiting for its audio checks its client
+
+
+async def unless_disconnected(awaitable: Awaitable, request, poll: float = DISCONNECT_POLL_S):
+    """`await awaitable`, unless the HTTP client (a Starlette Request) hangs up first: then it
+    is cancelled and the result is None. Starlette does not cancel a handler whose client
+    went away, so a route that waits for audio checks for itself."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=poll)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return None

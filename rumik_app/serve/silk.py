@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 
 from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest, resolve_seed
+from rumik_app.serve.asgi import unless_disconnected
 from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
 from rumik_app.serve.protocol import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.serve.silk_schema import SilkError, SilkFields, SilkVoice, check_silk_model, silk_request
@@ -47,7 +48,6 @@ MAX_SESSION_AGE_S = 1800.0  # livekit replaces its sessions at 300 s; a session 
 QUEUED_EVERY_S = 5.0  # `queued` frames while an utterance waits: livekit gives up after 10 s of silence
 REQUEST_ID_HEADER = "x-request-id"
 SEED_HEADER = "x-rumik-seed"
-DISCONNECT_POLL_S = 0.25
 
 
 def request_id() -> str:
@@ -267,15 +267,7 @@ async def _collect(pieces: AsyncIterator[np.ndarray], request: Request) -> list[
     async def gather() -> list[np.ndarray]:
         return [piece async for piece in pieces]
 
-    task = asyncio.ensure_future(gather())
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return task.result()
-        if await request.is_disconnected():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return None
+    return await unless_disconnected(gather(), request)
 
 
 def add_silk_routes(app: FastAPI, ctx: ServeContext) -> TokenStore:

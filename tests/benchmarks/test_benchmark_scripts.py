@@ -47,6 +47,27 @@ def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsy
     assert "| 2 | 2 | 0 |" in capsys.readouterr().out
 
 
+def test_serve_load_measures_the_sockets_beside_http_in_one_run(tiny_checkpoint, capsys):
+    from benchmarks import serve_load
+    from rumik_app import TTSEngine
+    from rumik_app.serve.adapters import SchedulerAdapter
+    from rumik_app.serve.scheduler import BatchScheduler
+    from tests.servers import ServerThread
+
+    engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    backend = SchedulerAdapter(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256))
+    with ServerThread(backend) as server:
+        report = serve_load.main(["--url", server.url, "--concurrency", "1,2", "--rounds", "1", "--max-seconds", "0.3",
+                                  "--modes", "http,silk,text-in", "--word-delay", "0.01"])
+    assert list(report["modes"]) == ["http", "silk", "text-in"]
+    for mode, rep in report["modes"].items():
+        assert [lv["concurrency"] for lv in rep["levels"]] == [1, 2], mode
+        assert all(lv["errors"] == 0 and lv["audio_s_per_s"] > 0 and lv["ttfa_p50_s"] > 0 for lv in rep["levels"]), mode
+    assert all(lv["sentence_p50_s"] > 0 for lv in report["modes"]["text-in"]["levels"])
+    out = capsys.readouterr().out
+    assert "| 2 | silk | 2 | 0 |" in out and "| 1 | text-in | 1 | 0 |" in out and "text-in, concurrency 2" in out
+
+
 def test_serve_load_spawns_each_backend_and_reports_them_side_by_side(tiny_checkpoint, capsys):
     from benchmarks import serve_load
 
