@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
 
 MIN_PAIRS = 3  # fewer clips than this have no rank correlation worth a number
+MIN_DEFINED = 0.99  # share of bootstrap resamples with a rho needed for a CI
 JUDGE_KEYS = ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "speaker_sim")
 BATCH_CLIPS = 16
 
@@ -80,8 +82,13 @@ def _rank_correlation(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarra
 
 def spearman(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE,
              n_resamples: int = N_RESAMPLES, seed: int = DEFAULT_SEED) -> Correlation:
-    """Spearman's rho of paired values [n] with a percentile bootstrap CI over pairs."""
-    from scipy.stats import bootstrap, spearmanr
+    """Spearman's rho of paired values [n] with a percentile bootstrap CI over pairs.
+
+    A resample whose x or y values are all equal has no rho (NaN); in a small campaign with tied
+    ratings a few of every 10,000 are, and one NaN would void scipy's interval. The CI is the
+    same percentiles (`scipy.stats.quantile`, as `bootstrap` takes them) of the defined
+    resamples, equal to scipy's when all are defined; None when fewer than MIN_DEFINED are."""
+    from scipy.stats import DegenerateDataWarning, bootstrap, quantile, spearmanr
 
     x, y = np.asarray(list(x), dtype=np.float64), np.asarray(list(y), dtype=np.float64)
     if x.shape != y.shape:
@@ -89,10 +96,17 @@ def spearman(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDE
     if x.size < MIN_PAIRS or np.all(x == x[0]) or np.all(y == y[0]):
         return Correlation(None, None, None, int(x.size))
     result = spearmanr(x, y)
-    res = bootstrap((x, y), _rank_correlation, paired=True, vectorized=True, n_resamples=n_resamples,
-                    confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    ci = (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
+    with warnings.catch_warnings():  # scipy's warning about NaN resamples: handled below
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        res = bootstrap((x, y), _rank_correlation, paired=True, vectorized=True, n_resamples=n_resamples,
+                        confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
+    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
+    defined = dist[np.isfinite(dist)]
+    alpha = (1 - confidence) / 2
+    ci = (None, None)
+    if defined.size >= MIN_DEFINED * dist.size:
+        low, high = (float(v) for v in quantile(defined, np.array([alpha, 1 - alpha])))
+        ci = (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
     return Correlation(float(result.statistic), *ci, int(x.size), float(result.pvalue))
 
 

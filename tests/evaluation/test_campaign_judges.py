@@ -67,6 +67,25 @@ def test_per_system_table_sits_beside_the_human_scores():
     assert set(results.as_dict()["systems"]) == set(CONDITIONS)
 
 
+def test_tied_ratings_in_a_small_campaign_still_get_a_ci():
+    """Eight clips whose mean ratings tie: some resamples are all one value (no rho, NaN), which
+    voids scipy's own interval; ours is the same percentiles of the resamples that have a rho."""
+    x = np.array([4.5, 2.0, 4.5, 2.5, 2.5, 4.5, 2.5, 1.5])
+    y = np.random.default_rng(1).normal(3.0, 0.1, 8)
+    ours = spearman(x, y, n_resamples=4999, seed=5)
+
+    def rho(a, b):
+        return stats.spearmanr(a, b).statistic if np.ptp(a) and np.ptp(b) else np.nan
+
+    boot = stats.bootstrap((x, y), rho, paired=True, vectorized=False, n_resamples=4999, method="percentile",
+                           rng=np.random.default_rng(5))
+    dist = boot.bootstrap_distribution
+    assert np.isnan(dist).any() and np.isnan(boot.confidence_interval.low)  # scipy's interval is void
+    defined = dist[np.isfinite(dist)]
+    assert (ours.low, ours.high) == pytest.approx(tuple(stats.quantile(defined, np.array([0.025, 0.975]))), abs=1e-9)
+    assert ours.low < ours.rho < ours.high
+
+
 def test_too_few_or_constant_pairs_have_no_correlation():
     assert spearman([1, 2], [2, 1]).rho is None
     assert spearman([3, 3, 3, 3], [1, 2, 3, 4]).rho is None and "no variation" in spearman([3] * 4, [1, 2, 3, 4]).text()
