@@ -139,11 +139,14 @@ class AudioJudges:
     registry: the app's `webapp.systems.SystemRegistry` (None: uploaded references only);
     speaker_encoder: an `evaluation.speaker` spec, the operator's; device: None (DNSMOS on CUDA
     if onnxruntime has it, the encoder on the CPU), "cpu" or "cuda"; voice_cache: where system
-    references are kept (default `$RUMIK_CACHE/voice_refs`)."""
+    references are kept (default `$RUMIK_CACHE/voice_refs`); operator: True on the command line,
+    where a judge that cannot load raises its own error (QualityError, SpeakerError: the fix in
+    the operator's terms) instead of the visitor's message."""
 
     def __init__(self, registry=None, speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, device: str | None = None,
-                 voice_cache: str | Path | None = None) -> None:
+                 voice_cache: str | Path | None = None, operator: bool = False) -> None:
         self.registry, self.speaker_spec, self.device, self.voice_cache = registry, speaker_encoder, device, voice_cache
+        self.operator = operator
         self._loaded: dict[str, object] = {}
         self._references: dict[str, object] = {}  # system key -> VoiceReferences (one per system)
         self._lock = threading.Lock()
@@ -153,6 +156,11 @@ class AudioJudges:
             if what not in self._loaded:
                 try:
                     self._loaded[what] = make()
+                except RumikError:
+                    if self.operator:
+                        raise
+                    log.exception("loading the %s judge failed", what)
+                    raise UserError(UNAVAILABLE.format(what=what)) from None
                 except Exception:  # noqa: BLE001 - a missing package, a damaged model: the log has it
                     log.exception("loading the %s judge failed", what)
                     raise UserError(UNAVAILABLE.format(what=what)) from None

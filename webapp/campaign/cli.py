@@ -9,6 +9,7 @@ it, and export its results.
     RUMIK_ADMIN_PASSWORD=... python -m webapp.campaign serve --name pilot --data-dir outputs/app --port 7870
     python -m webapp.campaign status --name pilot --data-dir outputs/app
     python -m webapp.campaign results --name pilot --data-dir outputs/app
+    python -m webapp.campaign judges --name pilot --data-dir outputs/app   # DNSMOS, speaker similarity, rho
     python -m webapp.campaign export --name pilot --data-dir outputs/app --out results/pilot
 
 --data-dir defaults to $RUMIK_APP_DATA, else outputs/app (the app's data dir: campaign
@@ -31,6 +32,7 @@ from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
 from webapp.campaign.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.design import build_conditions, parse_settings
 from webapp.campaign.export import export_campaign, results_for
+from webapp.campaign.judges import compute_judges, judges_markdown, judges_path
 from webapp.campaign.generate import DEFAULT_BATCH, ensure_assignment, generate_clips, missing_clips
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.raters import RatersFile
@@ -129,6 +131,19 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judges(args: argparse.Namespace) -> int:
+    from webapp.audio_judges import AudioJudges
+
+    layout = DataLayout(args.data_dir)
+    campaign = Campaign.open(layout, args.name)
+    judges = AudioJudges(speaker_encoder=args.speaker_encoder, device=args.device, operator=True)
+    saved = compute_judges(campaign, CampaignStore(layout.database), judges, quality=not args.no_quality,
+                           speaker=not args.no_speaker, reference_clip=args.speaker_ref)
+    print(judges_markdown(saved))
+    print(f"\nwrote {judges_path(campaign)} (shown in the admin's results and included in every export)")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
@@ -188,6 +203,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name, help in (("status", "clips, assignment and progress per rater"),
                        ("results", "scores, win rates with 95 %% CIs, agreement, per-rater statistics")):
         command(name, help).add_argument("--name", required=True)
+    j = command("judges", "DNSMOS and speaker similarity per condition beside the human scores, and Spearman's "
+                "rho of the ratings with DNSMOS OVRL (saved in the campaign folder; minutes)")
+    j.add_argument("--name", required=True)
+    j.add_argument("--speaker-ref", default=None, metavar="CLIP", help="one reference voice for every condition "
+                   "(default: each condition's system speaking the clip's voice; needed for folder: systems)")
+    j.add_argument("--speaker-encoder", default="resemblyzer", help="resemblyzer (default) or hf:MODEL_ID_OR_PATH")
+    j.add_argument("--no-quality", action="store_true", help="skip DNSMOS")
+    j.add_argument("--no-speaker", action="store_true", help="skip speaker similarity")
+    j.add_argument("--device", default=None, help="cpu or cuda (default: DNSMOS on CUDA if available)")
     e = command("export", "results, charts, ratings, IndicEmo judgments and NoVA transcripts to a folder")
     e.add_argument("--name", required=True)
     e.add_argument("--out", required=True)
@@ -208,7 +232,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "remove-rater": cmd_remove_rater, "status": cmd_status,
-            "results": cmd_results, "export": cmd_export, "serve": cmd_serve}
+            "results": cmd_results, "judges": cmd_judges, "export": cmd_export, "serve": cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,9 @@ Library module (the command line is `python -m webapp.campaign export --name N -
 
 Files, all under `out_dir`:
 
-    results.md, results.json          the figures of webapp.campaign.results (CIs, alpha, raters)
+    results.md, results.json          the figures of webapp.campaign.results (CIs, alpha, raters), and
+                                      the audio judges' section when they were computed
+    audio_judges.json                 the audio judges as last computed (webapp.campaign.judges), if ever
     charts/scores.png, win_rate.png   mean score and win rate per condition with 95 % CIs
     ratings.csv                       every stored rating (rater, entry, item, A/B conditions, answers, times)
     indicemo_judgments.jsonl          IndicEmo format (`python -m evaluation.indicemo aggregate --judgments`)
@@ -28,6 +30,7 @@ from pathlib import Path
 from evaluation.charts import ci_bar_chart
 from evaluation.report import write_csv, write_jsonl
 from webapp.campaign.definition import DEFINITION, Campaign
+from webapp.campaign.judges import JUDGES_FILE, first_hearings, judges_path, judges_markdown, load_judges
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.results import CampaignResults, compute_results, indicemo_judgments, nova_sets
 from webapp.campaign.store import CampaignStore
@@ -59,15 +62,28 @@ def write_charts(results: CampaignResults, out: Path) -> list[Path]:
     return [score, wins]
 
 
+def write_results(campaign: Campaign, results: CampaignResults, rows: list[dict], out: Path) -> list[Path]:
+    """results.md and results.json, each with the saved audio judges (and a copy of their file)."""
+    saved = load_judges(campaign)
+    numbers = results.numbers()
+    if saved is not None:
+        numbers["audio_judges"] = {k: saved[k] for k in ("computed_at", "clip_ratings", "judges", "notes", "results")}
+    files = [out / "results.md", out / "results.json"]
+    files[0].write_text(results.markdown() + "\n\n" + judges_markdown(saved, len(first_hearings(rows))) + "\n",
+                        encoding="utf-8")
+    files[1].write_text(json.dumps(numbers, ensure_ascii=False, indent=1), encoding="utf-8")
+    if saved is not None:
+        files.append(Path(shutil.copyfile(judges_path(campaign), out / JUDGES_FILE)))
+    return files
+
+
 def export_campaign(campaign: Campaign, store: CampaignStore, out_dir: str | Path) -> list[Path]:
     """Write every file of the module docstring; returns [zip, *files]."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = store.rows(campaign.name)
     results = results_for(campaign, store)
-    files = [out / "results.md", out / "results.json"]
-    files[0].write_text(results.markdown() + "\n", encoding="utf-8")
-    files[1].write_text(json.dumps(results.numbers(), ensure_ascii=False, indent=1), encoding="utf-8")
+    files = write_results(campaign, results, rows, out)
     files += write_charts(results, out)
     headers = list(rows[0]) if rows else ["campaign", "entry_id"]
     files.append(write_csv(out / "ratings.csv", headers, [list(r.values()) for r in rows]))
@@ -89,7 +105,8 @@ def export_campaign(campaign: Campaign, store: CampaignStore, out_dir: str | Pat
         "results.md": "results (markdown)", "results.json": "results (numbers)", "ratings.csv": "every rating",
         "indicemo_judgments.jsonl": "IndicEmo judgments: python -m evaluation.indicemo aggregate --judgments FILE",
         "nova_prompts.jsonl": "NoVA prompts", "clips_manifest.jsonl": "clips: condition, seed, request, sha256",
-        "campaign.json": "the campaign definition"}
+        "campaign.json": "the campaign definition",
+        JUDGES_FILE: "audio judges (DNSMOS, speaker similarity, Spearman's rho with the listeners), if computed"}
     (out / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1), encoding="utf-8")
     files.append(out / "manifest.json")
     bundle = out / ZIP_NAME

@@ -16,7 +16,10 @@ API (all need the session cookie of a login; `gradio_client.Client(url, auth=(us
     /campaign_page      who is signed in, and which view to show
     /campaign_item      the rater's current item: progress, prompt, clips A and B, the questions
     /campaign_submit    entry id + answers -> status, and the next item
-    /campaign_results   admin: progress per rater, results (markdown), charts
+    /campaign_results   admin: progress per rater, results (markdown, with the audio judges as last
+                        computed), charts
+    /campaign_judges    admin: compute the audio judges now (DNSMOS, speaker similarity, Spearman's rho
+                        with the listeners; minutes; saved in the campaign folder, webapp.campaign.judges)
     /campaign_export    admin: an export (kept in the campaign folder) as downloads
 """
 
@@ -33,8 +36,10 @@ import gradio as gr
 
 from evaluation import nova
 from webapp.access import AccessDenied, AdminGate
-from webapp.campaign.definition import Campaign, raters_path
+from webapp.audio_judges import AudioJudges
+from webapp.campaign.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.export import export_campaign, results_for, write_charts
+from webapp.campaign.judges import compute_judges, first_hearings, judges_markdown, load_judges
 from webapp.campaign.queues import RaterQueues, ShownItem
 from webapp.campaign.raters import ADMIN_USER, CampaignLogin, ExpiringSessions, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
@@ -79,8 +84,10 @@ def prompt_markdown(item: ShownItem) -> str:
 class CampaignHandlers:
     """The event functions; each reads the signed-in user from `request.username`."""
 
-    def __init__(self, campaign: Campaign, queues: RaterQueues, store: CampaignStore, served: ServedFolder):
+    def __init__(self, campaign: Campaign, queues: RaterQueues, store: CampaignStore, served: ServedFolder,
+                 audio_judges: AudioJudges | None = None):
         self.campaign, self.queues, self.store, self.served = campaign, queues, store, served
+        self.audio_judges = audio_judges or AudioJudges()  # loaded on the first "Compute audio judges"
 
     def page(self, request: gr.Request = None):
         user = getattr(request, "username", None)
@@ -144,7 +151,21 @@ class CampaignHandlers:
             with tempfile.TemporaryDirectory() as tmp:
                 charts = [str(self.served.copy(p)) for p in write_charts(results, Path(tmp))]
         charts += [None] * (2 - len(charts))
-        return progress, results.markdown(), *charts
+        return progress, results.markdown() + "\n\n" + self._judges_section(), *charts
+
+    def _judges_section(self) -> str:
+        return judges_markdown(load_judges(self.campaign), len(first_hearings(self.store.rows(self.campaign.name))))
+
+    def judges(self, request: gr.Request = None) -> str:
+        """Admin: judge every clip (DNSMOS, similarity to its system's voice), set them beside the
+        ratings so far, save the result in the campaign folder; returns its markdown."""
+        with user_errors("Computing the audio judges"):
+            self._require_admin(request)
+            try:
+                compute_judges(self.campaign, self.store, self.audio_judges)
+            except CampaignError as exc:
+                raise UserError(str(exc)) from None
+            return self._judges_section()
 
     def export(self, request: gr.Request = None) -> list[str]:
         """Admin: write an export into the campaign folder (kept) and return download copies."""
@@ -220,7 +241,10 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
             with gr.Row():
                 charts = [gr.Image(type="filepath", label=label, interactive=False)
                           for label in ("Mean score (95 % CI)", "Win rate (95 % CI)")]
-            export = gr.Button("Export (results, ratings, IndicEmo judgments, NoVA transcripts)")
+            judge = gr.Button("Compute audio judges (DNSMOS quality, speaker similarity, their agreement with the "
+                              "raters; takes about a second per clip)", elem_id="campaign-judges")
+            judges_md = gr.Markdown(elem_id="campaign-judges-result")
+            export = gr.Button("Export (results, ratings, IndicEmo judgments, NoVA transcripts, audio judges)")
             files = gr.File(label="Export files", file_count="multiple", interactive=False)
 
         (clip_a, score_a, heard_a, where_a, value_a), (clip_b, score_b, heard_b, where_b, value_b) = sides
@@ -236,6 +260,8 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
         submit.click(h.submit, inputs=[entry, score_a, score_b, preference, heard_a, value_a, heard_b, value_b],
                      outputs=[status, *item_outputs], api_name="campaign_submit", trigger_mode="once")
         refresh.click(h.results, outputs=[table, results_md, *charts], api_name="campaign_results")
+        judge.click(h.judges, outputs=judges_md, api_name="campaign_judges", concurrency_limit=1,
+                    concurrency_id="audio_judges")  # one at a time: it holds the CPU for minutes
         export.click(h.export, outputs=files, api_name="campaign_export")
     demo.campaign, demo.campaign_store, demo.data_layout, demo.served_folder = campaign, store, layout, served
     return demo
