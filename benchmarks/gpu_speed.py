@@ -83,7 +83,7 @@ def build_engine(device: torch.device, dtype: torch.dtype, shape: dict, compile:
 
         mimi = load_codec(path, device)
     codec = MimiCodec(mimi.float().eval(), config.layout.num_quantizers)
-    return TTSEngine(model, load_tokenizer(path), codec, config, path, compile=compile)
+    return TTSEngine(model, load_tokenizer(path, config), codec, config, path, compile=compile)
 
 
 def request(tokens: int, seed: int = SEED) -> SynthesisRequest:

@@ -134,17 +134,22 @@ def check_checkpoint_dir(path: Path) -> Path:
     return path
 
 
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path, config: RumikOSSConfig):
     """`PreTrainedTokenizerFast(tokenizer_file=...)` directly (AutoTokenizer rebuilds Cohere's
-    pre-tokenizer on transformers 5.x and Indic text gets different ids)."""
+    pre-tokenizer on transformers 5.x and Indic text gets different ids), checked against
+    config.json: `rumik_app.checkpoint.framing.check_framing` (CheckpointError on a mismatch)."""
     from transformers import PreTrainedTokenizerFast
+
+    from rumik_app.checkpoint.framing import check_framing
 
     kwargs = {}
     tok_cfg = path / "tokenizer_config.json"
     if tok_cfg.exists():
         data = json.loads(tok_cfg.read_text(encoding="utf-8"))
         kwargs = {k: data[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if isinstance(data.get(k), str)}
-    return PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **kwargs)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **kwargs)
+    check_framing(tokenizer, config)
+    return tokenizer
 
 
 def auto_device(device: str | torch.device | None = None) -> torch.device:

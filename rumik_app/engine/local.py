@@ -77,11 +77,12 @@ class TTSEngine(BaseEngine):
         """
         path = resolve_checkpoint(model)
         config = RumikOSSConfig.from_file(path)
+        tokenizer = load_tokenizer(path, config)  # the framing check: before any weights load
         dev = auto_device(device)
         lm = load_model(path, config, dev, auto_dtype(dev, dtype))
         codec = MimiCodec(load_codec(path, dev), config.layout.num_quantizers)
         compile = dev.type == "cuda" if compile is None else compile
-        engine = cls(lm, load_tokenizer(path), codec, config, path, restrict_phase=restrict_phase,
+        engine = cls(lm, tokenizer, codec, config, path, restrict_phase=restrict_phase,
                      compile=compile and decoder == "fast", decoder=decoder)
         if engine.compile:
             engine.warmup()

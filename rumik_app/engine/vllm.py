@@ -154,6 +154,7 @@ class VLLMEngine(BaseEngine):
 
         path = resolve_checkpoint(model)
         config = RumikOSSConfig.from_file(path)
+        tokenizer = load_tokenizer(path, config)  # the framing check: before vLLM starts
         mimi_device = auto_device(device)
         torch_dtype = auto_dtype(mimi_device, dtype)
         compile = torch.cuda.is_available() if compile is None else compile
@@ -167,7 +168,7 @@ class VLLMEngine(BaseEngine):
         engine_loop = LoopThread(lambda: _start_async_llm(args))
         try:
             codec = MimiCodec(load_codec(path, mimi_device), config.layout.num_quantizers)
-            engine = cls(engine_loop, load_tokenizer(path), codec, config, path, torch_dtype, compile=compile)
+            engine = cls(engine_loop, tokenizer, codec, config, path, torch_dtype, compile=compile)
             if warmup:
                 engine.warmup()
             return engine
