@@ -14,6 +14,7 @@ through this class (or `VLLMEngine`, the same API on vLLM: `rumik_app.engine.loa
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -58,7 +59,10 @@ class TTSEngine(BaseEngine):
         self.compile, self.decoder = bool(compile), decoder
         self._slot_decoders: OrderedDict[tuple, SlotDecoder] = OrderedDict()
         self._decoders_built_for: tuple | None = None  # the model structure the pooled decoders saw
+        self.restrict_phase = restrict_phase
         self.head = AudioHead(model, self.layout, restrict_phase=restrict_phase)
+        self.home: torch.device | None = None  # set by unload(): where the weights go back to
+        self.loader: Callable[[], torch.nn.Module] | None = None  # re-reads the weights after unload()
 
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
@@ -84,6 +88,7 @@ class TTSEngine(BaseEngine):
         compile = dev.type == "cuda" if compile is None else compile
         engine = cls(lm, tokenizer, codec, config, path, restrict_phase=restrict_phase,
                      compile=compile and decoder == "fast", decoder=decoder)
+        engine.loader = lambda: load_model(path, config, dev, auto_dtype(dev, dtype))
         if engine.compile:
             engine.warmup()
         return engine
@@ -148,7 +153,52 @@ class TTSEngine(BaseEngine):
 
     @property
     def device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
+        return self.home if self.home is not None else self.model.get_input_embeddings().weight.device
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are on their device, ready to decode (False after `unload`)."""
+        return self.home is None
+
+    def unload(self) -> int:
+        """Free the model's memory on its device until `reload`; returns the weight bytes freed.
+
+        On CUDA the weights (and Mimi) wait in host memory, so the GPU is free and the reload
+        is a copy; on CPU they are released and `reload` reads the checkpoint again (from the
+        page cache, usually). Slot decoders (static KV caches, compiled steps) are dropped.
+        Not while another thread decodes: the engine is not thread-safe (the server's
+        scheduler and the app unload from the thread that decodes, or under its lock)."""
+        if not self.loaded:
+            return 0
+        if self.home is None and self.loader is None and self.device.type != "cuda":
+            raise RuntimeError("this engine was not loaded by from_pretrained, so it cannot reload its weights")
+        freed = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self._slot_decoders.clear()
+        self._decoders_built_for = None
+        self.home = self.device
+        if self.home.type == "cuda":
+            self.model.to("cpu")
+            self.codec.mimi.to("cpu")
+            torch.cuda.empty_cache()
+        else:
+            self.model = self.head = None  # nothing else holds the weights: they are freed
+        return freed
+
+    def reload(self) -> float:
+        """Bring the weights back after `unload` (a no-op when loaded); returns the seconds it took."""
+        start = time.perf_counter()
+        if self.loaded:
+            return 0.0
+        if self.model is None:
+            self.model = self.loader()
+        else:
+            self.model.to(self.home)
+            self.codec.mimi.to(self.home)
+        self.home = None
+        self.head = AudioHead(self.model, self.layout, restrict_phase=self.restrict_phase)
+        if self.compile:
+            self.warmup()
+        return time.perf_counter() - start
 
     def generate_batch(self, requests: Sequence[SynthesisRequest], num_samples: int = 1,
                        stop_mode: str = "threshold", progress: Callable[[int], None] | None = None) -> Rollouts:
@@ -194,4 +244,4 @@ class TTSEngine(BaseEngine):
     def __repr__(self) -> str:
         lm = self.config.lm
         return (f"TTSEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
-                f"device={self.device}, dtype={self.model.dtype}, decoder={self.decoder}, compile={self.compile})")
+                f"device={self.device}, loaded={self.loaded}, decoder={self.decoder}, compile={self.compile})")

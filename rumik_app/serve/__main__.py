@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=None,
                    help="length cap per utterance chunk when a request gives none (default "
                         f"{DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
+    p.add_argument("--idle-unload", type=float, metavar="MINUTES",
+                   help="engine backend: unload the model after this many minutes without a request (frees the "
+                        "GPU; the next request reloads it, logged with the time it took); /health says 'loaded'")
     p.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
                    help="WebSocket sessions (Rumik's /v1/tts/ws, text-in /v1/audio/speech/stream) open at once, "
                         "idle ones included; beyond that an upgrade gets 503 + Retry-After")
@@ -73,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.api_key is not None and not args.api_key.strip():
         p.error(f"the API key is empty (--api-key or ${API_KEY_ENV}); an empty key would let every request in. "
                 f"Set a long random one, or unset {API_KEY_ENV} to run without a key.")
+    if args.idle_unload is not None and not args.idle_unload > 0:
+        p.error("--idle-unload takes minutes > 0 (e.g. --idle-unload 15)")
+    if args.idle_unload is not None and args.backend == "vllm":
+        from rumik_app.serve.adapters import VLLM_NO_UNLOAD
+
+        p.error(VLLM_NO_UNLOAD)
     if args.max_seconds is not None:
         try:
             check_max_seconds(args.max_seconds)
@@ -97,6 +106,8 @@ def build_server(args: argparse.Namespace):
     from rumik_app.serve.schema import parse_voice_map
 
     sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
+    if args.idle_unload is not None:
+        sizes["idle_unload_s"] = args.idle_unload * 60
     adapter = load_adapter(args.backend, args.model, max_batch=args.max_batch, max_queue=args.max_queue, **sizes,
                            **args.engine_options)
     name = args.served_model_name or served_name(args.model)

@@ -39,6 +39,12 @@ from rumik_app.serve.protocol import (
 )
 
 
+# vLLM keeps its weights and KV blocks for the life of its engine processes here (its sleep
+# mode needs CUDA and is not wired in).
+VLLM_NO_UNLOAD = ("The vLLM backend does not unload its model (--idle-unload, POST /v1/admin/unload): its memory is "
+                  "held until the server stops. Use --backend engine to unload when idle, or stop the server.")
+
+
 class SchedulerAdapter:
     """This process's `TTSEngine` behind a `BatchScheduler` (continuous batching, one thread)."""
 
@@ -55,14 +61,16 @@ class SchedulerAdapter:
     @classmethod
     def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
              max_prompt_tokens: int | None = None, limits: RequestLimits = SERVER_LIMITS,
-             **engine_options) -> "SchedulerAdapter":
-        """Load the checkpoint (`load_engine`, backend "engine") and build the scheduler around it."""
+             idle_unload_s: float | None = None, **engine_options) -> "SchedulerAdapter":
+        """Load the checkpoint (`load_engine`, backend "engine") and build the scheduler around it
+        (idle_unload_s: unload the model after this long without work; see BatchScheduler)."""
         from rumik_app.engine.loading import load_engine
         from rumik_app.serve.scheduler import BatchScheduler
 
         engine = load_engine(model, backend="engine", **engine_options)
         sizes = {} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens}
-        return cls(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue, limits=limits, **sizes))
+        return cls(BatchScheduler(engine, max_batch=max_batch, max_queue=max_queue, limits=limits,
+                                  idle_unload_s=idle_unload_s, **sizes))
 
     async def start(self) -> None:
         await asyncio.to_thread(self.scheduler.start)
@@ -96,6 +104,10 @@ class SchedulerAdapter:
 
     def max_new_tokens_for(self, seconds: float) -> int:
         return self.engine.max_new_tokens_for(seconds)
+
+    async def unload(self) -> bool:
+        """Unload the model now (False if requests are running); the next request reloads it."""
+        return await asyncio.to_thread(self.scheduler.unload)
 
     def stats(self) -> AdapterStats:
         return self.scheduler.stats()
@@ -158,6 +170,9 @@ class AsyncEngineAdapter:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()  # from_pretrained has warmed vLLM up already
+
+    async def unload(self) -> bool:
+        raise NotImplementedError(VLLM_NO_UNLOAD)
 
     def _unfinished(self) -> int:
         count = getattr(self.engine, "num_unfinished_requests", None)
@@ -276,16 +291,21 @@ def _is_engine_dead(exc: BaseException) -> bool:
 
 
 def load_adapter(backend: str, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
-                 max_prompt_tokens: int | None = None, **engine_options) -> SpeechAdapter:
+                 max_prompt_tokens: int | None = None, idle_unload_s: float | None = None,
+                 **engine_options) -> SpeechAdapter:
     """Load `model` on `backend` ("engine" or "vllm") behind its adapter.
 
     max_prompt_tokens: the scheduler's decode-cache size (engine only; vLLM sizes its paged
-    cache itself). engine_options: `load_engine`'s (device, dtype, compile; vLLM's
+    cache itself). idle_unload_s: unload the model after this long without a request (engine
+    only). engine_options: `load_engine`'s (device, dtype, compile; vLLM's
     tensor_parallel_size, ...); for vLLM `max_batch` becomes its `max_num_seqs`.
     """
     from rumik_app.engine.loading import check_backend
 
     if check_backend(backend) == "engine":
         return SchedulerAdapter.load(model, max_batch=max_batch, max_queue=max_queue,
-                                     max_prompt_tokens=max_prompt_tokens, **engine_options)
+                                     max_prompt_tokens=max_prompt_tokens, idle_unload_s=idle_unload_s,
+                                     **engine_options)
+    if idle_unload_s is not None:
+        raise ValueError(VLLM_NO_UNLOAD)
     return AsyncEngineAdapter.load(model, max_batch=max_batch, max_queue=max_queue, **engine_options)

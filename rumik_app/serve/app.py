@@ -4,7 +4,9 @@
     SpeechServer(uvicorn.Config(app, port=8000), adapter).run()   # what `python -m rumik_app.serve` does
 
 Routes: POST /v1/audio/speech (streamed), GET /v1/audio/voices, GET /v1/models,
-GET /health, GET /metrics. With an API key, the /v1 routes need `Authorization: Bearer KEY`
+GET /health, GET /metrics, POST /v1/admin/unload (frees the model's memory until the next
+request; needs an API key to be set); Rumik's hosted-API routes (`rumik_app.serve.silk`) and
+the text-in socket (`rumik_app.serve.text_in`). With an API key, the /v1 routes need `Authorization: Bearer KEY`
 (/health and /metrics stay open for load balancers and scrapers) and /docs and
 /openapi.json are closed. `RequestGate` runs in front of FastAPI: it checks the key from the
 headers alone and refuses a body over MAX_BODY_BYTES (413) before any of it is parsed, so a
@@ -245,6 +247,21 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
             await pieces.aclose()
             if not finished:
                 metrics.request_done(200, spec.response_format)
+
+    @app.post("/v1/admin/unload")
+    async def admin_unload() -> dict:
+        """Unload the model now (its memory is freed; the next request reloads it)."""
+        if api_key is None:
+            raise ApiError(403, "Admin routes need the server's API key: start it with --api-key KEY (or "
+                                "RUMIK_API_KEY) and send 'Authorization: Bearer KEY'.", code="admin_needs_key")
+        try:
+            unloaded = await adapter.unload()
+        except NotImplementedError as exc:
+            raise ApiError(501, str(exc), code="not_supported") from None
+        if not unloaded:
+            raise ApiError(409, "Requests are decoding or waiting; the model can be unloaded once they finish "
+                                "(or it unloads by itself after --idle-unload).", code="busy")
+        return {"loaded": False}
 
     @app.get("/v1/models")
     async def models() -> dict:

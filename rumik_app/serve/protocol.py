@@ -71,7 +71,8 @@ class AdapterStats:
     rows of one decode step; vLLM: requests in flight); max_batch: rows decoded together at most; tokens_total: tokens
     generated since start; tokens_per_second: over the last few seconds; audio_seconds_total:
     audio produced since start; healthy: False once the decode loop has died; draining: True
-    after begin_shutdown().
+    after begin_shutdown(); loaded: False while the model is unloaded to free its memory
+    (--idle-unload, POST /v1/admin/unload).
     """
 
     queue_depth: int = 0
@@ -83,6 +84,7 @@ class AdapterStats:
     audio_seconds_total: float = 0.0
     healthy: bool = True
     draining: bool = False
+    loaded: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,6 +105,8 @@ class SpeechAdapter(Protocol):
     def stream(self, req: SynthesisRequest, info: dict | None = None) -> AsyncIterator[np.ndarray]: ...
 
     def max_new_tokens_for(self, seconds: float) -> int: ...
+
+    async def unload(self) -> bool: ...
 
     def stats(self) -> AdapterStats: ...
 

@@ -151,12 +151,15 @@ class BatchScheduler:
     `submit` raises ServerBusy; max_prompt_tokens: prompt tokens a chunk may take (sizes
     the cache); limits: how much one request may ask for (typed and spoken characters, audio
     seconds; default the speech server's); first_frames / frames_per_piece:
-    frames per streamed piece (first, then the rest), as `TTSEngine.stream`.
+    frames per streamed piece (first, then the rest), as `TTSEngine.stream`; idle_unload_s:
+    after this long with nothing to decode the thread unloads the model (`TTSEngine.unload`:
+    the GPU is freed) and reloads it when the next request arrives (None: never).
     """
 
     def __init__(self, engine: TTSEngine, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, limits: RequestLimits = SERVER_LIMITS,
-                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
+                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES,
+                 idle_unload_s: float | None = None):
         if engine.decoder != "fast":
             raise ValueError("the scheduler needs the fast decode path (TTSEngine(decoder='fast'))")
         if max_batch < 1 or max_queue < 0:
@@ -164,10 +167,12 @@ class BatchScheduler:
         self.engine, self.layout = engine, engine.layout
         self.max_batch, self.max_queue, self.limits = max_batch, max_queue, limits
         self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
-        cache = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
-        self.decoder = SlotDecoder(engine.model, engine.head, max_batch, cache, pad_id=engine.pad_id,
-                                   compile=engine.compile)
-        self.max_len = self.decoder.max_len
+        self.max_len = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
+        self.decoder: SlotDecoder | None = self._new_decoder()
+        self.idle_unload_s = idle_unload_s
+        self._last_busy = time.monotonic()
+        self._unload_asked = False
+        self._unloaded = threading.Event()  # set while the model is unloaded
         self.warmup_s: float | None = None
         self._cond = threading.Condition()
         self._waiting: deque[tuple[Job, int]] = deque()  # (job, chunk index); continuations at the front
@@ -239,6 +244,20 @@ class BatchScheduler:
             self._cond.notify()
         return job
 
+    def unload(self, timeout: float = 60.0) -> bool:
+        """Unload the model now if nothing is decoding or waiting (the decode thread does it
+        between frames); True once it is unloaded, False if requests are running."""
+        with self._cond:
+            if self._rows or self._waiting:
+                return False
+            self._unload_asked = True
+            self._cond.notify()
+        return self._unloaded.wait(timeout)
+
+    @property
+    def loaded(self) -> bool:
+        return not self._unloaded.is_set()
+
     def stats(self) -> AdapterStats:
         now = time.perf_counter()
         with self._cond:
@@ -249,7 +268,7 @@ class BatchScheduler:
         return AdapterStats(queue_depth=queued, active=len(self._rows), peak_active=self._peak_rows,
                             max_batch=self.max_batch, tokens_total=self._tokens_total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.engine.sample_rate,
-                            healthy=self._error is None, draining=self._closing)
+                            healthy=self._error is None, draining=self._closing, loaded=self.loaded)
 
     def close(self) -> None:
         """Begin shutdown: refuse new requests and fail the ones not yet started with
@@ -314,20 +333,60 @@ class BatchScheduler:
             for slot in [s for s, row in self._rows.items() if row.job.cancelled]:
                 self._release(slot).job.close(JobCancelled("cancelled"))
             with self._cond:
-                while not self._rows and not self._waiting and not self._stopping:
-                    self._cond.wait()
+                unload = self._wait_for_work()
                 if self._stopping:
                     return False
                 for job, _ in [w for w in self._waiting if w[0].cancelled]:  # gave up while waiting
                     job.close(JobCancelled("cancelled"))
                 self._waiting = deque(w for w in self._waiting if not w[0].cancelled)
+            if unload:
+                self._unload()
+                continue
+            if self._waiting and self.decoder is None:
+                self._reload()
+            with self._cond:
                 starting = []
                 while self._waiting and len(starting) < len(self.decoder.free):
                     starting.append(self._waiting.popleft())
             for job, index in starting:  # prefill outside the lock: submit() never waits on compute
                 self._start(job, index)
             if self._rows:
+                self._last_busy = time.monotonic()
                 return True
+
+    def _wait_for_work(self) -> bool:
+        """Under the lock: block while there is nothing to do; True when it is time to unload."""
+        while not self._rows and not self._waiting and not self._stopping:
+            if self.decoder is not None and self._unload_asked:
+                return True
+            idle_left = None
+            if self.decoder is not None and self.idle_unload_s is not None:
+                idle_left = self._last_busy + self.idle_unload_s - time.monotonic()
+                if idle_left <= 0:
+                    return True
+            self._cond.wait(timeout=idle_left)
+        return False
+
+    def _new_decoder(self) -> SlotDecoder:
+        return SlotDecoder(self.engine.model, self.engine.head, self.max_batch, self.max_len,
+                           pad_id=self.engine.pad_id, compile=self.engine.compile)
+
+    def _unload(self) -> None:
+        idle = time.monotonic() - self._last_busy
+        self.decoder = None  # its static cache and compiled step go with it
+        freed = self.engine.unload()
+        self._unload_asked = False
+        self._unloaded.set()
+        log.info("speech scheduler: model unloaded after %.0f s idle (%.2f GB of weights freed on %s)", idle,
+                 freed / 1e9, self.engine.device)
+
+    def _reload(self) -> None:
+        start = time.perf_counter()
+        self.engine.reload()
+        self.decoder = self._new_decoder()
+        self.decoder.warmup()
+        self._unloaded.clear()
+        log.info("speech scheduler: model reloaded for a request in %.1f s", time.perf_counter() - start)
 
     def _start(self, job: Job, index: int) -> None:
         chunk = job.chunks[index]

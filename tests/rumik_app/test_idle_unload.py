@@ -1,0 +1,75 @@
+"""Idle unload: the server frees the model's memory when idle and reloads it for the next request.
+
+Run: .venv/bin/python -m pytest tests/rumik_app/test_idle_unload.py -q
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rumik_app.engine.local import TTSEngine
+from rumik_app.serve.adapters import SchedulerAdapter
+from rumik_app.serve.scheduler import BatchScheduler
+from tests.servers import ServerThread, wait_for
+
+KEY = "admin-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+SPEECH = {"model": "tiny", "input": "Hello again.", "voice": "Ira", "response_format": "pcm", "seed": 4,
+          "max_seconds": 0.4}
+
+
+def _server(tiny_checkpoint, idle_unload_s=None, **options):
+    engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    adapter = SchedulerAdapter(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256,
+                                              idle_unload_s=idle_unload_s))
+    return ServerThread(adapter, **options), engine
+
+
+def test_an_idle_server_unloads_and_the_next_request_reloads_and_answers_the_same(tiny_checkpoint):
+    server, engine = _server(tiny_checkpoint, idle_unload_s=0.5)
+    with server:
+        before = httpx.post(server.url + "/v1/audio/speech", json=SPEECH, timeout=60).content
+        wait_for(lambda: server.health()["loaded"] is False, what="the idle model to be unloaded")
+        assert not engine.loaded and engine.model is None  # the weights are gone, not just flagged
+        after = httpx.post(server.url + "/v1/audio/speech", json=SPEECH, timeout=60)
+        assert after.status_code == 200 and after.content == before  # reloaded, the same audio
+        assert engine.loaded
+        health = server.health()
+        assert health["loaded"] is True or health["active"] == 0  # it may be idle again already
+
+
+def test_admin_unload_needs_the_key_and_refuses_while_busy(tiny_checkpoint):
+    server, engine = _server(tiny_checkpoint, api_key=KEY)
+    with server:
+        assert httpx.post(server.url + "/v1/admin/unload", timeout=10).status_code == 401
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
+            with client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
+                next(resp.iter_raw())  # a request is decoding now
+                refused = client.post("/v1/admin/unload")
+                assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
+            wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
+            done = client.post("/v1/admin/unload")
+            assert done.status_code == 200 and done.json() == {"loaded": False}
+            assert server.health()["loaded"] is False and not engine.loaded
+            again = client.post("/v1/audio/speech", json=SPEECH)
+            assert again.status_code == 200 and len(again.content) > 0 and server.health()["loaded"] is True
+
+
+def test_admin_unload_without_a_server_key_is_refused(tiny_checkpoint):
+    server, _ = _server(tiny_checkpoint)
+    with server:
+        resp = httpx.post(server.url + "/v1/admin/unload", timeout=10)
+        assert resp.status_code == 403 and "--api-key" in resp.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--idle-unload", "0"], "--idle-unload takes minutes > 0"),
+    (["--backend", "vllm", "--idle-unload", "5"], "The vLLM backend does not unload its model"),
+])
+def test_the_flag_is_checked(flags, message, capsys):
+    from rumik_app.serve.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "tiny", *flags])
+    assert message in capsys.readouterr().err
