@@ -29,6 +29,10 @@ import argparse
 import logging
 import os
 
+from webapp import zerogpu
+
+zerogpu.import_spaces()  # on a ZeroGPU Space: before anything starts CUDA (nothing happens elsewhere)
+
 import gradio as gr
 
 from rumik_app.cli_args import add_engine_arguments, engine_options
@@ -169,9 +173,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name this app is reached by besides this machine's own (repeatable; *.example.org "
                         "for a domain); requests naming any other host are refused (DNS rebinding)")
+    p.add_argument("--idle-unload", type=float, metavar="MINUTES",
+                   help="unload the model after this many minutes without a visitor (frees the GPU; the next "
+                        "synthesis reloads it); in-process engine only, not on ZeroGPU (it frees the GPU itself)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM (from .venv-vllm)
     args = p.parse_args(argv)
-    args.engine_options = engine_options(p, args)
+    args.engine_options = zerogpu.engine_options(engine_options(p, args))
+    if args.idle_unload is not None and not args.idle_unload > 0:
+        p.error("--idle-unload takes minutes > 0 (e.g. --idle-unload 15)")
+    if args.idle_unload is not None and args.engine_options.get("backend") == "vllm":
+        p.error("--idle-unload applies to the in-process engine; the vLLM backend keeps its memory until it stops")
     return args
 
 
@@ -194,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     if not admin.enabled and (args.share or args.host not in LOCAL_HOSTS):
         log.warning("the app is reachable from other machines and every visitor can see results and export all "
                     "ratings; set %s (or --admin-password) to keep them for the admin", ADMIN_PASSWORD_ENV)
+    if args.idle_unload is not None and not zerogpu.on_zero_gpu():
+        demo.registry.start_idle_unload(args.idle_unload)
     launch(demo, args.host, args.port, args.share, logins=logins, allowed_hosts=tuple(args.allowed_host))
 
 

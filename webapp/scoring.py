@@ -47,6 +47,7 @@ from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, 
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
+from webapp import zerogpu
 from webapp.ratings import tag_request
 
 log = logging.getLogger(__name__)
@@ -274,7 +275,11 @@ class JudgeCatalog:
                 return self._loaded[key]
             while len(self._loaded) >= self.max_loaded:
                 self._free(*self._loaded.popitem(last=False))
-            self._loaded[key] = (load_asr(key), threading.Lock())
+            judge = load_asr(key)
+            if key != POCKETSPHINX:  # a neural judge: on a ZeroGPU Space it hears clips inside spaces.GPU
+                judge.transcribe_on_gpu = zerogpu.gpu_task(judge.transcribe, _clip_seconds,
+                                                           zerogpu.ASR_GPU_SECONDS_PER_AUDIO_SECOND)
+            self._loaded[key] = (judge, threading.Lock())
             return self._loaded[key]
 
     @staticmethod
@@ -291,6 +296,10 @@ class JudgeCatalog:
     def loaded(self) -> list[str]:
         with self._lock:
             return list(self._loaded)
+
+
+def _clip_seconds(samples, sample_rate: int, *_, **__) -> float:
+    return len(samples) / sample_rate
 
 
 def score_uploads(files: list[str], references: str = "", manifest: str | None = None, judge: str = PASTED,
@@ -390,7 +399,8 @@ def _score_words(res: ClipResult, samples, meta: dict, model, form_note: str, se
         asr, lock = model
         try:
             with lock:
-                hyp = asr.transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(res.file).stem)
+                transcribe = getattr(asr, "transcribe_on_gpu", asr.transcribe)
+                hyp = transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(res.file).stem)
         except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
             log.exception("transcribing %s failed", res.file)
             res.note("transcription failed (see the server log).")

@@ -13,6 +13,12 @@ Every model loads once per process, whoever asks first (a module-level cache gua
 lock per entry), and a failed load is remembered so visitors do not retry a 7 GB download
 each. Engines are not thread-safe, so each loaded system also carries a lock that is held
 for the whole of one generation.
+
+GPU work: on a ZeroGPU Space every generation runs inside `spaces.GPU` (`webapp.zerogpu`,
+duration from the request's audio budget). Idle unload (`app.py --idle-unload MINUTES`,
+`SystemRegistry.start_idle_unload`): an engine nobody used for that long is unloaded
+(`TTSEngine.unload`: the GPU's memory is freed) under its lock, and the next generation
+reloads it first, logging the time it took.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +39,7 @@ from rumik_app.cli_args import BACKENDS, LOAD_OPTIONS
 from rumik_app.errors import RumikError
 from rumik_app.prompt import VOICES
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, RequestLimits, SynthesisRequest
+from webapp import zerogpu
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,19 @@ class LoadedSystem:
     engine: Any = None
     synthesizer: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.engine is not None:  # the GPU handlers (identity off a ZeroGPU Space)
+            self._stream_on_gpu = zerogpu.gpu_task(self._engine_stream, self.audio_budget_s)
+            self._synthesize_on_gpu = zerogpu.gpu_task(self.synthesizer.synthesize, self.audio_budget_s)
+
+    def audio_budget_s(self, req: SynthesisRequest, *_) -> float:
+        """The most audio `req` may make, in seconds (every planned chunk's token budget)."""
+        if self.engine is None:
+            return req.max_new_tokens / 100.0
+        lay = self.engine.layout
+        return sum(c.max_new_tokens for c in self.engine.plan(req)) / (lay.frame_rate_hz * lay.num_quantizers)
 
     @property
     def voices(self) -> tuple[str, ...]:
@@ -98,20 +119,46 @@ class LoadedSystem:
     def stream(self, req: SynthesisRequest, stats: dict) -> Iterator[np.ndarray]:
         """Float32 pieces at 24 kHz; `stats` gets `seed` and whatever the engine reports."""
         with self.lock:
+            self._ready()
             if self.engine is not None:
-                yield from self.engine.stream(req, stats=stats)
+                yield from self._stream_on_gpu(req, stats)
                 return
             audio = self.synthesizer.synthesize(req)  # already 24 kHz mono (evaluation.systems.conform)
         stats.setdefault("seed", req.seed)
         yield audio.samples
 
+    def _engine_stream(self, req: SynthesisRequest, stats: dict) -> Iterator[np.ndarray]:
+        yield from self.engine.stream(req, stats=stats)
+
     def synthesize(self, req: SynthesisRequest) -> Audio:
         """The whole utterance at 24 kHz, with `seed` set to the seed actually used."""
         with self.lock:
-            audio = self.synthesizer.synthesize(req)
+            self._ready()
+            audio = (self._synthesize_on_gpu if self.engine is not None else self.synthesizer.synthesize)(req)
         if audio.seed is None:
             audio.seed = req.seed
         return audio
+
+    def _ready(self) -> None:
+        """Under the lock: note the use, and reload an engine the idle unloader put away."""
+        self.last_used = time.monotonic()
+        if self.engine is not None and not getattr(self.engine, "loaded", True):
+            seconds = self.engine.reload()
+            log.info("%s reloaded for a visitor in %.1f s", self.label, seconds)
+
+    def unload_if_idle(self, idle_s: float) -> bool:
+        """Unload the engine if nobody used it for `idle_s` and nobody is using it now."""
+        engine = self.engine
+        if engine is None or not getattr(engine, "loaded", False) or time.monotonic() - self.last_used < idle_s:
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            freed = engine.unload()
+        finally:
+            self.lock.release()
+        log.info("%s unloaded after %.0f min idle (%.2f GB of weights freed)", self.label, idle_s / 60, freed / 1e9)
+        return True
 
 
 # ----------------------------------------------------------------------------- process-wide cache
@@ -256,6 +303,22 @@ class SystemRegistry:
             return load_cached(*self._args(key))
         except SystemUnavailable as exc:
             raise SystemUnavailable(f"{SYSTEM_LABELS[key]} is unavailable: {exc}") from exc
+
+    def start_idle_unload(self, minutes: float) -> threading.Thread:
+        """Unload any loaded engine (in-process backend) unused for `minutes` (a daemon thread)."""
+        idle_s = minutes * 60
+
+        def watch() -> None:
+            while True:
+                time.sleep(min(30.0, max(0.1, idle_s / 4)))
+                with _CACHE_LOCK:
+                    systems = [s for s in _CACHE.values() if isinstance(s, LoadedSystem)]
+                for system in systems:
+                    system.unload_if_idle(idle_s)
+
+        thread = threading.Thread(target=watch, name="rumik-idle-unload", daemon=True)
+        thread.start()
+        return thread
 
     def preload(self, name: str) -> SystemStatus:
         """Load now (e.g. at startup); never raises."""

@@ -1,0 +1,156 @@
+"""The app on a ZeroGPU Space (a stand-in `spaces` module) and off one; the app's idle unload.
+
+Run: .venv/bin/python -m pytest tests/app/test_zerogpu.py -q
+
+ZeroGPU itself cannot run here (no Space, no GPU), so a stand-in `spaces` package on the
+path of a real `python app.py` records every `spaces.GPU` call: which function, the
+duration it asked for. What stays unmeasured: the real
+GPU attachment, the quota, and the GPU seconds a second of audio really costs there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from gradio_client import Client
+
+from tests.app.conftest import wait_until_up
+from tests.servers import ROOT, free_port, wait_for
+
+FAKE_SPACES = textwrap.dedent('''
+    """A stand-in for Hugging Face's `spaces` (ZeroGPU): GPU(duration=...) records each call."""
+    import functools, inspect, json, os, threading
+
+    LOG = os.environ["FAKE_SPACES_LOG"]
+    inside = threading.local()
+
+    def _record(fn, args, kwargs, duration):
+        seconds = duration(*args, **kwargs) if callable(duration) else duration
+        with open(LOG, "a") as f:
+            f.write(json.dumps({"fn": fn.__qualname__, "duration": seconds}) + "\\n")
+
+    def GPU(fn=None, duration=60):
+        def wrap(fn):
+            if inspect.isgeneratorfunction(fn):
+                @functools.wraps(fn)
+                def gen(*args, **kwargs):
+                    _record(fn, args, kwargs, duration)
+                    inside.on = True
+                    try:
+                        yield from fn(*args, **kwargs)
+                    finally:
+                        inside.on = False
+                return gen
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                _record(fn, args, kwargs, duration)
+                inside.on = True
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    inside.on = False
+            return call
+        return wrap(fn) if fn is not None else wrap
+''')
+def _start_app(tmp_path, tiny_checkpoint, env_extra: dict, *flags: str):
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]), **env_extra}
+    log = open(tmp_path / "app.log", "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([sys.executable, "app.py", "--model", str(tiny_checkpoint), "--device", "cpu", "--port",
+                             str(port), "--data-dir", str(tmp_path / "data"), *flags],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    wait_until_up(url, proc)
+    return proc, url
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_on_zerogpu_every_generation_runs_inside_spaces_gpu_with_a_duration_from_its_length(tiny_checkpoint,
+                                                                                                tmp_path):
+    site = tmp_path / "site" / "spaces"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(FAKE_SPACES)
+    log = tmp_path / "gpu.jsonl"
+    proc, url = _start_app(tmp_path, tiny_checkpoint, {"SPACES_ZERO_GPU": "true", "FAKE_SPACES_LOG": str(log)})
+    try:
+        client = Client(url, verbose=False)
+        client.predict(text="hi", system="rumik-oss-1", max_seconds=0.5, seed=1, api_name="/synthesize")
+        client.predict(text="hi", system="rumik-oss-1", max_seconds=3.0, seed=1, api_name="/synthesize")
+        job = client.submit("hello", "Ira", "", "", "", "", 2, 0.8, 30, 1.0, 1.0, "rumik-oss-1",
+                            api_name="/synthesize_stream")
+        job.result()
+        client.predict(text="Namaste.", prompt_id="", target_delivery="", system_a="rumik-oss-1", system_b="tiny",
+                       seed_a=1, seed_b=2, max_seconds=0.5, api_name="/generate_pair")
+    finally:
+        _stop(proc)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    by_fn = {}
+    for call in calls:
+        by_fn.setdefault(call["fn"].rsplit(".", 1)[-1], []).append(call["duration"])
+    assert len(by_fn.get("synthesize", [])) >= 4, calls  # the two /synthesize and the pair's two clips
+    assert len(by_fn.get("_engine_stream", [])) == 1, calls  # the streamed synthesis
+    short, long = by_fn["synthesize"][:2]
+    assert long > short >= 10  # asks for more GPU time for a longer budget, at least the floor
+
+
+def test_off_a_space_spaces_is_never_imported(tmp_path):
+    site = tmp_path / "site" / "spaces"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("raise ImportError('spaces must not be imported off a ZeroGPU Space')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
+    env.pop("SPACES_ZERO_GPU", None)
+    code = ("import sys, app; demo = app.build_demo(model='tiny', data_dir=sys.argv[1], preload=False); "
+            "assert 'spaces' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_zerogpu_quota_refusals_read_as_a_message_that_names_what_still_works(monkeypatch):
+    import gradio as gr
+
+    from webapp import zerogpu
+
+    class Spaces:
+        @staticmethod
+        def GPU(duration):
+            def wrap(fn):
+                def call(*args, **kwargs):
+                    raise RuntimeError("You have exceeded your GPU quota (60s requested vs. 12s left).")
+                return call
+            return wrap
+    monkeypatch.setenv(zerogpu.ZERO_GPU_ENV, "true")
+    monkeypatch.setitem(sys.modules, "spaces", Spaces)
+    task = zerogpu.gpu_task(lambda req: "audio", lambda req: 10.0)
+    with pytest.raises(gr.Error, match="free GPU time is used up .* espeak-ng baseline .* duplicate the Space"):
+        task("req")
+    assert zerogpu.engine_options({"device": None}) == {"device": "cuda", "compile": False}
+    assert zerogpu.duration_for(0) == zerogpu.MIN_DURATION_S and zerogpu.duration_for(10_000) == zerogpu.MAX_DURATION_S
+
+
+def test_the_app_unloads_an_idle_model_and_reloads_it_for_the_next_visitor(tiny_checkpoint, tmp_path):
+    proc, url = _start_app(tmp_path, tiny_checkpoint, {}, "--idle-unload", "0.01")  # 0.6 s
+    try:
+        client = Client(url, verbose=False)
+        first = client.predict(text="hi", system="rumik-oss-1", max_seconds=0.5, seed=3, api_name="/synthesize")
+        wait_for(lambda: "unloaded after" in (tmp_path / "app.log").read_text(), timeout=60,
+                 what="the idle model to be unloaded")
+        again = client.predict(text="hi", system="rumik-oss-1", max_seconds=0.5, seed=3, api_name="/synthesize")
+        assert "reloaded for a visitor" in (tmp_path / "app.log").read_text()
+        assert open(first, "rb").read()[44:] == open(again, "rb").read()[44:]  # the same audio after the reload
+    finally:
+        _stop(proc)
