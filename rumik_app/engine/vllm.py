@@ -174,6 +174,7 @@ class VLLMEngine(BaseEngine):
         mimi_device = auto_device(device)
         torch_dtype = auto_dtype(mimi_device, dtype)
         compile = torch.cuda.is_available() if compile is None else compile
+        check_head_size(config, model)
         engine_args = {**scheduler_defaults(engine_args), **engine_args}
         args = AsyncEngineArgs(
             model=str(path), skip_tokenizer_init=True, dtype=str(torch_dtype).removeprefix("torch."), seed=seed,
@@ -415,6 +416,25 @@ class VLLMEngine(BaseEngine):
         lm = self.config.lm
         return (f"VLLMEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
                 f"dtype={self.dtype}, compile={self.compile}, mimi on {self.device})")
+
+
+def check_head_size(config: RumikOSSConfig, model: str) -> None:
+    """CheckpointError naming the fix when vLLM's CPU attention cannot run this head size
+    (the default tiny checkpoint's 16), before vLLM starts and fails deep in its workers."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    lm = config.lm
+    head = getattr(lm, "head_dim", None) or lm.hidden_size // lm.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise CheckpointError(
+            f"{model}: attention head size {head} does not run on vLLM's CPU backend (it supports {sizes}). "
+            "For a tiny checkpoint that does, build one with `python -m rumik_app.tiny OUT --hidden 256` "
+            "(head size 64) and load OUT.")
 
 
 def scheduler_defaults(engine_args: dict) -> dict:
