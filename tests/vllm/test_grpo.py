@@ -1,11 +1,11 @@
-"""GRPO with `rollout.backend = "vllm"` on the calibrated tiny float32 checkpoint (CPU).
+"""GRPO (and DPO) with `rollout.backend = "vllm"` on the calibrated tiny float32 checkpoint (CPU).
 
 The oracle of the weight sync: after an optimiser step and a sync, the log-probs vLLM reports
 for the tokens it samples equal the trainer's recomputation with its own weights to 1e-4; with
 the sync switched off (the source's test-only `sync`), they differ by more than 1e-2. Then: the
 smoke run with the vLLM backend learns and logs TRL's mismatch metrics every step (below 1e-3
 in float32), LoRA's merged weights reach vLLM, and a resumed run puts the checkpoint's weights
-into vLLM before its first rollout.
+into vLLM before its first rollout; DPO's phases roll out on vLLM through the same table.
 
 The trainers here share the session's vLLM engine (an engine start costs ~30 s on 2 cores):
 `VLLMRollouts.build(trainer, engine=...)` pushes every weight of the trainer into it first,
@@ -29,6 +29,9 @@ from safetensors.torch import load_file  # noqa: E402
 from rumik_app import SynthesisRequest  # noqa: E402
 from training.common import read_metrics  # noqa: E402
 from training.config import load_config  # noqa: E402
+from training.dpo.config import SMOKE_CONFIG as DPO_SMOKE  # noqa: E402
+from training.dpo.config import DPOConfig  # noqa: E402
+from training.dpo.trainer import DPOTrainer  # noqa: E402
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig  # noqa: E402
 from training.grpo.mismatch import METRIC_NAMES, sampler_logps  # noqa: E402
 from training.grpo.policy import ScoringBatch  # noqa: E402
@@ -125,3 +128,14 @@ def test_a_resumed_run_samples_with_the_checkpoints_weights(calibrated, shared, 
         assert b["sampling/sampling_logp_difference/max"] < SMOKE_GAP_MAX, b
         assert b["learning_rate"] == a["learning_rate"]
         assert b["reward"] == pytest.approx(a["reward"], abs=1e-6) and b["loss"] == pytest.approx(a["loss"], abs=1e-6)
+
+
+def test_dpo_phases_roll_out_on_vllm_with_the_weights_of_the_phase_start(calibrated, shared, tmp_path):
+    out = tmp_path / "dpo"
+    cfg = load_config(DPOConfig, DPO_SMOKE, [f"model={calibrated[0]}", f"out_dir={out}", "rollout.backend=vllm",
+                                             "phases=2", "dpo_steps_per_phase=2", "save_every=100"])
+    trainer = DPOTrainer(cfg, source=shared)
+    trainer.train()
+    rows = [r for r in read_metrics(out) if "event" not in r]
+    assert [r["phase"] for r in rows] == [1, 1, 2, 2] and all(r["sync_seconds"] > 0 for r in rows)
+    assert _gap(trainer) < SYNCED_ATOL  # after the last step's sync: vLLM samples with the final weights
