@@ -6,6 +6,8 @@
     rollouts = engine.generate_batch(requests, num_samples=4)               # same Rollouts (GRPO)
     async for piece in engine.astream(req):      # from any asyncio loop: a server's request handler
         send(piece)
+    report = engine.load_weights(dict(model.named_parameters()), names=changed)   # RL: push a trainer's weights
+    engine.sleep(); engine.wake_up(["weights"]); engine.wake_up(["kv_cache"])  # GPU, enable_sleep_mode=True
 
 It needs the vLLM environment (`./setup.sh --vllm` builds `.venv-vllm`; see the README).
 vLLM brings paged attention, continuous batching, CUDA graphs and tensor/data parallelism;

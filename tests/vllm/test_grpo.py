@@ -69,18 +69,23 @@ def _gap(trainer: GRPOTrainer) -> float:
     return float((torch.cat([tok, stop], 1) - sampled).abs()[known].max())
 
 
-def test_after_a_step_and_a_sync_vllm_log_probs_equal_the_trainers_and_without_the_sync_they_do_not(
-        calibrated, shared, tmp_path):
-    trainer = GRPOTrainer(_cfg(calibrated, tmp_path, ORACLE_LR), source=shared)
+def _synced_then_stale(trainer: GRPOTrainer) -> tuple[dict, float, float]:
+    """A step with its sync, the gap; a step without (the test-only switch), the gap again."""
     assert _gap(trainer) < SYNCED_ATOL  # the same weights on both sides to begin with
     stats = trainer.update(trainer.make_batch(1))
-    assert stats["sync_tensors"] == 24 and stats["sync_seconds"] > 0  # full weights: every tensor moved
     synced = _gap(trainer)
     trainer.source.sync = False
     trainer.update(trainer.make_batch(2))
     stale = _gap(trainer)
     print(f"log-prob gap after a synced step {synced:.2e}, after an unsynced one {stale:.2e}")
     assert synced < SYNCED_ATOL and stale > STALE_MIN
+    return stats, synced, stale
+
+
+def test_after_a_step_and_a_sync_vllm_log_probs_equal_the_trainers_and_without_the_sync_they_do_not(
+        calibrated, shared, tmp_path):
+    stats, _, _ = _synced_then_stale(GRPOTrainer(_cfg(calibrated, tmp_path, ORACLE_LR), source=shared))
+    assert stats["sync_tensors"] == 24 and stats["sync_seconds"] > 0  # full weights: every tensor moved
 
 
 def test_smoke_with_vllm_rollouts_learns_and_logs_the_mismatch_every_step(calibrated, shared, tmp_path):
@@ -101,15 +106,9 @@ def test_smoke_with_vllm_rollouts_learns_and_logs_the_mismatch_every_step(calibr
 
 def test_lora_merged_weights_reach_vllm(calibrated, shared, tmp_path):
     trainer = GRPOTrainer(_cfg(calibrated, tmp_path, ORACLE_LR, "lora.enabled=true", "lora.r=8"), source=shared)
-    stats = trainer.update(trainer.make_batch(1))
+    stats, _, _ = _synced_then_stale(trainer)
     # the adapted projections (7 per layer, 2 layers) and the trained stop head (6), not the embedding or norms
     assert stats["sync_tensors"] == 7 * 2 + 6
-    synced = _gap(trainer)
-    trainer.source.sync = False
-    trainer.update(trainer.make_batch(2))
-    stale = _gap(trainer)
-    print(f"LoRA: log-prob gap after a synced step {synced:.2e}, after an unsynced one {stale:.2e}")
-    assert synced < SYNCED_ATOL and stale > STALE_MIN
 
 
 def test_a_resumed_run_samples_with_the_checkpoints_weights(calibrated, shared, tmp_path):

@@ -58,6 +58,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _stop(proc) -> None:
+    """Kill the server if it still runs; show the end of its log."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    print(Path(proc.log_path).read_text()[-3000:])
+    os.unlink(proc.log_path)
+
+
 def test_serve_backend_vllm_streams_drains_on_sigterm_and_exits(calibrated):
     proc, url = start_server_process(
         calibrated[0], "--backend", "vllm", "--max-batch", "1", "--max-queue", "4", "--tensor-parallel-size", "1",
@@ -72,11 +81,7 @@ def test_serve_backend_vllm_streams_drains_on_sigterm_and_exits(calibrated):
         wait_for(lambda: not any(_alive(pid) for pid in engine_processes), timeout=10,
                  what="vLLM's engine processes to exit")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        print(Path(proc.log_path).read_text()[-3000:])
-        os.unlink(proc.log_path)
+        _stop(proc)
 
 
 def _engine_core(pid: int) -> int:
@@ -117,8 +122,4 @@ def test_full_batch_of_seeded_requests_then_a_dead_engine_core_gives_503_and_exi
         assert proc.wait(timeout=60) == 3
         wait_for(lambda: not any(_alive(pid) for pid in processes), timeout=30, what="vLLM's processes to exit")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        print(Path(proc.log_path).read_text()[-3000:])
-        os.unlink(proc.log_path)
+        _stop(proc)

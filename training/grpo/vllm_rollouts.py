@@ -133,24 +133,32 @@ def _full_tensors(model: torch.nn.Module):
             module._parameters[name] = p
 
 
+# torchrun's / accelerate's process-group variables: a rank's own vLLM engine is a world of its own
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+                "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
 @contextlib.contextmanager
-def visible_device(device: torch.device):
-    """While vLLM starts: its processes see only `device`'s GPU (a DDP rank's own), since a
-    vLLM engine of one GPU uses the first visible one."""
-    if device.type != "cuda":
-        yield
-        return
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = saved.split(",") if saved else [str(i) for i in range(torch.cuda.device_count())]
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible[index]
+def engine_environment(device: torch.device):
+    """While vLLM starts: its processes see only `device`'s GPU (a DDP rank's own; a one-GPU
+    vLLM engine uses the first visible one) and none of the launcher's process-group
+    variables (they describe the training job, not vLLM's own world of one)."""
+    saved = {k: os.environ.get(k) for k in (*LAUNCHER_ENV, "CUDA_VISIBLE_DEVICES")}
+    for key in LAUNCHER_ENV:
+        os.environ.pop(key, None)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        visible = saved["CUDA_VISIBLE_DEVICES"]
+        os.environ["CUDA_VISIBLE_DEVICES"] = (visible.split(",") if visible else
+                                              [str(i) for i in range(torch.cuda.device_count())])[index]
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class VLLMRollouts:
@@ -173,7 +181,7 @@ class VLLMRollouts:
         weights = TrainerWeights(trainer.model, trainer.peft, acc)
         if engine is None:
             dtype = str(next(trainer.model.parameters()).dtype).removeprefix("torch.")
-            with visible_device(device):
+            with engine_environment(device):
                 # Mimi decodes nowhere here (rewards decode with the trainer's codec): keep it off the GPU.
                 engine = load_engine(cfg.model, backend="vllm", device="cpu", dtype=dtype, seed=cfg.seed,
                                      gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
