@@ -138,3 +138,18 @@ def test_dpo_phases_roll_out_on_vllm_with_the_weights_of_the_phase_start(calibra
     rows = [r for r in read_metrics(out) if "event" not in r]
     assert [r["phase"] for r in rows] == [1, 1, 2, 2] and all(r["sync_seconds"] > 0 for r in rows)
     assert _gap(trainer) < SYNCED_ATOL  # after the last step's sync: vLLM samples with the final weights
+
+
+def test_the_rollout_benchmark_fills_its_table_and_leaves_vllm_as_it_was(engine64, vllm_engine):
+    """benchmarks/grpo_rollouts.py's code path on the shared engines (a GPU run that crashes
+    halfway costs scarce device time); vLLM gets the checkpoint's weights back at the end."""
+    from benchmarks import grpo_rollouts
+
+    rows = grpo_rollouts.run(engine64, vllm_engine, prompts=2, generations=2, new_tokens=16, steps=1)
+    assert [r["backend"] for r in rows] == ["engine", "vllm"]
+    assert all(r["tokens_per_step"] == 2 * 2 * 16 and r["tokens_per_s"] > 0 for r in rows)
+    assert rows[1]["sync_s_per_step"] > 0 and rows[1]["sync_mb_per_step"] > 0
+    assert "| vllm | 4 | 64 |" in grpo_rollouts.table(rows)
+    greedy = [SynthesisRequest("Back as it was.", seed=3, temperature=0.0, max_new_tokens=24)]
+    ours, theirs = vllm_engine.generate_batch(greedy), engine64.generate_batch(greedy)
+    assert torch.equal(ours.token_ids, theirs.token_ids)

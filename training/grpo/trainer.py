@@ -176,8 +176,9 @@ class GRPOTrainer(RolloutTrainer):
         stats["mismatch"] = merge_sums(stats["mismatch"], mismatch_sums(old, sampled, known, w))
         return w
 
-    def update(self, rb: RolloutBatch) -> dict[str, float]:
-        """`num_iterations` optimiser steps on one rollout batch; returns summed statistics."""
+    def update(self, rb: RolloutBatch) -> dict[str, Any]:
+        """`num_iterations` optimiser steps on one rollout batch, then the weight sync (vLLM reads
+        them at the next rollouts); returns summed statistics, `mismatch` sums and the sync's numbers."""
         cfg, acc, r = self.cfg, self.acc, rb.rollouts
         dev = acc.device
         q = self.layout.num_quantizers
@@ -226,7 +227,7 @@ class GRPOTrainer(RolloutTrainer):
         return stats
 
     # ------------------------------------------------------------------ logging
-    def metrics(self, rb: RolloutBatch, stats: dict[str, float], timings: dict[str, float]) -> dict[str, Any]:
+    def metrics(self, rb: RolloutBatch, stats: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
         """One log line: gathered over processes, TRL's metric names where they exist."""
         acc, r, dev = self.acc, rb.rollouts, self.acc.device
         rewards = acc.gather(rb.rewards.to(dev)).cpu()
