@@ -44,6 +44,7 @@ import torch
 
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.engine.loading import load_engine
+from rumik_app.errors import ConfigError
 from rumik_app.request import SynthesisRequest
 from training.grpo.policy import MergedWeights
 
@@ -177,6 +178,9 @@ class VLLMRollouts:
         cfg, acc = trainer.cfg, trainer.acc
         device = acc.device
         sleep = cfg.rollout.vllm_enable_sleep_mode
+        if sleep and device.type != "cuda":
+            raise ConfigError("rollout.vllm_enable_sleep_mode = true needs CUDA: vLLM has no sleep mode on "
+                              f"{device.type}; leave the key unset (it defaults to on with CUDA)")
         sleep = device.type == "cuda" if sleep is None else bool(sleep)
         weights = TrainerWeights(trainer.model, trainer.peft, acc)
         if engine is None:
