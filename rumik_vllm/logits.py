@@ -23,7 +23,7 @@ from vllm.v1.sample.logits_processor import LogitsProcessor as V1LogitsProcessor
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcRequestState
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2LogitsProcessor
 
-from rumik_vllm.rules import AudioColumns, RequestRules, apply_rules
+from rumik_vllm.rules import AudioColumns, RequestRules, apply_rules, seen_units
 
 V1_PROCESSOR = "rumik_vllm.logits:AudioRulesV1"
 V2_PROCESSOR = "rumik_vllm.logits:AudioRulesV2"
@@ -35,14 +35,15 @@ def processor_for(use_v2_model_runner: bool) -> str:
 
 
 class _RowState:
-    """One V1 request: its rules, floor, temperature, stop uniforms, live output ids."""
+    """One V1 request: its rules, floor, temperature, stop uniforms, penalty, live output ids."""
 
-    __slots__ = ("floor", "temperature", "uniforms", "output_ids")
+    __slots__ = ("floor", "temperature", "uniforms", "penalty", "output_ids")
 
     def __init__(self, rules: RequestRules, cols: AudioColumns, output_ids: list[int]):
         self.floor = rules.floor(cols.num_quantizers)
         self.temperature = rules.effective_temperature()
         self.uniforms = rules.stop_uniforms(cols)
+        self.penalty = rules.repetition_penalty
         self.output_ids = output_ids
 
 
@@ -92,8 +93,22 @@ class AudioRulesV1(V1LogitsProcessor):
             temperature=torch.tensor([s.temperature for s in states], dtype=torch.float32, device=dev),
             stop_uniform=torch.tensor(uniform, dtype=torch.float32, device=dev),
             cols=self.cols,
+            **self._penalties(states, dev),
         )
         return logits
+
+    def _penalties(self, states: list[_RowState], dev) -> dict:
+        """apply_rules' penalty and seen arguments (none when every penalty is 1)."""
+        if all(s.penalty == 1.0 for s in states):
+            return {}
+        width = max(1, max(len(s.output_ids) for s in states))
+        ids = torch.zeros(len(states), width, dtype=torch.long)
+        valid = torch.zeros(len(states), width, dtype=torch.bool)
+        for i, s in enumerate(states):
+            ids[i, : len(s.output_ids)] = torch.tensor(s.output_ids, dtype=torch.long)
+            valid[i, : len(s.output_ids)] = True
+        return {"penalty": torch.tensor([s.penalty for s in states], dtype=torch.float32, device=dev),
+                "seen": seen_units(ids.to(dev), valid.to(dev), self.cols)}
 
 
 class AudioRulesV2(V2LogitsProcessor):
@@ -111,9 +126,12 @@ class AudioRulesV2(V2LogitsProcessor):
         self.host_floor = torch.zeros(slots, dtype=torch.long)
         self.host_temperature = torch.ones(slots, dtype=torch.float32)
         self.host_uniforms = torch.full((slots, self.cols.stop_slots), float("nan"))
+        self.host_penalty = torch.ones(slots, dtype=torch.float32)
         self.floor = self.host_floor.to(dev)
         self.temperature = self.host_temperature.to(dev)
         self.uniforms = self.host_uniforms.to(dev)
+        self.penalty = self.host_penalty.to(dev)
+        self.penalised = np.zeros(slots, dtype=bool)
         self.dirty = False
 
     def add_request(self, req_idx: int, sampling_params) -> bool:
@@ -122,6 +140,8 @@ class AudioRulesV2(V2LogitsProcessor):
         self.host_floor[req_idx] = rules.floor(self.cols.num_quantizers)
         self.host_temperature[req_idx] = rules.effective_temperature()
         self.host_uniforms[req_idx] = rules.stop_uniforms(self.cols)
+        self.host_penalty[req_idx] = rules.repetition_penalty
+        self.penalised[req_idx] = rules.repetition_penalty != 1.0
         self.dirty = True
         return True
 
@@ -130,6 +150,7 @@ class AudioRulesV2(V2LogitsProcessor):
             self.floor.copy_(self.host_floor)
             self.temperature.copy_(self.host_temperature)
             self.uniforms.copy_(self.host_uniforms)
+            self.penalty.copy_(self.host_penalty)
             self.dirty = False
 
     def apply(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
@@ -149,5 +170,16 @@ class AudioRulesV2(V2LogitsProcessor):
             temperature=self.temperature[slot],
             stop_uniform=self.uniforms[slot, boundary],
             cols=self.cols,
+            **self._penalties(ctx, slot, prompt_len, position),
         )
         return logits
+
+    def _penalties(self, ctx: LogitsContext, slot, prompt_len, position) -> dict:
+        """apply_rules' penalty and seen arguments from the committed tokens (none when every
+        penalty is 1). Not run on a GPU yet: the V2 runner is GPU-only, the tests run V1."""
+        if not np.any(self.penalised[ctx.idx_mapping_np]):
+            return {}
+        tokens = self.req_states.all_token_ids.gpu.to(slot.device).long()[slot]  # [r, max_model_len]
+        column = torch.arange(tokens.shape[1], device=slot.device)[None]
+        valid = (column >= prompt_len[:, None]) & (column < (prompt_len + position)[:, None])
+        return {"penalty": self.penalty[slot], "seen": seen_units(tokens, valid, self.cols)}

@@ -6,7 +6,8 @@ embeddings scaled by `logit_scale`). On top of it:
 
 - `stop_predictor`: the checkpoint's stop head, built by `rumik_app.model.lm.build_stop_predictor`
   (LayerNorm -> Linear -> GELU -> Linear), replicated on every tensor-parallel rank;
-- `load_weights`: `stop_predictor.{0,1,3}.*` go to the stop head, the rest to vLLM's loader;
+- `load_weights`: `stop_predictor.{0,1,3}.*` go to the stop head, the rest to vLLM's loader
+  (at start-up, and for weight updates from a trainer: rumik_vllm.sync);
 - `compute_logits(hidden_states)`: vLLM calls it with the final post-norm hidden states of
   the positions being sampled, the same states the engine feeds its audio head and stop
   head; it returns float32 logits with only the audio rows kept and the stop head's logit
@@ -47,7 +48,13 @@ class RumikOSSForCausalLM(CohereForCausalLM):
         return audio_logits(logits, self.stop_logits(hidden_states), self.audio)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        stop_params = dict(self.stop_predictor.named_parameters())
+        """Load (checkpoint name, tensor) pairs; returns the vLLM parameter names loaded.
+
+        Also the path of weight updates (rumik_vllm.sync), which send only some tensors:
+        completeness is vLLM's loader's check at start-up (every parameter must be loaded),
+        not this method's. Each tensor goes through its parameter's `weight_loader`, as
+        vLLM's layerwise reload needs (it wraps those loaders)."""
+        stop_params = {name for name, _ in self.stop_predictor.named_parameters()}
         loaded: set[str] = set()
 
         def body_weights():
@@ -58,11 +65,9 @@ class RumikOSSForCausalLM(CohereForCausalLM):
                 key = name[len(STOP_PREFIX):]
                 if key not in stop_params:
                     raise ValueError(f"unexpected stop-head weight {name!r} (expected {sorted(stop_params)})")
-                default_weight_loader(stop_params[key], tensor)
+                param = self.stop_predictor.get_parameter(key)  # now: a reload swaps the parameter objects
+                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
                 loaded.add(name)
 
         loaded |= super().load_weights(body_weights())
-        missing = {STOP_PREFIX + k for k in stop_params} - loaded
-        if missing:
-            raise ValueError(f"the checkpoint lacks the stop-head weights {sorted(missing)}")
         return loaded

@@ -8,6 +8,8 @@
 - at those same boundaries the stop head decides first: sigmoid(stop logit) > 0.5
   ("threshold") or u < sigmoid(stop logit) ("sample", u from the row's seed) ends the row
   with no token at n (finish reason "stop_head");
+- the repetition penalty (`rumik_app.decode.sampling.penalize_repeats`, 1 = off) on the
+  codes the row has produced, before the temperature;
 - the token's log-prob is log softmax over the allowed rows at the row's temperature
   (1 for greedy), before top-k/top-p.
 
@@ -38,7 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from rumik_app.decode.sampling import (
-    STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms, max_stop_slots, scoring_temperature, stop_floor,
+    STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms, max_stop_slots, penalize_repeats,
+    scoring_temperature, stop_floor,
 )
 
 EXTRA_ARGS_KEY = "rumik"
@@ -98,17 +101,21 @@ class RequestRules:
 
     temperature: the row's real temperature (vLLM itself runs at 1, or 0 for greedy);
     min_new_tokens: no stop before it (and never before one whole frame);
-    stop_mode: "threshold" or "sample"; seed: seeds the "sample" mode's stop uniforms.
+    stop_mode: "threshold" or "sample"; seed: seeds the "sample" mode's stop uniforms;
+    repetition_penalty: the engine's (1 = off), applied here rather than by vLLM (which
+    would apply it after this processor has normalised the row).
     """
 
     temperature: float
     min_new_tokens: int
     stop_mode: str
     seed: int
+    repetition_penalty: float = 1.0
 
     def to_extra_args(self) -> dict:
         return {EXTRA_ARGS_KEY: {"temperature": self.temperature, "min_new_tokens": self.min_new_tokens,
-                                 "stop_mode": self.stop_mode, "seed": self.seed}}
+                                 "stop_mode": self.stop_mode, "seed": self.seed,
+                                 "repetition_penalty": self.repetition_penalty}}
 
     @classmethod
     def from_sampling_params(cls, params) -> "RequestRules":
@@ -122,12 +129,13 @@ class RequestRules:
             )
         try:
             rules = cls(float(args["temperature"]), int(args["min_new_tokens"]), str(args["stop_mode"]),
-                        int(args["seed"]))
+                        int(args["seed"]), float(args.get("repetition_penalty", 1.0)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad extra_args['rumik'] {args!r}: {exc}") from exc
-        if rules.stop_mode not in STOP_MODES or rules.temperature < 0 or rules.min_new_tokens < 0:
+        if (rules.stop_mode not in STOP_MODES or rules.temperature < 0 or rules.min_new_tokens < 0
+                or not rules.repetition_penalty > 0):
             raise ValueError(f"bad extra_args['rumik'] {args!r}: stop_mode must be one of {STOP_MODES}, "
-                             "temperature and min_new_tokens >= 0")
+                             "temperature and min_new_tokens >= 0, repetition_penalty > 0")
         return rules
 
     def floor(self, num_quantizers: int) -> int:
@@ -156,14 +164,27 @@ def audio_logits(logits: torch.Tensor, stop_logits: torch.Tensor, cols: AudioCol
     return out
 
 
+def seen_units(output_ids: torch.Tensor, valid: torch.Tensor, cols: AudioColumns) -> torch.Tensor:
+    """[r, num_units] bool: which audio codes each row has produced.
+    output_ids: [r, L] long token ids; valid: [r, L] bool, the ones that count."""
+    offset = output_ids - cols.first_unit_id
+    valid = valid & (offset >= 0) & (offset < cols.num_units)
+    seen = torch.zeros(output_ids.shape[0], cols.num_units + 1, dtype=torch.bool, device=output_ids.device)
+    seen.scatter_(1, torch.where(valid, offset, cols.num_units), True)  # invalid ones land in a spare column
+    return seen[:, :-1]
+
+
 def apply_rules(logits: torch.Tensor, rows: torch.Tensor, position: torch.Tensor, floor: torch.Tensor,
-                temperature: torch.Tensor, stop_uniform: torch.Tensor, cols: AudioColumns) -> None:
+                temperature: torch.Tensor, stop_uniform: torch.Tensor, cols: AudioColumns,
+                penalty: torch.Tensor | None = None, seen: torch.Tensor | None = None) -> None:
     """Apply the engine's rules in place to `logits[rows]` (see the module docstring).
 
     logits: [R, V] float32 from `audio_logits`; rows: [r] long row indices to process;
     position: [r] long, generated position n being sampled; floor: [r] long,
     max(min_new_tokens, Q); temperature: [r] float32 > 0; stop_uniform: [r] float32, the
-    row's uniform for this boundary ("sample") or NaN ("threshold").
+    row's uniform for this boundary ("sample") or NaN ("threshold"); penalty: [r] float32
+    repetition penalties and seen: [r, num_units] bool codes produced (`seen_units`), or
+    None when every row's penalty is 1.
     """
     if rows.numel() == 0:
         return
@@ -179,7 +200,12 @@ def apply_rules(logits: torch.Tensor, rows: torch.Tensor, position: torch.Tensor
     threshold = torch.isnan(stop_uniform)
     stop = eligible & torch.where(threshold, stop_prob > STOP_THRESHOLD, stop_uniform < stop_prob)
     end = x[:, cols.audio_end_token_id].masked_fill(~eligible, NEG_INF)
-    scaled = torch.cat([units, end[:, None]], dim=1) / temperature[:, None]
+    allowed = torch.cat([units, end[:, None]], dim=1)
+    if penalty is not None:  # the engine's rule on the engine's columns (`AudioHead.seen_columns`)
+        grid = seen.view(seen.shape[0], cols.codebook_size, q_count).gather(
+            2, phase.view(-1, 1, 1).expand(-1, cols.codebook_size, 1)).squeeze(2)
+        allowed = penalize_repeats(allowed, F.pad(grid, (0, 1), value=False), penalty)
+    scaled = allowed / temperature[:, None]
     log_probs = scaled - torch.logsumexp(scaled, dim=1, keepdim=True)
     out = torch.full_like(x, NEG_INF)
     out.scatter_(1, unit_ids, log_probs[:, :-1])

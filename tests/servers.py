@@ -5,6 +5,7 @@
     proc, url = start_server_process(checkpoint, "--max-batch", "1")   # `python -m rumik_app.serve`
     BAD_INPUTS                                             # bad requests and the error each must get
     check_sigterm_drain(proc, url, speech)                 # SIGTERM: streaming finishes, queued/new refused
+    check_full_batch(url, 64)                              # 64 concurrent seeded requests, every one answered
     await fetch_speech(async_client, payload)              # one streamed request: pcm, first audio, latency
     arrivals, data = stream_openai(client, **args)         # the openai client's streaming, chunk arrival times
 """
@@ -212,6 +213,30 @@ def check_sigterm_drain(proc: subprocess.Popen, url: str, speech: dict) -> None:
     assert streaming["status"] == 200 and streaming["data"] == alone  # finished, every byte
     proc.wait(timeout=EXIT_WITHIN_S)  # it exits by itself (the bound is ~20x what it takes)
     assert proc.returncode in (0, -signal.SIGTERM)
+
+
+# ---------------------------------------------------------------- a full batch (both backends)
+FULL_BATCH_SPEECH = {"model": "tiny", "voice": "Ira", "response_format": "pcm", "max_seconds": 0.32}
+
+
+def check_full_batch(url: str, count: int) -> list[dict]:
+    """`count` concurrent requests, each with its own seed and text (prompts of ~70 tokens: 64
+    of them exceed one vLLM step's default token budget): every one is answered 200 with audio
+    and its seed, and /health stays "ok". Returns the `fetch_speech` results."""
+    import asyncio
+
+    async def run() -> list[dict]:
+        async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+            return await asyncio.gather(*(fetch_speech(client, {
+                **FULL_BATCH_SPEECH, "input": f"Seeded request number {i} of the full batch.", "seed": 1000 + i})
+                for i in range(count)))
+
+    results = asyncio.run(run())
+    assert [r["status"] for r in results] == [200] * count
+    assert [r["seed"] for r in results] == [str(1000 + i) for i in range(count)]
+    assert all(len(r["pcm"]) > 0 for r in results)
+    assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+    return results
 
 
 # ---------------------------------------------------------------- clients (both backends)

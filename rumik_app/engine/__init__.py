@@ -6,6 +6,7 @@
 
 Modules: `base` (what both engines share: planning, prompts, rows, batches), `stream` (the
 one stream assembler: tokens in, crossfaded audio pieces out), `local` (`TTSEngine`, the
-in-process engine on the fast decode path), `vllm` (`VLLMEngine`), `async_bridge` (vLLM's
-event loop in a thread), `loading` (`load_engine`, the only place that picks a backend).
+in-process engine on the fast decode path), `vllm` (`VLLMEngine`), `vllm_sync` (pushing a
+trainer's weights into vLLM; starting vLLM from any `__main__`), `async_bridge` (vLLM's event
+loop in a thread), `loading` (`load_engine`, the only place that picks a backend).
 """

@@ -6,6 +6,8 @@
     rollouts = engine.generate_batch(requests, num_samples=4)               # same Rollouts (GRPO)
     async for piece in engine.astream(req):      # from any asyncio loop: a server's request handler
         send(piece)
+    report = engine.load_weights(dict(model.named_parameters()), names=changed)   # RL: push a trainer's weights
+    engine.sleep(); engine.wake_up(["weights"]); engine.wake_up(["kv_cache"])  # GPU, enable_sleep_mode=True
 
 It needs the vLLM environment (`./setup.sh --vllm` builds `.venv-vllm`; see the README).
 vLLM brings paged attention, continuous batching, CUDA graphs and tensor/data parallelism;
@@ -25,6 +27,17 @@ seed gives the same tokens (different ones from the engine backend's at temperat
 Rollouts differ from the engine's in one field: vLLM returns no stop-head probabilities
 for "continue" decisions, so `stop_log_probs` is NaN there (the terminal "stop" decision's
 log-prob is returned exactly). GRPO rescores every action with the trainer's own head.
+
+For RL (training.grpo's `rollout.backend = "vllm"`): `load_weights` pushes a trainer's
+tensors into the served model between rollouts (rumik_app.engine.vllm_sync, rumik_vllm.sync),
+and `sleep`/`wake_up` free and restore its GPU memory (`enable_sleep_mode=True`; not on CPU).
+
+Scheduler. On CPU, chunked prefill is off: vLLM rewinds the generator of every seeded
+request whose prompt it splits (`gen.set_offset`), CPU generators have no offset, and the
+engine core dies ("CPU Generator does not use offset"); every request here is seeded, and a
+batch of 64 prompts exceeds one step's token budget. Without chunking, vLLM schedules each
+prompt whole (its token budget becomes at least max_model_len) and admits the rest a step
+later. GPUs keep vLLM's defaults (chunked prefill on).
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ import math
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -52,6 +65,7 @@ from rumik_app.decode.sampling import (
 from rumik_app.engine.async_bridge import LoopThread
 from rumik_app.engine.base import BaseEngine
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
+from rumik_app.engine.vllm_sync import WeightPushReport, expand_to_layers, main_module_hidden, push_weights
 from rumik_app.errors import CheckpointError, PromptError
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
@@ -63,6 +77,11 @@ INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it install
                "project into .venv-vllm) and run with .venv-vllm/bin/python.")
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
 WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
+SYNC_EXTENSION = "rumik_vllm.sync.WeightSyncExtension"  # vLLM's worker_extension_cls: weight updates
+CPU_CHUNKED_PREFILL_FIX = (
+    "enable_chunked_prefill=True cannot run on vLLM's CPU backend: chunked prefill rewinds each seeded "
+    "request's generator (set_offset), which CPU generators lack, and the engine core dies. Leave it unset "
+    "(off on CPU).")
 
 
 def _require_vllm():
@@ -158,12 +177,15 @@ class VLLMEngine(BaseEngine):
         mimi_device = auto_device(device)
         torch_dtype = auto_dtype(mimi_device, dtype)
         compile = torch.cuda.is_available() if compile is None else compile
+        check_head_size(config, model)
+        engine_args = {**scheduler_defaults(engine_args), **engine_args}
         args = AsyncEngineArgs(
             model=str(path), skip_tokenizer_init=True, dtype=str(torch_dtype).removeprefix("torch."), seed=seed,
             load_format="safetensors", trust_remote_code=False,  # never a pickle, never the folder's code
             tensor_parallel_size=tensor_parallel_size, data_parallel_size=data_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization, enforce_eager=not compile,
-            logprobs_mode="processed_logits", generation_config="vllm", disable_log_stats=True, **engine_args,
+            logprobs_mode="processed_logits", generation_config="vllm", disable_log_stats=True,
+            worker_extension_cls=SYNC_EXTENSION, **engine_args,
         )
         engine_loop = LoopThread(lambda: _start_async_llm(args))
         try:
@@ -214,6 +236,38 @@ class VLLMEngine(BaseEngine):
         llm = self.engine_loop.llm
         return llm is not None and not llm.errored
 
+    # ------------------------------------------------------------------ RL: weights and memory
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor],
+                     names: Iterable[str] | None = None) -> WeightPushReport:
+        """Push `weights[name]` for `names` (default: all of `weights`) into vLLM's model, then
+        reset its prefix cache; the next requests sample with these weights.
+
+        weights: checkpoint names (`model.layers.0.self_attn.q_proj.weight`, `stop_predictor.0.bias`,
+        as `save_checkpoint` writes them) -> tensors of any device and dtype (cast to vLLM's);
+        it may compute values on access (a LoRA merge): only the names sent are read, a
+        chunk at a time. Names are expanded to whole vLLM layers (rumik_app.engine.vllm_sync),
+        so `weights` must offer every tensor of a changed module and of its fused siblings.
+        Call it between rollouts, with vLLM awake (`wake_up`)."""
+        from rumik_vllm.model import RumikOSSForCausalLM
+
+        wanted = list(weights) if names is None else list(names)
+        send = expand_to_layers(wanted, weights.keys(), RumikOSSForCausalLM.packed_modules_mapping)
+        return self.engine_loop.call(push_weights(self._llm(), send, weights))
+
+    def sleep(self, level: int = 1) -> None:
+        """Free vLLM's GPU memory between rollouts (vLLM's sleep mode; needs `enable_sleep_mode=True`
+        at start): level 1 moves the weights to CPU memory and drops the KV cache; level 2 drops
+        the weights too (then push all of them after `wake_up`). Not available on CPU."""
+        self.engine_loop.call(self._llm().sleep(level))
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Undo `sleep`: tags None = everything, ["weights"] first (then `load_weights`), ["kv_cache"] last."""
+        self.engine_loop.call(self._llm().wake_up(tags))
+
+    def is_sleeping(self) -> bool:
+        return bool(self.engine_loop.call(self._llm().is_sleeping()))
+
     def _llm(self):
         if self.engine_loop.llm is None:
             raise RuntimeError("this VLLMEngine was closed")
@@ -235,7 +289,11 @@ class VLLMEngine(BaseEngine):
 
         from rumik_vllm.rules import RequestRules
 
-        rules = RequestRules(row.temperature, row.min_new_tokens, check_stop_mode(stop_mode), row.seed)
+        # The repetition penalty travels with the rules, not as vLLM's own: vLLM applies its
+        # penalties after the logits processors, i.e. to normalised log-probs (all <= 0), where
+        # CTRL's rule no longer divides positive logits; the processor applies the engine's.
+        rules = RequestRules(row.temperature, row.min_new_tokens, check_stop_mode(stop_mode), row.seed,
+                             row.repetition_penalty)
         return SamplingParams(
             temperature=0.0 if is_greedy(row.temperature) else 1.0, top_k=row.top_k, top_p=row.top_p,
             seed=row.seed, max_tokens=row.max_new_tokens,
@@ -367,8 +425,40 @@ class VLLMEngine(BaseEngine):
                 f"dtype={self.dtype}, compile={self.compile}, mimi on {self.device})")
 
 
+def check_head_size(config: RumikOSSConfig, model: str) -> None:
+    """CheckpointError naming the fix when vLLM's CPU attention cannot run this head size
+    (the default tiny checkpoint's 16), before vLLM starts and fails deep in its workers."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    lm = config.lm
+    head = getattr(lm, "head_dim", None) or lm.hidden_size // lm.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise CheckpointError(
+            f"{model}: attention head size {head} does not run on vLLM's CPU backend (it supports {sizes}). "
+            "For a tiny checkpoint that does, build one with `python -m rumik_app.tiny OUT --hidden 256` "
+            "(head size 64) and load OUT.")
+
+
+def scheduler_defaults(engine_args: dict) -> dict:
+    """vLLM scheduler settings this backend sets unless given (module docstring, "Scheduler"):
+    chunked prefill off on CPU; ValueError naming the fix for chunked prefill asked on CPU."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    if engine_args.get("enable_chunked_prefill"):
+        raise ValueError(CPU_CHUNKED_PREFILL_FIX)
+    return {"enable_chunked_prefill": False}
+
+
 def _start_async_llm(args):
-    """AsyncLLM with the logits processor of the model runner this configuration uses."""
+    """AsyncLLM with the logits processor of the model runner this configuration uses,
+    started without its processes re-importing the caller's `__main__` (vllm_sync.main_module_hidden)."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.executor import Executor
@@ -377,8 +467,9 @@ def _start_async_llm(args):
 
     vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
     vllm_config.model_config.logits_processors = [processor_for(vllm_config.use_v2_model_runner)]
-    return AsyncLLM(vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config), log_stats=False,
-                    log_requests=False)
+    with main_module_hidden():
+        return AsyncLLM(vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config), log_stats=False,
+                        log_requests=False)
 
 
 def build_rollouts(results: list[RequestOutput], prompts: list[list[int]], rows: list[RowParams],

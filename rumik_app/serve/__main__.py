@@ -12,6 +12,11 @@ it stops accepting connections, answers requests that have no audio yet with 503
 (`Retry-After`), lets the ones already streaming finish (up to --shutdown-timeout seconds,
 after which they are cut), shuts the backend down (vLLM's engine processes too) and exits.
 The API key can also come from the environment variable RUMIK_API_KEY.
+
+If vLLM's engine core dies (--backend vllm), requests without audio yet get 503 with
+`Retry-After`, /health says "failed", and the server shuts down the same way and exits with
+status 3, so a supervisor (systemd `Restart=on-failure`, Kubernetes, a `while` loop) starts
+it again: a dead engine core does not come back inside its process.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 API_KEY_ENV = "RUMIK_API_KEY"
 CONNECTION_HEADROOM = 32
+ENGINE_DIED_STATUS = 3  # exit status after vLLM's engine core died (2 stays "bad arguments or model")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -122,7 +128,10 @@ def build_server(args: argparse.Namespace):
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout, limit_concurrency=concurrency,
                             ws_max_size=MAX_SOCKET_MESSAGE_BYTES)
-    return SpeechServer(config, adapter)
+    server = SpeechServer(config, adapter)
+    if hasattr(adapter, "on_engine_death"):  # vLLM: a dead engine core shuts the server down (main exits 3)
+        adapter.on_engine_death = lambda: setattr(server, "should_exit", True)
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     server.run()
+    if getattr(server.adapter, "engine_died", False):
+        print(f"error: vLLM's engine core died (see the log above); exiting with status {ENGINE_DIED_STATUS} so a "
+              "supervisor restarts the server", file=sys.stderr)
+        return ENGINE_DIED_STATUS
     return 0
 
 

@@ -26,17 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 
 from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.serve.protocol import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats, EngineFailed, ServerBusy,
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats, ServerBusy,
     ShuttingDown, SpeechAdapter,
 )
+
+log = logging.getLogger(__name__)
+ENGINE_WATCH_S = 1.0  # how often an idle vLLM adapter checks that its engine core is alive
 
 
 # vLLM keeps its weights and KV blocks for the life of its engine processes here (its sleep
@@ -134,6 +138,13 @@ class AsyncEngineAdapter:
     Drain (`begin_shutdown`, SIGTERM): new requests get ShuttingDown (503); requests that
     have not produced audio yet are aborted in vLLM and get ShuttingDown too (nothing was
     sent, a client can retry elsewhere); streaming ones run to their end.
+
+    Engine death: when vLLM's engine core dies (seen by a request, or by a once-a-second
+    watch while idle), every request without audio yet and every new one gets EngineDied
+    (503 + Retry-After: retry, on this server once it is back), the drain begins and
+    `on_engine_death` is called (the server's command exits non-zero then, so a supervisor
+    restarts it: a dead engine core does not come back inside its process). `engine_died`
+    stays True.
     """
 
     backend = "vllm"
@@ -156,6 +167,9 @@ class AsyncEngineAdapter:
         self._draining = False
         self._drain = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.engine_died = False
+        self.on_engine_death: Callable[[], None] | None = None  # the server's exit (rumik_app.serve.__main__)
+        self._watch: asyncio.Task | None = None
 
     @classmethod
     def load(cls, model: str, max_batch: int = DEFAULT_MAX_BATCH, max_queue: int = DEFAULT_MAX_QUEUE,
@@ -170,6 +184,25 @@ class AsyncEngineAdapter:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()  # from_pretrained has warmed vLLM up already
+        self._watch = asyncio.ensure_future(self._watch_engine())
+
+    async def _watch_engine(self) -> None:
+        """Notice a dead engine core even when no request is running."""
+        while not self.engine_died:
+            if not self._healthy():
+                self._engine_dead("vLLM's engine core is no longer running")
+                return
+            await asyncio.sleep(ENGINE_WATCH_S)
+
+    def _engine_dead(self, cause: str) -> EngineDied:
+        """Record the death once (drain, `on_engine_death`); the error for the request that saw it."""
+        if not self.engine_died:
+            self.engine_died = True
+            log.error("%s; refusing requests (503) and shutting down so a supervisor can restart the server", cause)
+            self.begin_shutdown()
+            if self.on_engine_death is not None:
+                self.on_engine_death()
+        return EngineDied("The speech engine stopped and the server is restarting; retry in a few seconds.")
 
     async def unload(self) -> bool:
         raise NotImplementedError(VLLM_NO_UNLOAD)
@@ -179,10 +212,10 @@ class AsyncEngineAdapter:
         return int(count()) if count is not None else 0
 
     def _admit(self) -> None:
+        if self.engine_died or not self._healthy():
+            raise self._engine_dead("vLLM's engine core is not running (see the log above)")
         if self._draining:
             raise ShuttingDown("The server is shutting down and takes no new requests; retry on another instance.")
-        if not self._healthy():
-            raise EngineFailed("vLLM's engine core is not running (see the server log; restart the server)")
         busy = max(self._in_flight, self._unfinished())
         if busy >= self.max_batch + self.max_queue:
             raise ServerBusy(f"The server is busy: {busy} requests are decoding or waiting (at most "
@@ -205,8 +238,8 @@ class AsyncEngineAdapter:
                     yield piece
                     piece = await anext(pieces, None)
         except Exception as exc:
-            if _is_engine_dead(exc):
-                raise EngineFailed(f"vLLM's engine core died ({type(exc).__name__}: {exc})") from exc
+            if _is_engine_dead(exc) or (not self._healthy() and not isinstance(exc, ShuttingDown)):
+                raise self._engine_dead(f"vLLM's engine core died ({type(exc).__name__}: {exc})") from exc
             raise
         finally:
             self._in_flight -= 1
@@ -278,11 +311,17 @@ class AsyncEngineAdapter:
 
     async def stop(self, timeout: float) -> None:
         self.begin_shutdown()
+        if self._watch is not None:
+            self._watch.cancel()
         deadline = time.monotonic() + timeout
         while self._in_flight and time.monotonic() < deadline:
             await asyncio.sleep(STOP_POLL_S)
         if self.owns_engine:
             await asyncio.to_thread(self.engine.close)
+
+
+class EngineDied(ShuttingDown):
+    """vLLM's engine core died: 503 + Retry-After while the server exits for a restart."""
 
 
 def _is_engine_dead(exc: BaseException) -> bool:

@@ -1,4 +1,5 @@
-"""`python -m rumik_app.serve` as a process: SIGTERM drains cleanly, bad start-up is one message.
+"""`python -m rumik_app.serve` as a process: SIGTERM drains cleanly, a full batch of seeded
+requests is answered, bad start-up is one message.
 
 Run: .venv/bin/python -m pytest tests/rumik_app/test_serve_process.py -q
 """
@@ -11,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.servers import ROOT, check_sigterm_drain, start_server_process
+from tests.servers import ROOT, check_full_batch, check_sigterm_drain, start_server_process
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,17 @@ def test_sigterm_finishes_streaming_requests_refuses_queued_and_new_ones_and_exi
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        os.unlink(proc.log_path)
+
+
+def test_64_concurrent_seeded_requests_at_max_batch_64_are_all_answered(tiny_checkpoint):
+    """The engine backend's side of the full-batch check (tests/vllm/test_serve_process.py has vLLM's)."""
+    proc, url = start_server_process(tiny_checkpoint, "--max-batch", "64", "--served-model-name", "tiny")
+    try:
+        check_full_batch(url, 64)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
         os.unlink(proc.log_path)
 
 

@@ -29,7 +29,8 @@ Logged every step (OUT/metrics.jsonl; TRL's DPO names): `loss`, `rewards/chosen`
 `rewards/rejected`, `rewards/margins`, `rewards/accuracies`, `logps/chosen`,
 `logps/rejected`, `learning_rate`, `grad_norm`, `num_pairs`; and the phase's `phase`,
 `reward` (mean total rollout reward), `rewards/<stream>/mean`, `pairs`, `pairs/<stream>`,
-`dropped_groups` (group and key units with no pair), `completions/mean_length`.
+`dropped_groups` (group and key units with no pair), `completions/mean_length`, and
+`sync_seconds` (the weight push into vLLM after the step, with `rollout.backend = "vllm"`).
 
 Checkpoints, resume policy, command line and the published output are training.trainer's.
 A checkpoint holds the phase's pool (tensors only), so a run killed mid-phase continues that
@@ -218,7 +219,7 @@ class DPOTrainer(RolloutTrainer):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
-        self.source.sync_weights(self.model)
+        stats.update(self.source.sync_weights(self.model))  # vLLM: push what the step changed
         return stats
 
     def pair_loss(self, chunk: list[int], normaliser: int):
@@ -251,6 +252,9 @@ class DPOTrainer(RolloutTrainer):
                                "rewards/accuracies": per(accuracy), "logps/chosen": per(logp_c),
                                "logps/rejected": per(logp_r), "learning_rate": stats["learning_rate"],
                                "grad_norm": stats["grad_norm"], "num_pairs": count,
+                               "sync_seconds": float(self.acc.reduce(torch.tensor(
+                                   [stats.get("sync_seconds", 0.0)], dtype=torch.float64, device=self.acc.device),
+                                   "max").item()),
                                **{f"time/{k}": v for k, v in timings.items()}}
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 

@@ -46,8 +46,9 @@ class PromptSet:
     weight: float = 1.0
 
 
-ROLLOUT_BACKENDS = ("engine",)  # what `rollout.backend` may name now (training.grpo.rollout.rollout_source)
-PLANNED_BACKENDS = {"vllm": "issue 27, GRPO rollouts on vLLM"}  # accepted by name, refused until built
+ROLLOUT_BACKENDS = ("engine", "vllm")  # what `rollout.backend` may name (training.grpo.rollout.SOURCES)
+DEFAULT_IS_CAP = 2.0  # TRL's vllm_importance_sampling_cap
+VLLM_COLOCATE_MEMORY = 0.3  # share of the GPU a colocated vLLM engine may take (TRL's colocate default)
 
 
 @dataclass
@@ -60,7 +61,11 @@ class SamplingConfig:
     decision from Bernoulli(sigmoid(logit)), so the decisions are actions of the policy with a
     usable log-prob gradient; "threshold" (the inference rule) makes them deterministic, and
     the duration stream would then push on decisions the policy never sampled. backend: where
-    rollouts come from ("engine": `TTSEngine.generate_batch` on the live weights).
+    rollouts come from ("engine": `TTSEngine.generate_batch` on the live weights; "vllm": a
+    vLLM engine in each training process, its weights synced after every optimiser step:
+    training.grpo.vllm_rollouts). vllm_gpu_memory_utilization: the share of the GPU that
+    engine may take (the trainer keeps the rest). vllm_enable_sleep_mode: free vLLM's GPU
+    memory while the trainer updates (None: on with CUDA; vLLM has no sleep mode on CPU).
     """
 
     num_generations: int = 8
@@ -72,6 +77,8 @@ class SamplingConfig:
     stop_mode: str = "sample"
     restrict_phase: bool = True
     backend: str = "engine"
+    vllm_gpu_memory_utilization: float = VLLM_COLOCATE_MEMORY
+    vllm_enable_sleep_mode: bool | None = None
 
     def validate(self) -> None:
         """ConfigError naming the `rollout.` key for settings that cannot sample a policy."""
@@ -88,19 +95,28 @@ class SamplingConfig:
             raise ConfigError(f"rollout.stop_mode must be one of {STOP_MODES}")
         if not 1 <= self.min_new_tokens <= self.max_new_tokens:
             raise ConfigError("rollout: need 1 <= min_new_tokens <= max_new_tokens")
-        if self.backend in PLANNED_BACKENDS:
-            raise ConfigError(f"rollout.backend = {self.backend!r} is not available yet ({PLANNED_BACKENDS[self.backend]}); "
-                              f"use rollout.backend = \"engine\"")
         if self.backend not in ROLLOUT_BACKENDS:
             raise ConfigError(f"rollout.backend must be one of {ROLLOUT_BACKENDS}, got {self.backend!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigError("rollout.vllm_gpu_memory_utilization must be in (0, 1]")
 
 
 @dataclass
 class RolloutConfig(SamplingConfig):
     """GRPO's rollouts: `SamplingConfig` plus prompts_per_step, the prompts of one rollout
-    batch counted over all processes."""
+    batch counted over all processes, and importance_sampling_cap C: each action's clipped
+    term is weighted by min(pi_trainer / pi_sampler, C) (truncated importance sampling,
+    docs/ARCHITECTURE.md §7; TRL's vllm_importance_sampling_cap), which corrects for the
+    sampler's numerics (vLLM's kernels, a missed sync) differing from the trainer's."""
 
     prompts_per_step: int = 8
+    importance_sampling_cap: float = DEFAULT_IS_CAP
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.importance_sampling_cap >= 1:
+            raise ConfigError("rollout.importance_sampling_cap must be >= 1 (a cap below 1 would down-weight "
+                              "actions the sampler and the trainer agree on)")
 
 
 @dataclass

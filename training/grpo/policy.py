@@ -23,6 +23,7 @@ log-prob is logsigmoid(+logit) for "stop" and logsigmoid(-logit) for "continue".
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -212,24 +213,49 @@ def merged_state_dict(peft_model, adapter: str = "default") -> dict[str, torch.T
     Computed out of place (W + delta per LoRA layer), so the live model is untouched (merging
     in place and unmerging would round bf16 weights). Tensors are detached copies on CPU.
     """
-    from peft.tuners.lora import LoraLayer
-
-    base = peft_model.get_base_model()
-    lora_layers = {name: mod for name, mod in base.named_modules() if isinstance(mod, LoraLayer)}
-    out: dict[str, torch.Tensor] = {}
     with torch.no_grad():
-        for key, value in base.state_dict().items():
-            if ".lora_" in key or ".original_module." in key:
-                continue
-            key = _MODULES_TO_SAVE.sub(".", key)
-            if ".base_layer." in key:
-                module_name, param = key.split(".base_layer.")
-                if param == "weight":
-                    delta = lora_layers[module_name].get_delta_weight(adapter)
-                    value = (value.float() + delta.float()).to(value.dtype)
-                key = f"{module_name}.{param}"
-            out[key] = value.detach().to("cpu", copy=True)
-    return out
+        return {k: v.detach().to("cpu", copy=True) for k, v in MergedWeights(peft_model, adapter).items()}
+
+
+class MergedWeights(Mapping):
+    """The published-name view of a peft model with its adapter merged in, computed per key on
+    access (W + delta for a LoRA layer's weight; the trained copy for `modules_to_save`; the
+    base tensor otherwise), out of place: the live model is untouched. Values are detached and
+    stay on the model's device. `published(name)` maps a trainable parameter of the base model
+    (`...q_proj.lora_A.default.weight`) to the published weight it changes (`...q_proj.weight`)."""
+
+    def __init__(self, peft_model, adapter: str = "default"):
+        from peft.tuners.lora import LoraLayer
+
+        self.adapter = adapter
+        base = peft_model.get_base_model()
+        self.lora = {name: mod for name, mod in base.named_modules() if isinstance(mod, LoraLayer)}
+        self.raw = {k: v for k, v in base.state_dict(keep_vars=True).items()
+                    if ".lora_" not in k and ".original_module." not in k}
+        self.keys_ = {self.published(k): k for k in self.raw}
+
+    @staticmethod
+    def published(name: str) -> str:
+        """A base-model key or trainable parameter name -> the published key it is (or changes)."""
+        if ".lora_" in name:
+            return name.split(".lora_")[0] + ".weight"
+        return _MODULES_TO_SAVE.sub(".", name).replace(".base_layer.", ".")
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        raw = self.keys_[key]
+        value = self.raw[raw].detach()
+        module, _, param = key.rpartition(".")
+        if ".base_layer." in raw and param == "weight":
+            with torch.no_grad():
+                delta = self.lora[module].get_delta_weight(self.adapter)
+                value = (value.float() + delta.float()).to(value.dtype)
+        return value
+
+    def __iter__(self):
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
 
 
 _MODULES_TO_SAVE = re.compile(r"\.modules_to_save\.[^.]+\.")

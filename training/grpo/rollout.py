@@ -4,7 +4,7 @@ where rollouts come from, and the rewards of a batch of prompts.
     class GRPOTrainer(RolloutTrainer): ...          # training.grpo.trainer; training.dpo.trainer the same
     scored = trainer.roll_out(picks)                # this process's shard of `picks`, sampled and scored
     scored.rewards                                  # [B, S] float64, NaN = abstained
-    source = rollout_source("engine", engine)       # the RolloutSource of `rollout.backend`
+    source = rollout_source("vllm", trainer)        # the RolloutSource of `rollout.backend`
 
 `RolloutTrainer.__init__` builds what both wings share, in this order: the engine (the
 checkpoint, on the run's device and dtype), LoRA adapters if `lora.enabled`, the wing's
@@ -15,16 +15,17 @@ of `rollout.backend`, the reward functions (training.grpo.rewards) and the promp
 LoRA adapters plus their merged published weights) and putting it back.
 
 A rollout source is anything with `generate(requests, num_samples, stop_mode) -> Rollouts`
-and `sync_weights(model)` (training.grpo.trainer's docstring says what a server-backed one
-does). `rollout.backend = "engine"` is the in-process sampler on the live weights; the
-config refuses a backend that is not built yet by name (training.grpo.config).
+and `sync_weights(model, full=False) -> dict` (the sync's numbers, logged). `SOURCES` maps
+`rollout.backend` to its class: "engine" is the in-process sampler on the live weights,
+"vllm" a colocated vLLM engine synced after every optimiser step (training.grpo.vllm_rollouts).
+Trainers call `sync_weights` after every optimiser step, and with `full=True` after a resume.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -37,6 +38,7 @@ from training.grpo.config import ROLLOUT_BACKENDS, PolicyRunConfig
 from training.grpo.policy import PolicyScorer, apply_lora, merged_state_dict
 from training.grpo.prompts import PromptSampler, build_request
 from training.grpo.rewards import build_reward, compute_rewards
+from training.grpo.vllm_rollouts import VLLMRollouts
 from training.trainer import Trainer
 
 DECODE_BATCH = 16  # rows per codec decode call when a reward needs audio
@@ -48,7 +50,7 @@ class RolloutSource(Protocol):
 
     def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts: ...
 
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
+    def sync_weights(self, model: torch.nn.Module, full: bool = False) -> dict[str, Any]: ...
 
 
 class EngineRollouts:
@@ -57,21 +59,27 @@ class EngineRollouts:
     def __init__(self, engine: TTSEngine):
         self.engine = engine
 
+    @classmethod
+    def build(cls, trainer: "RolloutTrainer") -> "EngineRollouts":
+        return cls(trainer.engine)
+
     def generate(self, requests: Sequence[SynthesisRequest], num_samples: int, stop_mode: str) -> Rollouts:
         return self.engine.generate_batch(requests, num_samples=num_samples, stop_mode=stop_mode)
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
+    def sync_weights(self, model: torch.nn.Module, full: bool = False) -> dict[str, Any]:
         """Nothing to do: the engine reads the same parameters the optimiser updates."""
+        return NO_SYNC
 
 
-SOURCES = {"engine": EngineRollouts}  # rollout.backend -> its source (one entry per ROLLOUT_BACKENDS name)
+NO_SYNC = {"sync_seconds": 0.0, "sync_megabytes": 0.0, "sync_tensors": 0}
+SOURCES = {"engine": EngineRollouts, "vllm": VLLMRollouts}  # rollout.backend -> its source (ROLLOUT_BACKENDS)
 
 
-def rollout_source(backend: str, engine: TTSEngine) -> RolloutSource:
-    """The RolloutSource of `rollout.backend` (ConfigError naming the key for one not built)."""
+def rollout_source(backend: str, trainer: "RolloutTrainer") -> RolloutSource:
+    """The RolloutSource of `rollout.backend` for `trainer` (ConfigError naming the key otherwise)."""
     if backend not in SOURCES:
         raise ConfigError(f"rollout.backend must be one of {ROLLOUT_BACKENDS}, got {backend!r}")
-    return SOURCES[backend](engine)
+    return SOURCES[backend].build(trainer)
 
 
 @dataclass
@@ -93,10 +101,10 @@ class ScoredRollouts:
 class RolloutTrainer(Trainer):
     """A Trainer whose data is its own policy's rollouts (module docstring). config_dir: where
     relative prompt-set paths are looked up first; source: a RolloutSource instead of the
-    backend's (tests, servers)."""
+    backend's, or a function of the trainer that builds one (tests, servers)."""
 
     def __init__(self, cfg: PolicyRunConfig, accelerator=None, config_dir: Path | None = None,
-                 source: RolloutSource | None = None):
+                 source: RolloutSource | Callable[["RolloutTrainer"], RolloutSource] | None = None):
         super().__init__(cfg, accelerator, config_dir)
         self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
                                                 restrict_phase=cfg.rollout.restrict_phase)
@@ -113,7 +121,9 @@ class RolloutTrainer(Trainer):
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
         self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
-        self.source = source or rollout_source(cfg.rollout.backend, self.engine)
+        if source is None:
+            source = rollout_source(cfg.rollout.backend, self)
+        self.source = source(self) if callable(source) else source
         self.rewards = [build_reward(spec, model=cfg.model) for spec in cfg.rewards]
         self.sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
 
@@ -181,4 +191,4 @@ class RolloutTrainer(Trainer):
             from peft import set_peft_model_state_dict
 
             set_peft_model_state_dict(self.peft, extra["lora"])
-        self.source.sync_weights(self.model)
+        self.source.sync_weights(self.model, full=True)  # vLLM: the checkpoint's weights, all of them

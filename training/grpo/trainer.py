@@ -5,13 +5,14 @@
     python -m training.grpo --config ... --set loss.routing=flat --set optim.lr=5e-7
     python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
     accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
+    .venv-vllm/bin/accelerate launch --num_processes 8 -m training.grpo --config ... --set rollout.backend=vllm
     ACCELERATE_USE_CPU=true torchrun --standalone --nproc_per_node 2 -m training.grpo --smoke --out /tmp/ddp
 
 One step (a "rollout batch"):
 1. Draw `prompts_per_step` prompts (domain and language weights, seeded by (seed, step));
    each process takes its shard (prompt k goes to process k mod world).
-2. Rollouts: G = `num_generations` samples per prompt through `TTSEngine.generate_batch`
-   (sample j of a prompt uses seed + j), with `stop_mode="sample"` by default: the stop head
+2. Rollouts: G = `num_generations` samples per prompt through the `rollout.backend` source
+   (`TTSEngine.generate_batch`, or a colocated vLLM engine; sample j of a prompt uses seed + j), with `stop_mode="sample"` by default: the stop head
    then draws Bernoulli decisions, so they are policy actions with a log-prob gradient; the
    inference rule ("threshold") is deterministic and gives the duration stream nothing to
    push on.
@@ -20,8 +21,9 @@ One step (a "rollout batch"):
    default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`,
    speaker and quality -> codebooks 1..Q-1 (`acoustic`); each stream's `weight` scales its row.
 5. Update: teacher-forced log-probs over the audio-only head (training.grpo.policy), the
-   clipped objective normalised by the batch's total actions (tokens + stop decisions, over
-   all processes), `num_iterations` optimiser steps (1 by default).
+   clipped objective with truncated importance weights (training.grpo.mismatch) normalised by
+   the batch's total actions (tokens + stop decisions, over all processes), `num_iterations`
+   optimiser steps (1 by default), then `sync_weights` (vLLM: the changed weights pushed).
 6. Log one line (stdout + OUT/metrics.jsonl, TRL names where they exist) and checkpoint
    every `save_every` steps to OUT/checkpoints/step_XXXXXXXX (published format + state);
    the loop, checkpoints, resume policy and command line are training.trainer's, as in SFT.
@@ -33,28 +35,28 @@ groups never straddle processes, so advantages are local; the action count is su
 processes and every local loss is scaled by the world size, so DDP's gradient average gives
 exactly the global objective (the two-process CPU run above reproduces the one-process
 numbers; tests/training/grpo/test_trainer.py checks it). Rewards and lengths are gathered for
-logging, so metrics.jsonl describes the whole batch. The engine samples with the live
-weights of its process. FSDP / ZeRO-3 shard the weights, so the in-process sampler cannot
-run on them; use DDP, or a rollout server (next paragraph).
+logging, so metrics.jsonl describes the whole batch. With `rollout.backend = "engine"` the
+engine samples with the live weights of its process; FSDP / ZeRO-3 shard the weights, so it
+cannot run on them. With `rollout.backend = "vllm"` (training.grpo.vllm_rollouts, TRL's
+colocate mode) each process owns a vLLM engine that samples its shard, and after every
+optimiser step `sync_weights` pushes the changed (LoRA: merged) weights into it (under FSDP /
+ZeRO-3 gathered once first), logged as `sync_seconds` and `sync_megabytes`.
 
-A faster rollout server (vLLM, SGLang, or a TensorRT-LLM build of the same network) plugs in
-behind `RolloutSource`: `generate(requests, num_samples, stop_mode) -> Rollouts` and
-`sync_weights(model)`. The server implementation sends each request's prompt ids, seed and
-sampling settings (n = num_samples) and fills a `Rollouts` from the responses: token ids,
-per-row `params` (temperature and min_new_tokens are needed to rescore), stop-head decisions
-(the served model must run the stop head at frame boundaries with the audio-only head of
-rumik_app.model.lm.AudioHead; a server that cannot returns an all-False stop_mask, and then
-only `</audio>` carries the duration stream and the stop head is not trained), and codes
-parsed with `TokenLayout.parse`. The server's log-probs do not enter the loss (it rescores
-every action here); their gap to the trainer's is logged as
-`sampling/sampling_logp_difference/{mean,max}`, so numerics that drift apart (which make the
-samples slightly off-policy) are visible. After every optimiser step the trainer calls
-`sync_weights`: the implementation broadcasts the updated (LoRA: merged) weights to the
-server over NCCL or its weight-update endpoint before the next batch is sampled.
+Mismatch. The sampler's log-probs do not enter the loss as log pi: the trainer rescores every
+action with its own weights (log pi_old, for the gradient) and weights each action's clipped
+term by min(pi_old / pi_sampler, `rollout.importance_sampling_cap`) (training.grpo.mismatch;
+docs/ARCHITECTURE.md §7). Every step logs TRL's `sampling/sampling_logp_difference/{mean,max}`
+and `sampling/importance_sampling_ratio/{min,mean,max}` over the actions whose sampler
+log-prob is known, so numerics that drift apart, or a sync that did not happen, show. Another
+server (SGLang, TensorRT-LLM) plugs in the same way behind `RolloutSource`: it must return
+per-row `params`, the stop decisions (the stop head at frame boundaries with the audio-only
+head of rumik_app.model.lm.AudioHead; without it, an all-False stop_mask) and codes parsed
+with `TokenLayout.parse`, and take the weights in `sync_weights`.
 
 Reproducibility: prompts and sampling seeds are functions of (seed, step), so two runs with
-one config match bit for bit on CPU; on CUDA set `deterministic = true` for torch's
+one config match bit for bit on CPU with the engine backend; on CUDA set `deterministic = true` for torch's
 deterministic kernels (see training.sft.trainer's docstring for what that does and does not cover).
+With vLLM rollouts, see docs/ARCHITECTURE.md §7 for what repeats.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.loss import (
     action_columns, clipped_objective, concat_actions, group_advantages, nan_stats, route_advantages,
     routing_matrix,
+)
+from training.grpo.mismatch import (
+    empty_sums, merge_sums, mismatch_metrics, mismatch_sums, reduce_sums, sampler_logps, truncated_is_weights,
 )
 from training.grpo.policy import PolicyScorer, ScoringBatch
 from training.grpo.rollout import RolloutSource, RolloutTrainer
@@ -165,15 +170,19 @@ class GRPOTrainer(RolloutTrainer):
                 return self.acc.unwrap_model(self.scorer)(batch)
         return self.reference(batch) if self.reference is not None else None
 
-    @staticmethod
-    def _sampling_gap(stats: dict, recomputed: torch.Tensor, sampled: torch.Tensor, mask: torch.Tensor) -> None:
-        """Monitor |log pi_trainer - log pi_sampler| over tokens (numerics of the two code paths)."""
-        gap = (recomputed - sampled).abs() * mask
-        stats["logp_gap_sum"] += float(gap.sum())
-        stats["logp_gap_max"] = max(stats["logp_gap_max"], float(gap.max()) if gap.numel() else 0.0)
+    def _importance_weights(self, old: torch.Tensor, r: Rollouts, rows: list[int], b: ScoringBatch,
+                            stats: dict) -> torch.Tensor:
+        """Truncated importance weights [b, n + f] of one micro-batch's actions (training.grpo.mismatch),
+        pooling the step's mismatch sums into `stats["mismatch"]`."""
+        sampled, known = sampler_logps(r, rows, b.tokens.shape[1], b.stop_mask.shape[1])
+        sampled, known = sampled.to(old.device), known.to(old.device)
+        w = truncated_is_weights(old, sampled, known, self.cfg.rollout.importance_sampling_cap)
+        stats["mismatch"] = merge_sums(stats["mismatch"], mismatch_sums(old, sampled, known, w))
+        return w
 
-    def update(self, rb: RolloutBatch) -> dict[str, float]:
-        """`num_iterations` optimiser steps on one rollout batch; returns summed statistics."""
+    def update(self, rb: RolloutBatch) -> dict[str, Any]:
+        """`num_iterations` optimiser steps on one rollout batch, then the weight sync (vLLM reads
+        them at the next rollouts); returns summed statistics, `mismatch` sums and the sync's numbers."""
         cfg, acc, r = self.cfg, self.acc, rb.rollouts
         dev = acc.device
         q = self.layout.num_quantizers
@@ -189,10 +198,10 @@ class GRPOTrainer(RolloutTrainer):
             refs = [self._reference_logps(b) for b in batches]
             olds = [unwrapped(b) for b in batches] if cfg.loss.num_iterations > 1 else None
         eps_high = cfg.loss.epsilon_high if cfg.loss.epsilon_high is not None else cfg.loss.epsilon
-        keys = ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum", "grad_norm",
-                "logp_gap_sum", "logp_gap_max")
-        stats = dict.fromkeys(keys, 0.0)
-        stats["learning_rate"] = self.scheduler.get_last_lr()[0]
+        keys = ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum", "grad_norm")
+        stats: dict[str, Any] = dict.fromkeys(keys, 0.0)
+        stats["learning_rate"], stats["mismatch"] = self.scheduler.get_last_lr()[0], empty_sums()
+        weights: list[torch.Tensor | None] = [None] * len(batches)  # per micro-batch, from the old policy
         for it in range(cfg.loss.num_iterations):
             if cfg.activation_checkpointing:
                 self.model.train()
@@ -200,15 +209,15 @@ class GRPOTrainer(RolloutTrainer):
                 sync = nullcontext() if k == len(batches) - 1 else acc.no_sync(self.scorer)
                 with sync:
                     tok, stop = self.scorer(b)
-                    if it == 0:
-                        self._sampling_gap(stats, tok.detach().cpu(), r.log_probs[micro[k], : tok.shape[1]],
-                                           b.token_mask.cpu())
                     logp = concat_actions(tok, stop)
                     old = concat_actions(*olds[k]) if olds is not None else logp.detach()
+                    if weights[k] is None:
+                        weights[k] = self._importance_weights(old, r, micro[k], b, stats)
                     ref = concat_actions(*refs[k]) if refs[k] is not None else None
                     mask = concat_actions(b.token_mask, b.stop_mask).bool()
-                    out = clipped_objective(logp, old, ref, advs[k], mask, total, cfg.loss.epsilon, eps_high,
-                                            cfg.loss.beta)
+                    # w * min(rho A, clip(rho) A) = min(rho wA, clip(rho) wA) for w > 0 (training.grpo.mismatch)
+                    out = clipped_objective(logp, old, ref, advs[k] * weights[k], mask, total, cfg.loss.epsilon,
+                                            eps_high, cfg.loss.beta)
                     acc.backward(out.loss * acc.num_processes)
                 stats["loss"] += float(out.loss.detach()) / cfg.loss.num_iterations
                 for key in ("count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum"):
@@ -218,11 +227,11 @@ class GRPOTrainer(RolloutTrainer):
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
-        self.source.sync_weights(self.model)
+        stats.update(self.source.sync_weights(self.model))  # vLLM: push what the steps changed
         return stats
 
     # ------------------------------------------------------------------ logging
-    def metrics(self, rb: RolloutBatch, stats: dict[str, float], timings: dict[str, float]) -> dict[str, Any]:
+    def metrics(self, rb: RolloutBatch, stats: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
         """One log line: gathered over processes, TRL's metric names where they exist."""
         acc, r, dev = self.acc, rb.rollouts, self.acc.device
         rewards = acc.gather(rb.rewards.to(dev)).cpu()
@@ -233,10 +242,11 @@ class GRPOTrainer(RolloutTrainer):
                                for f in r.finish_reasons], dtype=torch.float64)
         finish = acc.gather(finish.to(dev)).cpu()
         sums = torch.tensor([stats[k] for k in ("loss", "count", "kl_sum", "low_clip_sum", "high_clip_sum",
-                                                "region_clip_sum", "logp_gap_sum")], dtype=torch.float64, device=dev)
-        loss, count, kl, low, high, region, gap = acc.reduce(sums, "sum").cpu().tolist()
-        gap_max = float(acc.reduce(torch.tensor([stats["logp_gap_max"]], device=dev), "max").item())
-        n_tokens = float(acc.reduce(r.token_mask.sum().double().reshape(1).to(dev), "sum").item())
+                                                "region_clip_sum")], dtype=torch.float64, device=dev)
+        loss, count, kl, low, high, region = acc.reduce(sums, "sum").cpu().tolist()
+        mismatch = reduce_sums(acc, stats["mismatch"])
+        sync_seconds, sync_mb = acc.reduce(torch.tensor([stats.get("sync_seconds", 0.0), stats.get(
+            "sync_megabytes", 0.0)], dtype=torch.float64, device=dev), "max").cpu().tolist()
         local_clip = torch.tensor([[stats["low_clip_sum"], stats["high_clip_sum"]]], dtype=torch.float64,
                                   device=dev) / max(stats["count"], 1.0)
         local_clip = acc.gather(local_clip).cpu()
@@ -259,8 +269,7 @@ class GRPOTrainer(RolloutTrainer):
             "completions/mean_seconds": float(seconds.mean()),
             "completions/stop_head_ratio": float(finish[:, 1].mean()),
             "completions/end_token_ratio": float(finish[:, 2].mean()),
-            "sampling/sampling_logp_difference/mean": gap / max(n_tokens, 1.0),
-            "sampling/sampling_logp_difference/max": gap_max,
+            **mismatch_metrics(mismatch), "sync_seconds": sync_seconds, "sync_megabytes": sync_mb,
             "loss": loss, "learning_rate": stats["learning_rate"], "grad_norm": stats["grad_norm"],
             "num_actions": count, **{f"time/{k}": v for k, v in timings.items()},
         })

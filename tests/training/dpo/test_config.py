@@ -21,7 +21,7 @@ def test_shipped_configs_load_and_validate():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("rollout.backend=vllm", r"rollout.backend = 'vllm' is not available yet \(issue 27.*use rollout.backend = \"engine\""),
+    ("rollout.vllm_gpu_memory_utilization=0", r"rollout.vllm_gpu_memory_utilization must be in \(0, 1\]"),
     ("rollout.backend=sglang", "rollout.backend must be one of"),
     ("loss.loss_type=kto", "loss.loss_type must be one of"),
     ("loss.routing=diagonal", "loss.routing must be one of"),

@@ -206,7 +206,9 @@ def test_config_validation(tiny_checkpoint, tmp_path):
                               ("rollout.prompts_per_step=3", "multiple"),
                               ("rollout.temperature=0", "temperature"),
                               ("loss.routing=diagonal", "routing"),
-                              ("rollout.stop_mode=maybe", "stop_mode")):
+                              ("rollout.stop_mode=maybe", "stop_mode"),
+                              ("rollout.importance_sampling_cap=0.5", "importance_sampling_cap must be >= 1"),
+                              ("rollout.backend=sglang", "rollout.backend must be one of")):
         bad = _cfg(tiny_checkpoint, tmp_path, override)
         with pytest.raises(ConfigError, match=message):
             bad.validate(2)
