@@ -27,7 +27,7 @@ def reference_generate(engine, prompt_ids: list[int], new_tokens: int, seed: int
     cache, generated = None, []
     for step in range(new_tokens):
         out = model(input_ids=input_ids, cache=cache, use_cache=True, output_hidden_states=True)
-        cache = out.cache
+        cache = getattr(out, "cache", None) or out.past_key_values  # transformers 5.20+ | 5.19 (vLLM's)
         logits = out.logits[:, -1, :].float()  # [1, vocab]: every row of the tied embedding
         mask = torch.full_like(logits, float("-inf"))  # rebuilt every step, as published
         mask[:, lay.first_unit_id : lay.last_unit_id + 1] = 0

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Every GPU speed goal of the project in one unattended run (about 8 minutes on one GPU).
+#
+#   benchmarks/gpu_suite.sh                       # on a GPU machine, from the repository root
+#   benchmarks/gpu_suite.sh --out results/gpu     # where the tables go (default gpu-suite-DATE)
+#   benchmarks/gpu_suite.sh --smoke               # CPU dry run of every step, tiny sizes (CI runs it)
+#   PYTHON=.venv-vllm/bin/python benchmarks/gpu_suite.sh   # the interpreter (default: .venv-vllm, it has both backends)
+#
+# In order, each under its own time limit so one slow or failing step never loses the rest:
+#   1. gpu_speed.py      decode speed at the published size: bf16, then int8, int4 and nf4 weights
+#                        (README "Speed"; goals: batch 1 >= 500 tokens/s, TTFA <= 150 ms, batch 32 >= 50x)
+#   2. serve_load.py     the speech server, engine vs vLLM backend, concurrency 1/16/64, on a
+#                        real-width random checkpoint built here (goal: vLLM >= 3x the engine at 64)
+#   3. grpo_rollouts.py  GRPO rollouts on both backends and vLLM's weight sync per step
+# Each writes OUT/<step>.md (its table, as the script prints it) and OUT/<step>.json; OUT/README.md
+# lists every step with its exit status and time. Random weights only: nothing is downloaded.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+SMOKE=0
+OUT="gpu-suite-$(date +%Y%m%d-%H%M%S)"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) SMOKE=1 ;;
+    --out) OUT="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "gpu_suite.sh: unknown option $1 (use --smoke, --out DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+PYTHON="${PYTHON:-.venv-vllm/bin/python}"
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  echo "gpu_suite.sh: $PYTHON cannot import torch; run ./setup.sh --vllm first, or set PYTHON" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+SUMMARY="$OUT/README.md"
+printf '# GPU suite %s\n\n%s\n\n| step | status | seconds | table |\n|---|---|---:|---|\n' \
+  "$(date -u +%Y-%m-%dT%H:%MZ)" "$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU: the CPU")')" > "$SUMMARY"
+
+# run NAME LIMIT_S COMMAND...: the command's stdout to OUT/NAME.md, a row in the summary.
+run() {
+  local name="$1" limit="$2"; shift 2
+  local start=$SECONDS
+  echo "== $name (at most ${limit} s)"
+  timeout --kill-after=20 "$limit" "$@" > "$OUT/$name.md" 2> "$OUT/$name.log"
+  local rc=$?
+  local status="ok"
+  [ $rc -eq 124 ] && status="timed out after ${limit} s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && status="failed (exit $rc; see $name.log)"
+  echo "| $name | $status | $((SECONDS - start)) | [$name.md]($name.md) |" >> "$SUMMARY"
+  tail -n 3 "$OUT/$name.md"
+}
+
+if [ "$SMOKE" = 1 ]; then
+  SPEED=(--smoke --device cpu); QUANTS="none int8"; CKPT_ARGS="tiny64 2"
+  LOAD=(--concurrency 1,2 --rounds 1 --max-seconds 0.3 --max-batch 2)
+  GRPO=(--prompts 2 --generations 2 --new-tokens 32 --steps 1)
+  LIMIT_SPEED=300; LIMIT_LOAD=600; LIMIT_GRPO=600
+else
+  SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"
+  LOAD=(--concurrency 1,16,64 --rounds 1 --max-seconds 2 --max-batch 64 --server-arg=--gpu-memory-utilization=0.45)
+  GRPO=(--preset real-width --layers 12 --new-tokens 512 --steps 2 --gpu-memory-utilization 0.4)
+  LIMIT_SPEED=120; LIMIT_LOAD=150; LIMIT_GRPO=120
+fi
+
+for q in $QUANTS; do
+  if [ "$q" = none ]; then
+    run gpu_speed "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --json "$OUT/gpu_speed.json"
+  else
+    run "gpu_speed_$q" "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --quantize "$q" \
+      --json "$OUT/gpu_speed_$q.json"
+  fi
+done
+
+CKPT="$("$PYTHON" -c "import sys; from benchmarks.backend_throughput import build_checkpoint; \
+print(build_checkpoint(sys.argv[1], int(sys.argv[2])))" $CKPT_ARGS 2>> "$OUT/checkpoint.log" | tail -n 1)"
+run serve_load "$LIMIT_LOAD" "$PYTHON" benchmarks/serve_load.py --spawn engine,vllm --checkpoint "$CKPT" \
+  --server-python "$PYTHON" "${LOAD[@]}" --json "$OUT/serve_load.json"
+run grpo_rollouts "$LIMIT_GRPO" "$PYTHON" benchmarks/grpo_rollouts.py "${GRPO[@]}" --json "$OUT/grpo_rollouts.json"
+
+echo "gpu_suite.sh: tables in $OUT (summary: $SUMMARY)"
+cat "$SUMMARY"
+! grep -q -E '\| (failed|timed out)' "$SUMMARY"  # exit status 1 if any step did not finish
