@@ -3,6 +3,7 @@
     python benchmarks/gpu_speed.py                          # CUDA, real width, 36 layers, bf16 (~5 min)
     python benchmarks/gpu_speed.py --no-compile             # the fast path without CUDA graphs
     python benchmarks/gpu_speed.py --smoke --device cpu     # a seconds-long dry run of every section
+    python benchmarks/gpu_speed.py --quantize int4          # the same table on int8 / int4 / nf4 weights
 
 Builds the network on the device with random weights (no download, no 6.8 GB file): the
 published config (hidden 2048, 16/4 heads x 128, FFN 11008, 36 layers 3 sliding : 1 full,
@@ -16,7 +17,9 @@ real id layout from a tiny checkpoint. Then, in one run:
   batch 8/32  throughput in seconds of audio per wall second
 
 Goals on an H200: batch 1 >= 500 tokens/s (RTF <= 0.2), time to first audio <= 150 ms,
-batch 32 >= 50x real time. Every section catches its own failure and reports it, so one
+batch 32 >= 50x real time. `--quantize int8|int4|nf4` quantises the body's linears after building
+(`rumik_app.model.quantize`; the fast path, the reference and the published loop all read the
+quantised weights) and puts the weight bytes before and after in the header. Every section catches its own failure and reports it, so one
 problem never loses the rest of the table. Results also go to `--json`.
 """
 
@@ -36,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint.load import auto_dtype, cache_root, load_tokenizer  # noqa: E402
-from rumik_app.cli_args import add_engine_arguments  # noqa: E402
+from rumik_app.cli_args import QuantizeError, add_engine_arguments  # noqa: E402
+from rumik_app.model.quantize import check_ready, quantize_model  # noqa: E402
 from rumik_app.model.codec import MimiCodec  # noqa: E402
 from rumik_app.model.config import RumikOSSConfig  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
@@ -129,6 +133,10 @@ def main(argv: list[str] | None = None) -> dict:
         print("unmeasured: no CUDA device here (use --smoke --device cpu for a dry run)")
         return {"error": "no CUDA device"}
     dtype = auto_dtype(device, args.dtype)
+    try:
+        check_ready(args.quantize, device, dtype)  # a missing torchao / bitsandbytes: before building 7 GB
+    except QuantizeError as exc:
+        parser.error(str(exc))
     tokens = 24 if args.smoke else args.tokens
     published_tokens = 16 if args.smoke else args.published_tokens
     batches = [int(b) for b in args.batches.split(",") if b]
@@ -136,9 +144,11 @@ def main(argv: list[str] | None = None) -> dict:
     engine = build_engine(device, dtype, SMOKE if args.smoke else REAL, args.compile, real_codec=not args.smoke)
     lm = engine.config.lm
     params = sum(p.numel() for p in engine.model.parameters())
+    weights = quantize_model(engine.model, args.quantize, device).describe()
     results: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                      "dtype": str(dtype), "layers": lm.num_hidden_layers, "hidden": lm.hidden_size,
-                     "parameters": params, "compile": args.compile, "tokens": tokens}
+                     "parameters": params, "compile": args.compile, "tokens": tokens,
+                     "quantize": args.quantize, "weights": weights}
     print(f"built {params / 1e9:.2f} B parameters on {results['device']} in {time.perf_counter() - start:.0f} s",
           flush=True)
     reference = TTSEngine(engine.model, engine.tokenizer, engine.codec, engine.config, engine.checkpoint_dir,
@@ -197,7 +207,7 @@ def print_table(results: dict, batches: list[int]) -> None:
         return value.get(key, "failed") if isinstance(value, dict) else value
 
     print(f"\n{results['device']}, {results['dtype']}, {results['layers']} layers x {results['hidden']}, "
-          f"compile={results['compile']}")
+          f"compile={results['compile']}, quantize={results['quantize']}: {results['weights']}")
     print("| measure | fast path | eager reference | published loop | goal |")
     print("|---|---|---|---|---|")
     print(f"| batch 1 tokens/s | {get('batch1_fast', 'tokens_per_s')} | {get('batch1_reference_eager', 'tokens_per_s')} "

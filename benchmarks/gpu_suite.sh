@@ -65,7 +65,21 @@ else
   LIMIT_SPEED=120; LIMIT_LOAD=150; LIMIT_GRPO=120
 fi
 
+# kernel_package MODE: the package a quantize mode's CUDA kernel needs (requirements-cuda.txt), if any.
+kernel_package() {
+  case "$1" in
+    int4) echo torchao ;;
+    int8) [ "$SMOKE" = 1 ] || echo torchao ;;  # on the CPU int8 is aten's own kernel
+    nf4) echo bitsandbytes ;;
+  esac
+}
+
 for q in $QUANTS; do
+  pkg="$(kernel_package "$q")"
+  if [ -n "$pkg" ] && ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$pkg') is None)"; then
+    echo "| gpu_speed_$q | skipped: $pkg is not installed (pip install -r requirements-cuda.txt) | 0 | |" >> "$SUMMARY"
+    continue
+  fi
   if [ "$q" = none ]; then
     run gpu_speed "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --json "$OUT/gpu_speed.json"
   else

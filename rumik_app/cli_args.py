@@ -1,7 +1,7 @@
 """The engine-load flags, defined once for every entry point that loads the model.
 
     parser = argparse.ArgumentParser()
-    add_engine_arguments(parser)                  # --device --dtype --compile --backend + vLLM's flags
+    add_engine_arguments(parser)                  # --device --dtype --compile --quantize --backend + vLLM's
     args = parser.parse_args()
     engine = load_engine(args.model, **engine_options(parser, args))   # rumik_app.engine.loading
 
@@ -11,6 +11,10 @@ on vLLM (`rumik_app.engine.vllm`; run from the vLLM environment, `./setup.sh --v
 the benchmarks use these flags; an entry point with other defaults (a GPU benchmark) sets
 them with `parser.set_defaults`. Torch-free, so CLIs parse their arguments before loading
 anything heavy.
+
+`--quantize` (`quantize=` of `load_engine`) has its one home here: `QUANTIZE_MODES`, where
+each runs (`QUANTIZE_SUPPORT`) and `check_quantize`, the one message for a mode that a
+backend or device lacks; `rumik_app.model.quantize` does the work (docs/ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations
@@ -18,18 +22,64 @@ from __future__ import annotations
 import argparse
 import os
 
+from rumik_app.errors import CheckpointError
+
 BACKENDS = ("engine", "vllm")
 # vLLM's own engine options, as `load_engine(backend="vllm")` keywords and --kebab-case flags.
 VLLM_OPTIONS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
                 "distributed_executor_backend", "gpu_memory_utilization")
-LOAD_OPTIONS = ("device", "dtype", "compile")
+LOAD_OPTIONS = ("device", "dtype", "compile", "quantize")
+# Weight quantisation at load: int8 weight-only (CPU: aten's int8 GEMV; CUDA: torchao), int4
+# (torchao, CUDA), nf4 (bitsandbytes, CUDA); fp8 is vLLM's own online quantisation.
+QUANTIZE_MODES = ("int8", "int4", "nf4", "fp8")
+QUANTIZE_SUPPORT = {("engine", "cpu"): ("int8",), ("engine", "cuda"): ("int8", "int4", "nf4"),
+                    ("vllm", "cuda"): ("fp8",), ("vllm", "cpu"): ()}
+QUANTIZE_HELP = ("quantise the body's weights at load: int8 (CPU and CUDA), int4 / nf4 (CUDA), fp8 (--backend "
+                 "vllm, CUDA); the stop head, norms and embedding stay unquantised (default: none)")
+
+
+class QuantizeError(CheckpointError, ValueError):
+    """A `quantize` mode this backend or device does not have; the message names one that works."""
+
+
+def check_quantize(quantize: str | None, backend: str = "engine", device_type: str = "cpu") -> str | None:
+    """`quantize` if `backend` on `device_type` ("cpu", "cuda", ...) has it, else QuantizeError
+    naming what works there. None (no quantisation) always passes."""
+    if quantize is None:
+        return None
+    if quantize not in QUANTIZE_MODES:
+        raise QuantizeError(f"Unknown quantize mode {quantize!r}; use one of: {', '.join(QUANTIZE_MODES)}.")
+    place = "cuda" if device_type == "cuda" else "cpu"
+    if quantize in QUANTIZE_SUPPORT[backend, place]:
+        return quantize
+    raise QuantizeError(_unsupported(quantize, backend, place))
+
+
+def _unsupported(quantize: str, backend: str, place: str) -> str:
+    """The one message for `quantize` missing on (backend, place), with the fix."""
+    if backend == "vllm":
+        why = {"int8": "vLLM 0.32 quantises dense layers at load only to fp8 (its int8_per_channel_weight_only "
+                       "covers MoE experts, not this model's linears)",
+               "int4": "vLLM runs int4 only from a checkpoint quantised beforehand (GPTQ/AWQ)",
+               "nf4": "vLLM 0.32 has no bitsandbytes quantisation",
+               "fp8": "vLLM's fp8 needs a CUDA GPU"}[quantize]
+        return (f"quantize={quantize!r} is not available on the vLLM backend: {why}. Use quantize='fp8' "
+                "(--quantize fp8) with vLLM on a GPU, or the engine backend: --backend engine --quantize int8 "
+                "(CPU or CUDA), int4 or nf4 (CUDA).")
+    if quantize == "fp8":
+        return ("quantize='fp8' is vLLM's own quantisation (--backend vllm --quantize fp8, on a GPU); the engine "
+                "backend quantises to int8 (CPU and CUDA), int4 or nf4 (CUDA).")
+    return (f"quantize={quantize!r} needs a CUDA GPU; on CPU use quantize='int8' (--quantize int8), which "
+            "stores the body's weights in a quarter of float32's bytes.")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) -> None:
-    """--device, --dtype, --compile/--no-compile, and (backend=True) --backend with vLLM's flags."""
+    """--device, --dtype, --compile/--no-compile, --quantize, and (backend=True) --backend with vLLM's flags."""
     group = parser.add_argument_group("model loading")
     group.add_argument("--device", default=None, help="cuda | cpu | cuda:1 ... (default: CUDA if available)")
-    group.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA, fp32 on CPU)")
+    group.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16 on CUDA and on CPUs with "
+                                                     "native bf16, AVX512-BF16 or AMX; fp32 on other CPUs)")
+    group.add_argument("--quantize", choices=QUANTIZE_MODES, default=None, help=QUANTIZE_HELP)
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                        help="compile the decode step at load (CUDA graphs on CUDA; default: on for CUDA, off for "
                             "CPU); vllm: torch.compile + CUDA graphs, --no-compile = vLLM's enforce_eager")
@@ -52,7 +102,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     """Keyword arguments for `load_engine(model, **kwargs)` from parsed flags: backend (when the
-    parser has it), device/dtype/compile when given, and vLLM's options when given.
+    parser has it), device/dtype/compile/quantize when given, and vLLM's options when given.
     ValueError when vLLM options come with the engine backend."""
     backend = getattr(args, "backend", "engine")
     vllm = {name: getattr(args, name) for name in VLLM_OPTIONS if getattr(args, name, None) is not None}

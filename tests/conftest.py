@@ -16,6 +16,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("RUMIK_CACHE", tempfile.mkdtemp(prefix="rumik-test-cache-"))
+# CPU loads default to bf16 on CPUs with native bf16 (rumik_app.checkpoint.load.choose_dtype):
+# the suite's exact oracles are fp32 on every machine, in-process and in the servers it spawns.
+# tests/rumik_app/test_quantize.py unpins it to test the machine-dependent default itself.
+os.environ.setdefault("RUMIK_CPU_DTYPE", "fp32")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -78,3 +82,17 @@ def hub_downloads(monkeypatch) -> list[dict]:
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", recording)
     return calls
+
+
+# The published width (hidden 2048, 16/4 heads x 128, FFN 11008) at 2 layers and the tiny
+# vocabulary: real kernel shapes for quantisation tests, ~0.4 GB on disk, ~0.8 GB in float32.
+REAL_WIDTH_LAYERS = 2
+
+
+@pytest.fixture(scope="session")
+def real_width_checkpoint(tmp_path_factory) -> "os.PathLike":
+    """A random checkpoint of the published width at REAL_WIDTH_LAYERS layers, tiny vocabulary."""
+    from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
+
+    spec = TinySpec(hidden=2048, layers=REAL_WIDTH_LAYERS, heads=16, kv_heads=4, ffn=11008, logit_scale=0.125)
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("real-width") / "rumik-oss-1-real-width", spec)

@@ -159,17 +159,50 @@ def auto_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def auto_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
-    """Explicit dtype, else bf16 on CUDA, float32 elsewhere."""
+DTYPE_NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+               "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+# CPU features (torch.cpu.get_capabilities() names) that make bf16 matmuls native. There bf16
+# halves the bytes a memory-bound decode reads; elsewhere bf16 is emulated, slower than fp32.
+NATIVE_BF16_CPU_FEATURES = ("avx512_bf16", "amx_bf16")
+# The CPU default without asking torch (fp32 | bf16), for a whole deployment or test run
+# (tests/conftest.py pins fp32, so a run's exact oracles do not depend on the machine's CPU).
+CPU_DTYPE_ENV = "RUMIK_CPU_DTYPE"
+
+
+def cpu_native_bf16() -> str | None:
+    """The feature of this CPU that runs bf16 natively ("avx512_bf16", "amx_bf16"), or None."""
+    capabilities = torch.cpu.get_capabilities()
+    return next((name for name in NATIVE_BF16_CPU_FEATURES if capabilities.get(name)), None)
+
+
+def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> tuple[torch.dtype, str]:
+    """(dtype, why) for the load log: an explicit dtype, else bf16 on CUDA; on CPU the
+    RUMIK_CPU_DTYPE environment variable when set, else bf16 where the CPU has native bf16
+    (AVX512-BF16 or AMX), else float32. CheckpointError for an unknown name."""
     if isinstance(dtype, torch.dtype):
-        return dtype
+        return dtype, "as asked"
     if dtype:
-        names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                 "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
-        if dtype not in names:
-            raise CheckpointError(f"Unknown dtype {dtype!r}; use one of {', '.join(names)}.")
-        return names[dtype]
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if dtype not in DTYPE_NAMES:
+            raise CheckpointError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPE_NAMES)}.")
+        return DTYPE_NAMES[dtype], "as asked"
+    if device.type == "cuda":
+        return torch.bfloat16, "the CUDA default"
+    if device.type != "cpu":
+        return torch.float32, f"the default on {device.type}"
+    pinned = os.environ.get(CPU_DTYPE_ENV)
+    if pinned:
+        if pinned not in DTYPE_NAMES:
+            raise CheckpointError(f"{CPU_DTYPE_ENV}={pinned!r} is not a dtype; use fp32 or bf16, or unset it.")
+        return DTYPE_NAMES[pinned], f"{CPU_DTYPE_ENV}={pinned}"
+    feature = cpu_native_bf16()
+    if feature:
+        return torch.bfloat16, f"this CPU has native bf16 ({feature}); --dtype fp32 for float32"
+    return torch.float32, "this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is slower; --dtype overrides"
+
+
+def auto_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    """Explicit dtype, else bf16 on CUDA and on CPUs with native bf16, float32 elsewhere (`choose_dtype`)."""
+    return choose_dtype(device, dtype)[0]
 
 
 def load_model(path: Path, config: RumikOSSConfig, device: torch.device, dtype: torch.dtype):

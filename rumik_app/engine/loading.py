@@ -25,7 +25,8 @@ def check_backend(backend: str) -> str:
 def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", **options) -> BaseEngine:
     """Load `model` (a folder, a hub id or "tiny") on `backend`; never runs remote code.
 
-    options: device, dtype, compile, and for "engine" restrict_phase, decoder
+    options: device, dtype, compile, quantize (int8/int4/nf4 on "engine", fp8 on "vllm";
+    `rumik_app.cli_args.check_quantize`), and for "engine" restrict_phase, decoder
     (`TTSEngine.from_pretrained`); for "vllm" also tensor_parallel_size, data_parallel_size,
     gpu_memory_utilization, max_num_seqs and other vLLM engine arguments
     (`VLLMEngine.from_pretrained`). Raises CheckpointError with the fix in the message, and

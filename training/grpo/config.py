@@ -169,7 +169,7 @@ def default_rewards() -> list[RewardSpec]:
 class PolicyRunConfig(RunConfig):
     """What every run that samples and scores its own policy has (GRPO, DPO).
 
-    device/dtype: None = auto (CUDA bf16, else CPU float32); prompt_sets and
+    device/dtype: None = auto (CUDA bf16, else CPU float32 on any CPU); prompt_sets and
     language_weights: what is sampled (training.grpo.prompts); rollout: how; rewards: the
     reward streams (training.grpo.rewards); lora: adapters instead of full weights;
     micro_batch_size: rows per forward/backward.

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rumik_app.decode.rollouts import Rollouts
+from rumik_app.errors import ConfigError
 from rumik_app.decode.sampling import scoring_temperature
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.tokens import TokenLayout
@@ -198,9 +199,16 @@ def apply_lora(model: nn.Module, r: int, alpha: int, dropout: float, target_modu
 
     The base model object keeps working (the engine samples through it, adapters active);
     `peft_model.disable_adapter()` gives the reference policy without a copy. The stop head
-    is fully trainable when `train_stop_head` (peft `modules_to_save`).
+    is fully trainable when `train_stop_head` (peft `modules_to_save`). LoRA trains on the
+    unquantised weights the trainers load; a quantised model (`quantize=`) is a ConfigError.
     """
     from peft import LoraConfig, get_peft_model
+
+    from rumik_app.model.quantize import has_quantized_linears
+
+    if has_quantized_linears(model):
+        raise ConfigError("LoRA trains on unquantised weights, and this model was loaded with quantize=...: load it "
+                          "without quantize (the trainers' own engines never quantise).")
 
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
                         modules_to_save=["stop_predictor"] if train_stop_head else None)

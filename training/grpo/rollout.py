@@ -98,6 +98,13 @@ class ScoredRollouts:
     rewards: torch.Tensor
 
 
+def training_dtype(device: str | torch.device, dtype: str | None) -> str:
+    """`dtype`, else bf16 on CUDA and float32 on any CPU: training keeps float32 on CPUs even
+    where inference defaults to bf16 (native bf16 CPUs, `checkpoint.load.choose_dtype`), as
+    the published trainers and their exact CPU oracles assume."""
+    return dtype or ("bfloat16" if torch.device(device).type == "cuda" else "float32")
+
+
 class RolloutTrainer(Trainer):
     """A Trainer whose data is its own policy's rollouts (module docstring). config_dir: where
     relative prompt-set paths are looked up first; source: a RolloutSource instead of the
@@ -106,7 +113,8 @@ class RolloutTrainer(Trainer):
     def __init__(self, cfg: PolicyRunConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | Callable[["RolloutTrainer"], RolloutSource] | None = None):
         super().__init__(cfg, accelerator, config_dir)
-        self.engine = TTSEngine.from_pretrained(cfg.model, device=cfg.device or self.acc.device, dtype=cfg.dtype,
+        device = cfg.device or self.acc.device
+        self.engine = TTSEngine.from_pretrained(cfg.model, device=device, dtype=training_dtype(device, cfg.dtype),
                                                 restrict_phase=cfg.rollout.restrict_phase)
         self.layout, self.model = self.engine.layout, self.engine.model
         restrict = cfg.rollout.restrict_phase
