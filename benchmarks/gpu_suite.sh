@@ -55,11 +55,12 @@ run() {
 
 if [ "$SMOKE" = 1 ]; then
   SPEED=(--smoke --device cpu); QUANTS="none int8"; CKPT_ARGS="tiny64 2"
+  QUANT_SPEED=(--no-compile)  # the compiled path is dry-run by the first step; compiling again costs a minute
   LOAD=(--concurrency 1,2 --rounds 1 --max-seconds 0.3 --max-batch 2)
   GRPO=(--prompts 2 --generations 2 --new-tokens 32 --steps 1)
   LIMIT_SPEED=300; LIMIT_LOAD=600; LIMIT_GRPO=600
 else
-  SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"
+  SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"; QUANT_SPEED=()
   LOAD=(--concurrency 1,16,64 --rounds 1 --max-seconds 2 --max-batch 64 --server-arg=--gpu-memory-utilization=0.45)
   GRPO=(--preset real-width --layers 12 --new-tokens 512 --steps 2 --gpu-memory-utilization 0.4)
   LIMIT_SPEED=120; LIMIT_LOAD=150; LIMIT_GRPO=120
@@ -83,7 +84,7 @@ for q in $QUANTS; do
   if [ "$q" = none ]; then
     run gpu_speed "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --json "$OUT/gpu_speed.json"
   else
-    run "gpu_speed_$q" "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --quantize "$q" \
+    run "gpu_speed_$q" "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" "${QUANT_SPEED[@]}" --quantize "$q" \
       --json "$OUT/gpu_speed_$q.json"
   fi
 done

@@ -44,8 +44,8 @@ def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float
     pytest.fail(f"app at {url} did not come up within {timeout:.0f} s")
 
 
-def start_app_process(model: str, data_dir: Path, port: int, log_path: Path, *args: str) -> subprocess.Popen:
-    """`python app.py ARGS` as a user runs it (one torch thread, hub offline); output to `log_path`."""
+def start_app_process(model: str, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
+    """`python app.py` as a user runs it (one torch thread, hub offline); output to `log_path`."""
     from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -54,7 +54,7 @@ def start_app_process(model: str, data_dir: Path, port: int, log_path: Path, *ar
         env.pop(secret, None)
     log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([sys.executable, "app.py", "--model", model, "--port", str(port), "--data-dir",
-                             str(data_dir), *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+                             str(data_dir)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="session")

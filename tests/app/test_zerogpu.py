@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 import pytest
+import soundfile as sf
 from gradio_client import Client
 
 from tests.app.conftest import wait_until_up
@@ -143,7 +144,8 @@ def test_zerogpu_quota_refusals_read_as_a_message_that_names_what_still_works(mo
 
 
 def test_the_app_unloads_an_idle_model_and_reloads_it_for_the_next_visitor(tiny_checkpoint, tmp_path):
-    proc, url = _start_app(tmp_path, tiny_checkpoint, {}, "--idle-unload", "0.01")  # 0.6 s
+    # on int8 weights (issue 28, part 1): the app loads, serves and reloads them quantised
+    proc, url = _start_app(tmp_path, tiny_checkpoint, {}, "--idle-unload", "0.01", "--quantize", "int8")  # 0.6 s
     try:
         client = Client(url, verbose=False)
         first = client.predict(text="hi", system="rumik-oss-1", max_seconds=0.5, seed=3, api_name="/synthesize")
@@ -152,5 +154,7 @@ def test_the_app_unloads_an_idle_model_and_reloads_it_for_the_next_visitor(tiny_
         again = client.predict(text="hi", system="rumik-oss-1", max_seconds=0.5, seed=3, api_name="/synthesize")
         assert "reloaded for a visitor" in (tmp_path / "app.log").read_text()
         assert open(first, "rb").read()[44:] == open(again, "rb").read()[44:]  # the same audio after the reload
+        assert sf.info(first).samplerate == 24_000
+        assert (tmp_path / "app.log").read_text().count("int8 (aten _weight_int8pack_mm") >= 2  # load and reload
     finally:
         _stop(proc)

@@ -5,7 +5,7 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_quantize.py -q
 int8 is tested for real on the CPU kernel at the published width (2 layers, tiny vocabulary):
 its bytes, what it keeps unquantised, its logits against fp32 teacher-forced over a greedy
 sequence, the fast path against the reference decoder and compiled against eager, and
-synthesis through the CLI and the server (the app: tests/app/test_quantize_app.py). The CUDA
+synthesis through the CLI and the server (the app: tests/app/test_zerogpu.py, idle unload on int8). The CUDA
 modes (torchao int8/int4, bitsandbytes nf4) need a GPU: here only their refusals on CPU run.
 """
 
