@@ -47,8 +47,10 @@ def server():
     """(base URL, API key) of a running `python -m rumik_app.serve --model tiny`."""
     port = _free_port()
     cache = tempfile.mkdtemp(prefix="rumik-agents-")
+    # RUMIK_CPU_DTYPE: fp32 on any CPU, as the main suite (tests/conftest.py), so audio compared
+    # across requests does not depend on whether this machine's CPU has native bf16.
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RUMIK_CACHE=cache,
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), RUMIK_CPU_DTYPE="fp32")
     log = open(Path(cache) / "server.log", "w+")
     proc = subprocess.Popen([_server_python(), "-m", "rumik_app.serve", "--model", "tiny", "--port", str(port),
                              "--api-key", KEY, "--served-model-name", "rumik-oss-1", "--voice-map", "alloy=Ira,ash=Aisha", "--max-seconds", str(MAX_SECONDS),
