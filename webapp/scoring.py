@@ -276,7 +276,7 @@ class JudgeCatalog:
             while len(self._loaded) >= self.max_loaded:
                 self._free(*self._loaded.popitem(last=False))
             judge = load_asr(key)
-            if key != POCKETSPHINX and zerogpu.on_zero_gpu():  # a neural judge hears clips inside spaces.GPU
+            if key != POCKETSPHINX:  # a neural judge: on a ZeroGPU Space it hears clips inside spaces.GPU
                 judge.transcribe_on_gpu = zerogpu.gpu_task(judge.transcribe, _clip_seconds,
                                                            zerogpu.ASR_GPU_SECONDS_PER_AUDIO_SECOND)
             self._loaded[key] = (judge, threading.Lock())

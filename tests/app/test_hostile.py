@@ -93,9 +93,12 @@ def test_the_judge_cache_is_bounded_and_frees_what_it_evicts(monkeypatch):
     import evaluation.asr
     from webapp.scoring import JudgeCatalog
 
-    class FakeJudge:
+    class FakeJudge:  # the judge interface JudgeCatalog wraps (evaluation.asr)
         def __init__(self, spec):
             self.spec = spec
+
+        def transcribe(self, samples, sample_rate, language=None):
+            return ""
 
     monkeypatch.setattr(evaluation.asr, "load_asr", lambda spec: FakeJudge(spec))
     catalog = JudgeCatalog(["org/a", "org/b", "org/c"], max_loaded=2)
