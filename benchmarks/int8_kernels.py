@@ -51,6 +51,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rumik_app.model.quantize import int8_per_channel  # noqa: E402  (the engine's own quantiser)
+
 HIDDEN, FFN, KV = 2048, 11008, 512
 BLOCKS = {"mlp": [(HIDDEN, FFN), (HIDDEN, FFN), (FFN, HIDDEN)],
           "attention": [(HIDDEN, HIDDEN), (HIDDEN, KV), (HIDDEN, KV), (HIDDEN, HIDDEN)]}
@@ -58,12 +60,6 @@ BLOCKS = {"mlp": [(HIDDEN, FFN), (HIDDEN, FFN), (FFN, HIDDEN)],
 ROTATION_BYTES = 256 * 2**20
 WEIGHT_STD = 0.02  # ~ the init scale of the published model's linears
 SEED = 0
-
-
-def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight [N, K] float -> (int8 [N, K], float32 scales [N]): symmetric, per output channel."""
-    scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-    return torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8), scale.float()
 
 
 # A kernel builder takes an fp32 weight [N, K] and returns (fn: x fp32 [B, K] -> y [B, N], bytes).

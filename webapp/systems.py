@@ -157,7 +157,9 @@ class LoadedSystem:
             freed = engine.unload()
         finally:
             self.lock.release()
-        log.info("%s unloaded after %.0f min idle (%.2f GB of weights freed)", self.label, idle_s / 60, freed / 1e9)
+        from rumik_app.model.quantize import human_bytes  # the engine is loaded: so is torch
+
+        log.info("%s unloaded after %.0f min idle (%s of weights freed)", self.label, idle_s / 60, human_bytes(freed))
         return True
 
 

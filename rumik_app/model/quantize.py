@@ -52,15 +52,12 @@ turns; the CI machine, AMD EPYC with AVX2 only, 2 threads, other jobs sharing it
 from __future__ import annotations
 
 import importlib.util
-import logging
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from rumik_app.cli_args import QuantizeError, check_quantize
-
-log = logging.getLogger(__name__)
 
 BODY_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 INT8_MAX = 127

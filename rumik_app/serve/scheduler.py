@@ -48,6 +48,7 @@ from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_NAMES, RowParams
 from rumik_app.decode.slots import FrameResult, SlotDecoder, cache_length
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
+from rumik_app.model.quantize import human_bytes
 from rumik_app.prompt import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.serve.protocol import (
@@ -377,8 +378,8 @@ class BatchScheduler:
         freed = self.engine.unload()
         self._unload_asked = False
         self._unloaded.set()
-        log.info("speech scheduler: model unloaded after %.0f s idle (%.2f GB of weights freed on %s)", idle,
-                 freed / 1e9, self.engine.device)
+        log.info("speech scheduler: model unloaded after %.0f s idle (%s of weights freed on %s)", idle,
+                 human_bytes(freed), self.engine.device)
 
     def _reload(self) -> None:
         start = time.perf_counter()
