@@ -33,7 +33,8 @@ ZERO_GPU_ENV = "SPACES_ZERO_GPU"
 # yet (RUMIK_ZEROGPU_RATE overrides it). The margin covers moving the weights onto the GPU.
 RATE_ENV = "RUMIK_ZEROGPU_RATE"
 GPU_SECONDS_PER_AUDIO_SECOND = 0.5
-ASR_GPU_SECONDS_PER_AUDIO_SECOND = 0.2  # a Whisper-class judge hearing a clip
+ASR_GPU_SECONDS_PER_AUDIO_SECOND = 0.2  # a Whisper-class judge hearing a clip (RATE_ENV leaves it alone)
+MAX_RATE = 10.0  # a larger rate asks for MAX_DURATION_S for any request longer than 11 s anyway
 DURATION_MARGIN_S = 10.0
 MIN_DURATION_S, MAX_DURATION_S = 10, 120  # ZeroGPU defaults to 60 s; a longer ask waits longer in its queue
 QUOTA_MESSAGE = ("This Space's free GPU time is used up for you for now (ZeroGPU quota). Try again later, pick "
@@ -61,17 +62,36 @@ def engine_options(options: dict) -> dict:
     return {**options, "device": options.get("device") or "cuda", "compile": False}
 
 
-def duration_for(audio_seconds: float, rate: float = GPU_SECONDS_PER_AUDIO_SECOND) -> int:
-    """GPU seconds to ask for: the audio's cost at `rate` plus the margin, within ZeroGPU's bounds."""
-    rate = float(os.environ.get(RATE_ENV, rate))
+def synthesis_rate() -> float:
+    """GPU seconds per second of synthesised audio: RUMIK_ZEROGPU_RATE when set (above 0, at
+    most MAX_RATE), else GPU_SECONDS_PER_AUDIO_SECOND. ValueError naming the variable otherwise."""
+    raw = os.environ.get(RATE_ENV, "").strip()
+    if not raw:
+        return GPU_SECONDS_PER_AUDIO_SECOND
+    try:
+        rate = float(raw)
+    except ValueError:
+        rate = math.nan
+    if not 0 < rate <= MAX_RATE:  # NaN fails too
+        raise ValueError(f"{RATE_ENV}={raw!r} is not a rate: give GPU seconds per second of audio, above 0 and at "
+                         f"most {MAX_RATE:g} (default {GPU_SECONDS_PER_AUDIO_SECOND}), or unset it.")
+    return rate
+
+
+def duration_for(audio_seconds: float, rate: float | None = None) -> int:
+    """GPU seconds to ask for: the audio's cost at `rate` (None: `synthesis_rate()`) plus the
+    margin, within ZeroGPU's bounds."""
+    rate = synthesis_rate() if rate is None else rate
     return int(min(MAX_DURATION_S, max(MIN_DURATION_S, math.ceil(audio_seconds * rate + DURATION_MARGIN_S))))
 
 
-def gpu_task(fn: Callable, audio_seconds: Callable[..., float], rate: float = GPU_SECONDS_PER_AUDIO_SECOND):
+def gpu_task(fn: Callable, audio_seconds: Callable[..., float], rate: float | None = None):
     """`fn` inside `spaces.GPU(duration=...)` on a ZeroGPU Space (else `fn` itself).
-    audio_seconds: called with fn's arguments, the seconds of audio the call may make or hear."""
+    audio_seconds: called with fn's arguments, the seconds of audio the call may make or hear;
+    rate: GPU seconds per audio second (None: synthesis's, `synthesis_rate()`, read once here)."""
     if not on_zero_gpu():
         return fn
+    rate = synthesis_rate() if rate is None else rate
     import spaces
 
     decorated = spaces.GPU(duration=lambda *a, **k: duration_for(audio_seconds(*a, **k), rate))(fn)

@@ -130,6 +130,20 @@ def test_zerogpu_quota_refusals_read_as_a_message_that_names_what_still_works(mo
     assert zerogpu.duration_for(0) == zerogpu.MIN_DURATION_S and zerogpu.duration_for(10_000) == zerogpu.MAX_DURATION_S
 
 
+def test_the_rate_override_is_checked_and_leaves_the_asr_judges_rate_alone(monkeypatch):
+    from webapp import zerogpu
+
+    monkeypatch.setenv(zerogpu.RATE_ENV, "0.25")
+    assert zerogpu.duration_for(40) == 20  # 40 s x 0.25 + 10 s
+    assert zerogpu.duration_for(40, zerogpu.ASR_GPU_SECONDS_PER_AUDIO_SECOND) == 18  # 40 s x 0.2 + 10 s
+    monkeypatch.setenv(zerogpu.ZERO_GPU_ENV, "true")
+    monkeypatch.setitem(sys.modules, "spaces", type("Spaces", (), {"GPU": staticmethod(lambda duration: lambda f: f)}))
+    for hostile in ("abc", "-1", "0", "nan", "inf", "1e9"):
+        monkeypatch.setenv(zerogpu.RATE_ENV, hostile)
+        with pytest.raises(ValueError, match="RUMIK_ZEROGPU_RATE=.* above 0 and at most 10"):
+            zerogpu.gpu_task(lambda req: "audio", lambda req: 1.0)  # when the handler is built: at start-up
+
+
 def test_off_a_space_spaces_is_never_imported_and_an_idle_model_is_unloaded_and_reloaded(tiny_checkpoint,
                                                                                           tmp_path, monkeypatch):
     # Off a Space: a `spaces` on the path that notes any import of it but Gradio's own probe
