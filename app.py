@@ -44,10 +44,11 @@ from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab
 from webapp.guard import VisitorGuard
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
-from webapp.scoring import DEFAULT_ASR_MODEL, MAX_CLIP_MB, JudgeCatalog
+from webapp.scoring import DEFAULT_ASR_MODEL, JudgeCatalog
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots
 from webapp.synth_tab import SynthHandlers, build_synth_tab
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry
+from webapp.uploads import MAX_CLIP_MB
 
 log = logging.getLogger("app")
 

@@ -22,7 +22,7 @@ same steps itself, reading only data files from `assets/`:
    SentencePiece pieces joined with "▁" as the space.
 The language is passed explicitly (the model has no language identification); English and the
 languages outside its 22 are an ASRError, so GRPO's content reward abstains on them. Audio
-longer than WINDOW_SECONDS is cut at quiet points (`evaluation.asr.split_windows`) and each
+longer than WINDOW_SECONDS is cut at quiet points (`evaluation.asr_judge.split_windows`) and each
 window decoded alone: the model is reported to drop words past about 18 s. RNNT decoding (the
 repository's other head) is not implemented.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.asr import (
+from evaluation.asr_judge import (
     ASRError, ASRJudge, ASRModelUnavailable, download_fix, language_code, looks_like_path, split_windows,
 )
 from evaluation.audio_io import resample

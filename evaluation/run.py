@@ -55,7 +55,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from evaluation import acoustic, nova
-from evaluation.asr import ASRError, ASRJudge, load_asr, run_key
+from evaluation.asr import load_asr, run_key
+from evaluation.asr_judge import ASRError, ASRJudge
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
 from evaluation.report import markdown_table, read_jsonl, write_jsonl

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evaluation import nova
 from evaluation.acoustic import AcousticJudges, report_lines, summary_columns
-from evaluation.asr import ASRJudge
+from evaluation.asr_judge import ASRJudge
 from evaluation.charts import grouped_bar_chart
 from evaluation.report import markdown_table, write_csv, write_jsonl
 from evaluation.systems import Synthesizer

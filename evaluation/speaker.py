@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.asr import download_fix, resolve_model
+from evaluation.asr import resolve_model
+from evaluation.asr_judge import download_fix
 from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, load_audio, resample
 from evaluation.report import markdown_table, write_jsonl
 from rumik_app.errors import RumikError, user_errors

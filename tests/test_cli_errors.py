@@ -96,7 +96,7 @@ def test_grpo_unknown_key_from_the_shell(tmp_path):
 
 
 def test_one_base_class_over_every_error_type():
-    from evaluation.asr import ASRError
+    from evaluation.asr_judge import ASRError
     from evaluation.audio_io import AudioLoadError
     from evaluation.quality import QualityError
     from evaluation.run import PromptFileError

@@ -11,7 +11,7 @@ Library module (no command line; no gradio)::
 
 A visitor chooses only whether to run each judge and what the reference voice is: a clip
 they upload (bounded like every upload: format, MAX_CLIP_MB, its duration read from the
-header, at most MAX_REFERENCE_SECONDS; `webapp.scoring.read_upload`), or one of the app's
+header, at most MAX_REFERENCE_SECONDS; `webapp.uploads.read_upload`), or one of the app's
 systems speaking one of its voices (`evaluation.voice_ref`: the mean embedding of fixed
 sentences with fixed seeds, made once per checkpoint and cached on disk). The models are the
 operator's: DNSMOS P.835 from the speechmos wheel (P.808 skipped; `evaluation.quality`) and
@@ -37,7 +37,7 @@ from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
 from rumik_app.request import DEFAULT_VOICE
 from webapp.common import UserError
-from webapp.scoring import UploadRefused, read_upload
+from webapp.uploads import UploadRefused, read_upload
 
 log = logging.getLogger(__name__)
 

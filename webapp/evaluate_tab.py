@@ -19,7 +19,8 @@ from __future__ import annotations
 import functools
 import logging
 
-from evaluation.asr import WHISPER_LANGUAGES, ASRModelUnavailable
+from evaluation.asr import WHISPER_LANGUAGES
+from evaluation.asr_judge import ASRModelUnavailable
 from evaluation.report import write_csv
 from evaluation.text import DEFAULT_SEGMENTATION, GRAPHEME_PACKAGE, UNICODE_CLUSTERS, segmentation_unicode_version
 from rumik_app.prompt import VOICES
@@ -27,10 +28,10 @@ from rumik_app.request import DEFAULT_VOICE
 from webapp.audio_judges import MAX_REFERENCE_SECONDS, AudioJudges, AudioRequest
 from webapp.common import UserError, checked_choice, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
-from webapp.scoring import MAX_CLIP_MB, MAX_TOTAL_SECONDS, PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, \
-    score_uploads
+from webapp.scoring import MAX_TOTAL_SECONDS, PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, score_uploads
 from webapp.systems import SYSTEM_ESPEAK, SystemUnavailable
 from webapp.storage import ServedFolder
+from webapp.uploads import MAX_CLIP_MB
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ was started with (`app.py --asr-model`, plus pasted transcripts and pocketsphinx
 picks one by its key, and anything else gets one message that says nothing about the
 machine. Loaded judges are kept in a small LRU; one evicted is freed (its lock taken first,
 so a running transcription finishes). One request scores at most MAX_CLIPS clips and
-MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`load_audio(max_seconds=...)`,
-`read_upload`, which also bounds the reference-voice upload).
+MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`webapp.uploads.read_upload`,
+which also bounds the reference-voice upload: format, MAX_CLIP_MB, `load_audio(max_seconds=...)`).
 
 Audio judges (optional, `audio=AudioRequest(quality=True, speaker=True, ...)`, the judges
 from `webapp.audio_judges.AudioJudges`): DNSMOS OVRL/SIG/BAK and speaker similarity per clip,
@@ -49,11 +49,10 @@ from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
 from webapp import zerogpu
 from webapp.ratings import tag_request
+from webapp.uploads import UploadRefused, read_upload
 
 log = logging.getLogger(__name__)
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
-MAX_CLIP_MB = 50  # also the app's upload limit (app.py MAX_UPLOAD)
 MAX_CLIP_SECONDS = 300.0
 MAX_CLIPS = 200
 # All clips of one request together: one visitor must not hold the ASR judge for hours
@@ -68,33 +67,6 @@ NAME_SEPARATOR = "|"
 METRICS = ("wer", "cer", "gcer")
 TABLE_HEADERS = ["file", "language", "reference", "transcript", "WER", "CER", "GCER", "GCER rules",
                  "content metric", "NoVA (3-class)", "NoVA (2-class)", "message"]
-
-
-class UploadRefused(ValueError):
-    """An uploaded clip that is not read: wrong format, too large, too long or unreadable."""
-
-
-def read_upload(path: str | Path, max_seconds: float, name: str | None = None):
-    """A visitor's uploaded clip as float32 mono [N] at SAMPLE_RATE (24 kHz), refused before
-    decoding when its extension is not AUDIO_SUFFIXES, it is over MAX_CLIP_MB, or its header
-    declares more than `max_seconds` (and decoding stops there whatever it declares).
-    UploadRefused names the problem and the fix; `name` (default: the file's) replaces the
-    path in it, so no message shows where uploads are kept."""
-    from evaluation.audio_io import AudioLoadError, check_audio, load_audio
-
-    path = Path(path)
-    name = name or path.name
-    if path.suffix.lower() not in AUDIO_SUFFIXES:
-        raise UploadRefused(f"not a WAV, FLAC, OGG or MP3 file ({path.suffix or 'no extension'}); convert it first.")
-    size_mb = path.stat().st_size / 1e6 if path.exists() else 0.0
-    if size_mb > MAX_CLIP_MB:
-        raise UploadRefused(f"too large ({size_mb:.1f} MB; the limit is {MAX_CLIP_MB} MB). Trim or compress it.")
-    try:
-        samples = load_audio(path, max_seconds=max_seconds)
-        check_audio(samples, SAMPLE_RATE, where=name)
-    except AudioLoadError as exc:
-        raise UploadRefused(f"unreadable: {str(exc).replace(str(path), name)}") from None
-    return samples
 
 
 @dataclass

@@ -13,7 +13,7 @@ from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
 from evaluation.metrics import score_pair
-from webapp import scoring
+from webapp import scoring, uploads
 from webapp.scoring import score_uploads
 
 
@@ -55,7 +55,7 @@ def test_pasted_transcripts_metrics_nova_and_per_file_messages(clips):
 
 
 def test_oversized_and_missing_reference_get_their_own_message(clips, monkeypatch):
-    monkeypatch.setattr(scoring, "MAX_CLIP_MB", 0.001)
+    monkeypatch.setattr(uploads, "MAX_CLIP_MB", 0.001)
     report = score_uploads([str(clips / "hello.wav")], references="hello world", transcripts="hello world")
     assert report.clips[0].message.startswith("too large") and "limit is 0.001 MB" in report.clips[0].message
     monkeypatch.undo()

@@ -1,5 +1,6 @@
-"""Tests for evaluation.asr: spec parsing, supplied transcripts, the cache, offline hub errors,
-windowing, a real transformers pipeline on a tiny local CTC model, and pocketsphinx.
+"""Tests for evaluation.asr and evaluation.asr_judge: spec parsing, supplied transcripts, the
+cache, offline hub errors, language codes, windowing, a real transformers pipeline on a tiny
+local CTC model, and pocketsphinx.
 
 Run: .venv/bin/python -m pytest tests/evaluation/test_asr.py -q
 """
@@ -11,10 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.asr import (
-    ASRError, ASRJudge, CachedJudge, HFJudge, PocketSphinxJudge, SuppliedTranscripts, TranscriptCache,
-    language_code, load_asr, split_windows,
-)
+from evaluation.asr import CachedJudge, HFJudge, PocketSphinxJudge, SuppliedTranscripts, TranscriptCache, load_asr
+from evaluation.asr_judge import ASRError, ASRJudge, language_code, split_windows
 from evaluation.metrics import wer
 from evaluation.systems.espeak import espeak_synthesize
 from rumik_app.audio import SAMPLE_RATE

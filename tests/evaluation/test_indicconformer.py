@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from evaluation.asr import ASRError, ASRModelUnavailable, load_asr
+from evaluation.asr import load_asr
+from evaluation.asr_judge import ASRError, ASRModelUnavailable
 from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
 from evaluation.indic_standin import build_standin
 from evaluation.indicconformer import BLANK, MODEL_RATE, IndicConformerJudge, ctc_greedy, log_mel

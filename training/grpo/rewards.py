@@ -25,7 +25,7 @@ plain-string prompt through `evaluation.text.spoken_form`; the transcript throug
   (default; the `grapheme` package, Unicode 13.0 rules, as the release's GCER) or
   "unicode" (regex `\\X`, Unicode 15.1+: a conjunct is one cluster); see
   evaluation.metrics. The config always records it (`RewardSpec` fills in the default).
-  Abstains when the judge cannot handle the row's language (`evaluation.asr.ASRError`),
+  Abstains when the judge cannot handle the row's language (`evaluation.asr_judge.ASRError`),
   when the language is outside `languages`, and when the text normalises to nothing.
 - `duration`: d = -|ln(t_gen / t_exp)|, t_gen = frames / frame rate (at least one frame),
   t_exp = speakable characters / rate. Rates are chars/s per language, looked up as
@@ -167,7 +167,7 @@ class ContentReward:
 
     def score(self, text: str, samples: np.ndarray, sample_rate: int, language: str | None = None) -> float | None:
         """Content reward of one clip against its text (None = abstain)."""
-        from evaluation.asr import ASRError
+        from evaluation.asr_judge import ASRError
 
         if not normalize(text):
             return None

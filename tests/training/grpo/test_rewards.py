@@ -54,7 +54,7 @@ def test_content_reward_uses_wer_cer_for_latin_and_gcer_for_indic():
 
 
 def test_content_reward_abstains():
-    from evaluation.asr import ASRError
+    from evaluation.asr_judge import ASRError
 
     class Refuses:
         def transcribe(self, samples, sample_rate, language=None):
