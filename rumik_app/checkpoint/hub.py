@@ -10,7 +10,10 @@ Without a network, `huggingface_hub` and transformers retry every file with back
 missing model used to fail only after a minute of retry warnings. Here one HEAD request to
 the hub endpoint (`HF_ENDPOINT`, default https://huggingface.co) decides, within
 `PROBE_TIMEOUT_S` (DNS included: the probe runs in a thread that is not waited for longer),
-whether to download at all. When the hub cannot be reached, or downloads are switched off
+whether to download at all. A hub that does not answer in time is reported the same way
+whichever deadline fired first, the request's own timeout or the wait for the thread:
+"<endpoint> cannot be reached (no answer within 3 s)"; other failures name the error, e.g.
+"(ConnectError: ...)". When the hub cannot be reached, or downloads are switched off
 (`HF_HUB_OFFLINE` / `TRANSFORMERS_OFFLINE`), a model already in the local Hugging Face cache
 is used as it is, and anything else raises `HubUnavailable` at once. With a working network
 nothing changes: `snapshot_download` runs as before. The probe's answer is kept for
@@ -44,7 +47,8 @@ class HubUnavailable(RumikError, OSError):
     """A hub model is needed, it is not in the local cache, and the hub cannot be used.
 
     repo_id: the model asked for; reason: why the hub cannot be used, e.g. "downloads are off
-    (HF_HUB_OFFLINE is set)" or "https://huggingface.co cannot be reached (ConnectError: ...)".
+    (offline mode: HF_HUB_OFFLINE is set)", "https://huggingface.co cannot be reached (no answer
+    within 3 s)" or "https://huggingface.co cannot be reached (ConnectError: ...)".
     """
 
     def __init__(self, repo_id: str, reason: str):
@@ -69,31 +73,41 @@ def offline_reason() -> str | None:
     return None
 
 
-def _head(url: str, answer: list) -> None:
+def _gave_up(timeout: float) -> str:
+    """The reason when the hub did not answer in time: the same words whichever deadline fired
+    (the request's own timeout, or the wait for the probe thread)."""
+    return f"no answer within {timeout:g} s"
+
+
+def _head(url: str, timeout: float, answer: list) -> None:
     import httpx  # huggingface_hub's own session refuses every request once its offline mode is on
 
     try:
-        httpx.head(url, timeout=PROBE_TIMEOUT_S, follow_redirects=False)  # proxies from the environment
+        httpx.head(url, timeout=timeout, follow_redirects=False)  # proxies from the environment
         answer.append(None)
+    except httpx.TimeoutException:  # connect, read, write or pool timeout: the hub did not answer in time
+        answer.append(_gave_up(timeout))
     except Exception as exc:  # noqa: BLE001 - any failure to talk to the hub means "unreachable"
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
         answer.append(f"{type(exc).__name__}: {detail}")
 
 
 def probe(url: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the hub answers (any HTTP status counts), else why not ("... cannot be
-    reached (ConnectError: ...)"). Takes at most about `timeout` seconds; the answer per
-    endpoint is reused for PROBE_TTL_S."""
+    """None when the hub answers (any HTTP status counts), else why not: "... cannot be reached
+    (no answer within 3 s)" when it did not answer in time (whichever deadline fired first: the
+    request's timeout or the wait for its thread), else "... cannot be reached (ConnectError:
+    ...)" and the like. Takes at most about `timeout` seconds; the answer per endpoint is reused
+    for PROBE_TTL_S."""
     url = url or endpoint()
     with _probe_lock:
         hit = _probe_cache.get(url)
         if hit is not None and time.monotonic() - hit[0] < PROBE_TTL_S:
             return hit[1]
     answer: list = []
-    worker = threading.Thread(target=_head, args=(url, answer), daemon=True, name="hub-probe")
+    worker = threading.Thread(target=_head, args=(url, timeout, answer), daemon=True, name="hub-probe")
     worker.start()
     worker.join(timeout + 0.5)  # the request's own timeout does not cover a hanging DNS lookup
-    error = answer[0] if answer else f"no answer within {timeout:g} s"
+    error = answer[0] if answer else _gave_up(timeout)
     reason = None if error is None else f"{url} cannot be reached ({error})"
     with _probe_lock:
         _probe_cache[url] = (time.monotonic(), reason)

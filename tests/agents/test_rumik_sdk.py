@@ -8,6 +8,7 @@ import threading
 import time
 import wave
 
+import httpx
 import pytest
 import rumikai
 from rumikai import AsyncRumik, AudioChunk, Rumik, UtteranceCancelled, UtteranceDone
@@ -33,17 +34,34 @@ def test_create_gives_a_24_khz_wav(server):
                                                   max_new_tokens=80).content
 
 
-def test_stream_yields_pcm_whose_first_chunk_comes_well_before_the_last(server):
+def _tokens_total(url: str) -> int:
+    """Audio tokens the server has generated since it started (its /health)."""
+    return httpx.get(url + "/health", timeout=5).json()["tokens_total"]
+
+
+# Several text chunks (the server splits text at ~16 s of expected speech), each up to the
+# server's --max-seconds of audio: the utterance is generated long after its first audio is ready.
+LONG_TEXT = " ".join(["This sentence is streamed to the client while the server still generates it."] * 12)
+
+
+def test_stream_yields_pcm_while_the_server_is_still_generating_it(server):
     url, key = server
+    wait_for(lambda: active_rows(url) == 0, what="the server to be idle")  # only this utterance from here on
     client = Rumik(api_key=key, base_url=url, max_retries=0)
-    start, arrivals, pcm = time.perf_counter(), [], b""
-    with client.speech.stream(text="Hello there, this is streamed.", model="mulberry", speaker="ira") as stream:
+    before, at_first, chunks, pcm = _tokens_total(url), None, 0, b""
+    with client.speech.stream(text=LONG_TEXT, model="mulberry", speaker="ira") as stream:
         for chunk in stream.iter_bytes():
-            arrivals.append(time.perf_counter() - start)
+            if at_first is None:
+                at_first = _tokens_total(url)  # the first audio is here: how far is the server?
+            chunks += 1
             pcm += chunk
         assert stream.request_id.startswith("req_")
-    assert len(arrivals) >= 3 and len(pcm) % 2 == 0
-    assert arrivals[0] < 0.5 * arrivals[-1], arrivals  # streamed as generated, not sent at the end
+    wait_for(lambda: active_rows(url) == 0, what="the utterance's row to be freed")
+    total = _tokens_total(url) - before
+    assert chunks >= 3 and len(pcm) % 2 == 0
+    # Streamed as generated, not sent at the end: part of the utterance was generated only after
+    # its first audio reached the client. (A slower server only widens the gap.)
+    assert before <= at_first < before + total, (before, at_first, total)
 
 
 def test_session_interrupt_gives_cancelled_and_the_next_send_gives_done(server):
