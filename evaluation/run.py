@@ -137,8 +137,8 @@ def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
     return int.from_bytes(digest[:8], "big") % SEED_RANGE
 
 
-def build_request(prompt: dict, seed: int, max_new_tokens: int | None = None,
-                  normalize: bool = True) -> SynthesisRequest:
+def prompt_request(prompt: dict, seed: int, max_new_tokens: int | None = None,
+                   normalize: bool = True) -> SynthesisRequest:
     """The request for a prompt: NoVA prompts are spoken from `text_with_mark`; `normalize`
     reads numbers, money, dates and times as words (the request's switch)."""
     text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
@@ -208,7 +208,7 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                 requests, errors, settings = [], {}, {}
                 for p in group:
                     try:
-                        requests.append(build_request(p, clip_seed(seed, p["id"], run), max_new_tokens, normalize))
+                        requests.append(prompt_request(p, clip_seed(seed, p["id"], run), max_new_tokens, normalize))
                         settings[p["id"]] = system.request_settings(requests[-1])
                     except (ValueError, TypeError) as exc:
                         errors[p["id"]] = f"request: {_error_text(exc)}"

@@ -5,8 +5,9 @@
         return await send_json(send, 413, {"error": {"message": "Request body too large."}})
     await app(scope, replay(body, receive), send)         # the app reads the same bytes
 
-Both public servers use them: the speech server (`rumik_app.serve.app.RequestGate`: body cap
-and API key before FastAPI parses anything) and the Gradio apps (`webapp.guard`). A guard
+Both public servers use them: the speech server (`rumik_app.serve.gate.RequestGate`: body cap
+and API key before FastAPI parses anything, and its routes' `unless_disconnected`) and the
+Gradio apps (`webapp.guard`). No dependencies beyond the standard library. A guard
 runs in front of the framework, so a body is never parsed, nor even fully read, when it is
 larger than the route allows or the caller is not allowed to send one.
 """

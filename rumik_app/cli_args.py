@@ -6,7 +6,7 @@
     engine = load_engine(args.model, **engine_options(parser, args))   # rumik_app.engine.loading
 
 `backend` "engine" is the in-process engine (`rumik_app.engine.local`); "vllm" the same API
-on vLLM (`rumik_app.engine.vllm`; run from the vLLM environment, `./setup.sh --vllm`).
+on vLLM (`rumik_vllm.engine`, found through an entry point; run from the vLLM environment, `./setup.sh --vllm`).
 `python -m rumik_app.synthesize`, `.serve`, `app.py`, `evaluation.run`, the campaign CLI and
 the benchmarks use these flags; an entry point with other defaults (a GPU benchmark) sets
 them with `parser.set_defaults`. Torch-free, so CLIs parse their arguments before loading

@@ -1,16 +1,21 @@
-"""`SynthesisRequest`: everything one utterance needs, checked once for every front end.
+"""`SynthesisRequest`: everything one utterance needs, checked once, and `build_request`, the one builder.
 
-    from rumik_app.request import SynthesisRequest, resolve_seed
-    req = SynthesisRequest("नमस्ते <laugh> दोस्त", voice="Ira", tone="happy", seed=resolve_seed(None))
+    from rumik_app.request import SynthesisRequest, build_request
+    req = SynthesisRequest("नमस्ते <laugh> दोस्त", voice="Ira", tone="happy", seed=7)
     SynthesisRequest("hi", temperature=3)   # PromptError: Temperature 3 is out of range: use 0 (greedy) to 2.
+    req = build_request({"text": "hi", "voice": "ira", "max_seconds": 5, "top_k": 40}, voices=("Ira", "Zoya"))
+    chunk = req.with_(text="first sentence.", seed=req.seed + 1)   # only the changed fields are checked
 
 The one home of every request setting: its default, its bounds and the message for a value
-outside them. A `SynthesisRequest` checks its sampling and length fields when it is made,
-so the CLI, the app, the speech server, the benchmark runner and GRPO all give the same
-message for the same bad value, and nothing downstream clamps: the engines, the decoders
-and vLLM trust `max_new_tokens <= MAX_NEW_TOKENS_CAP`. A bad value raises `PromptError`
-whose `field` names it (the server's `param`). The text, voice and description are checked
-when the prompt is built (`prompt()`), against the checkpoint's own voices.
+outside them. Each is declared once, as a field made by `setting()`: the sampling settings on
+`SamplingSettings` (which `SynthesisRequest` and the decoders' `RowParams` both are, and
+which the vLLM processors read from the row), the others on `SynthesisRequest`. A request
+checks every declared field when it is made, so the CLI, the app, the speech server's
+protocols, the benchmark runner and GRPO give the same message for the same bad value, and
+nothing downstream clamps: the engines, the decoders and vLLM trust `max_new_tokens <=
+MAX_NEW_TOKENS_CAP`. A bad value raises `PromptError` whose `field` names it (the server's
+`param`). Front ends derive their flags, wire fields and sliders from the declarations
+(`wire_settings()`), and turn user fields into a request with `build_request` only.
 
 Light on purpose (no torch import), so `evaluation` systems and the app can build requests
 without loading the model stack.
@@ -21,9 +26,12 @@ from __future__ import annotations
 import math
 import numbers
 import secrets
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import Field, asdict, dataclass, field, fields
 
-from rumik_app.prompt import MAX_TEXT_CHARS, PromptError, build_prompt, validate_text
+from rumik_app.prompt import (
+    MAX_TEXT_CHARS, PromptError, build_prompt, format_description, normalize_voice, validate_text,
+)
 from rumik_app.text.languages import get_language
 from rumik_app.text.normalize import normalize_text
 
@@ -124,16 +132,27 @@ def check_repetition_penalty(value) -> float:
     return r
 
 
+def _check_tokens(value, lowest: int, name: str) -> int:
+    n = _number(value, name, name)
+    if not (math.isfinite(n) and n == int(n) and lowest <= n <= MAX_NEW_TOKENS_CAP):
+        raise PromptError(f"{name} {_show(value)} is out of range: use a whole number {lowest} to {MAX_NEW_TOKENS_CAP} "
+                          "(100 tokens = 1 s of audio).", field=name)
+    return int(n)
+
+
+def check_min_new_tokens(value) -> int:
+    """Generated tokens before a row may end: a whole number 0 to MAX_NEW_TOKENS_CAP."""
+    return _check_tokens(value, 0, "min_new_tokens")
+
+
+def check_max_new_tokens(value) -> int:
+    """Generated tokens per utterance (chunk) at most: a whole number 1 to MAX_NEW_TOKENS_CAP."""
+    return _check_tokens(value, 1, "max_new_tokens")
+
+
 def check_new_tokens(min_new_tokens, max_new_tokens) -> tuple[int, int]:
     """(min, max) generated tokens per utterance: 0 <= min, 1 <= max <= MAX_NEW_TOKENS_CAP."""
-    out = []
-    for value, lo, field in ((min_new_tokens, 0, "min_new_tokens"), (max_new_tokens, 1, "max_new_tokens")):
-        n = _number(value, field, field)
-        if not (math.isfinite(n) and n == int(n) and lo <= n <= MAX_NEW_TOKENS_CAP):
-            raise PromptError(f"{field} {_show(value)} is out of range: use a whole number {lo} to {MAX_NEW_TOKENS_CAP} "
-                              "(100 tokens = 1 s of audio).", field=field)
-        out.append(int(n))
-    return out[0], out[1]
+    return check_min_new_tokens(min_new_tokens), check_max_new_tokens(max_new_tokens)
 
 
 def check_seed(value) -> int | None:
@@ -147,6 +166,13 @@ def check_seed(value) -> int | None:
     if not math.isfinite(value) or value != int(value) or not RANDOM_SEED <= value <= MAX_SEED:
         raise PromptError(message, field="seed")
     return None if value == RANDOM_SEED else int(value)
+
+
+def check_language(value) -> str | None:
+    """None (decided per clause from the script), or a supported language's code or name."""
+    if value is not None:
+        get_language(value)  # PromptError naming the supported languages
+    return value
 
 
 def check_max_seconds(value) -> float:
@@ -202,21 +228,115 @@ APP_LIMITS = RequestLimits(2_000, 4_000, 300.0)
 SERVER_LIMITS = RequestLimits(4_096, 8_192, 600.0)
 
 
+# ---------------------------------------------------------------- one declaration per setting
+
+
 @dataclass(frozen=True)
-class SynthesisRequest:
-    """One utterance to synthesise; the sampling and length fields are checked when it is made.
+class Slider:
+    """How the app shows a setting: a slider from `low` to `high` in `step`s, with a label."""
+
+    low: float
+    high: float
+    step: float
+    label: str
+
+
+def setting(default, check: Callable[[object], object], help: str, slider: Slider | None = None,
+            wire: bool = True) -> Field:
+    """A request setting's one declaration, as a dataclass field: its default, `check` (value
+    -> canonical value, or PromptError naming the field: its bounds and message), a one-line
+    `help` for flags and API docs, the app's `slider`, and whether the wire protocols and the
+    CLI take it by this name (`wire`; the token bounds are set through max_seconds there)."""
+    return field(default=default, metadata={"check": check, "help": help, "slider": slider, "wire": wire})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingSettings:
+    """How a row's tokens are drawn (docs/ARCHITECTURE.md §5), each setting declared once.
+
+    `SynthesisRequest` is one (a request carries its settings), so is the decoders' `RowParams`
+    (`rumik_app.decode.sampling`: these plus the row's seed), and the vLLM processors read them
+    from the row; the CLI's flags, the servers' fields and the app's sliders are derived from
+    `wire_settings()`. Adding a setting here reaches every front end; only the sampler's rule
+    for it is code of its own. Keyword-only, so a request's text stays its first positional field.
+    """
+
+    temperature: float = setting(DEFAULT_TEMPERATURE, check_temperature, "0 = greedy, at most 2",
+                                 Slider(0.0, MAX_TEMPERATURE, 0.05, "Temperature (0 = greedy)"))
+    top_k: int = setting(DEFAULT_TOP_K, check_top_k, f"0 = off, at most {MAX_TOP_K}",
+                         Slider(0, MAX_TOP_K, 1, "Top-k (0 = off)"))
+    top_p: float = setting(DEFAULT_TOP_P, check_top_p, "above 0, at most 1 (1 = off)",
+                           Slider(0.05, 1.0, 0.05, "Top-p"))
+    repetition_penalty: float = setting(
+        DEFAULT_REPETITION_PENALTY, check_repetition_penalty,
+        f"above 1 discourages repeating audio codes (1 = off, at most {MAX_REPETITION_PENALTY:g})",
+        Slider(0.5, MAX_REPETITION_PENALTY, 0.05, "Repetition penalty (1 = off)"))
+    min_new_tokens: int = setting(DEFAULT_MIN_NEW_TOKENS, check_min_new_tokens,
+                                  "generated tokens before the utterance may end", wire=False)
+    max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, check_max_new_tokens,
+                                  f"generated tokens at most, per chunk (100 = 1 s; at most {MAX_NEW_TOKENS_CAP})",
+                                  wire=False)
+
+    def __post_init__(self) -> None:
+        for spec in _checked_fields(type(self)):  # canonical types too: a slider's 30.0 is top_k 30
+            object.__setattr__(self, spec.name, spec.metadata["check"](getattr(self, spec.name)))
+
+    def with_(self, **changes):
+        """A copy with some fields changed; only those are checked (the rest were, when this was made)."""
+        return derive(self, type(self), **changes)
+
+
+def _checked_fields(cls: type) -> list[Field]:
+    return [spec for spec in fields(cls) if "check" in spec.metadata]
+
+
+def wire_settings() -> list[Field]:
+    """The sampling settings a client sets by name (CLI flags, the servers' fields, the app's
+    sliders), in declaration order; `spec.name`, `spec.default`, `setting_type(spec)` and
+    `spec.metadata` ("help", "slider", "check") describe each."""
+    return [spec for spec in fields(SamplingSettings) if spec.metadata.get("wire")]
+
+
+def setting_type(spec: Field) -> type:
+    """int or float: the type a setting is read as from a flag or a wire field."""
+    return {"int": int, "float": float}[spec.type if isinstance(spec.type, str) else spec.type.__name__]
+
+
+def derive(source, cls: type, **changes):
+    """A `cls` (a dataclass) holding `source`'s values of cls's fields, with `changes` applied:
+    a checked copy of a checked object, so only the changes are checked (a chunk of a request,
+    a decoder row of a request). Fields `source` lacks take cls's defaults."""
+    names = {spec.name for spec in fields(cls)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    copy = object.__new__(cls)
+    for spec in fields(cls):
+        if spec.name in changes:
+            value = changes[spec.name]
+            check = spec.metadata.get("check")
+            value = check(value) if check is not None else value
+        else:
+            value = getattr(source, spec.name, spec.default)
+        object.__setattr__(copy, spec.name, value)
+    return copy
+
+
+@dataclass(frozen=True)
+class SynthesisRequest(SamplingSettings):
+    """One utterance to synthesise; every declared setting is checked when it is made.
 
     text: what to say; may hold inline `<laugh>`, `<chuckle>`, `<sigh>`.
-    voice/tone/accent/pace/description: the prompt condition (docs/ARCHITECTURE.md §3).
+    voice/tone/accent/pace/description: the prompt condition (docs/ARCHITECTURE.md §3), checked
+        when the prompt is built (`prompt()`), against the checkpoint's own voices.
     seed: None (or -1) draws a fresh seed (reported back on the result); an int reproduces exactly.
-    temperature/top_k/top_p: sampling; temperature 0 is greedy; top_k 0 disables top-k.
-    repetition_penalty: 1 = off; above 1 lowers the logits of codes already generated.
-    min_new_tokens/max_new_tokens: generated-token bounds per chunk (100 tokens = 1 s of audio).
     language: optional ISO code or name: speaking-rate estimates, and the language numbers are
         read in for text in its script (None: decided per clause from the script).
     normalize: read numbers, money, dates, times and abbreviations as words
         (`rumik_app.text.normalize_text`) before building the prompt; False sends the
         text as typed. The one switch for the engine, CLI, app and runner.
+    The sampling settings (temperature, top_k, top_p, repetition_penalty, min_new_tokens,
+    max_new_tokens; keyword-only) are `SamplingSettings`'.
     """
 
     text: str
@@ -225,26 +345,11 @@ class SynthesisRequest:
     accent: str | None = None
     pace: str | None = None
     description: str | None = None
-    seed: int | None = None
-    temperature: float = DEFAULT_TEMPERATURE
-    top_k: int = DEFAULT_TOP_K
-    top_p: float = DEFAULT_TOP_P
-    repetition_penalty: float = DEFAULT_REPETITION_PENALTY
-    min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    language: str | None = None
+    seed: int | None = setting(None, check_seed, "reproducible sampling; -1 or none = a random seed (reported)",
+                               wire=False)
+    language: str | None = setting(None, check_language, "ISO code or name: speaking rates and number words",
+                                   wire=False)
     normalize: bool = True
-
-    def __post_init__(self) -> None:
-        min_new, max_new = check_new_tokens(self.min_new_tokens, self.max_new_tokens)
-        checked = dict(temperature=check_temperature(self.temperature), top_k=check_top_k(self.top_k),
-                       top_p=check_top_p(self.top_p),
-                       repetition_penalty=check_repetition_penalty(self.repetition_penalty),
-                       min_new_tokens=min_new, max_new_tokens=max_new, seed=check_seed(self.seed))
-        if self.language is not None:
-            get_language(self.language)  # PromptError naming the supported languages
-        for name, value in checked.items():  # canonical types (a slider's 30.0 is top_k 30)
-            object.__setattr__(self, name, value)
 
     def spoken_text(self, max_chars: int = MAX_TEXT_CHARS) -> str:
         """The text the model reads: validated (the limit applies to the text as typed), then
@@ -258,12 +363,52 @@ class SynthesisRequest:
         return build_prompt(text, self.voice, self.tone, self.accent, self.pace, self.description,
                             max_chars=max(max_chars, len(text)), **kwargs)
 
-    def with_(self, **changes) -> "SynthesisRequest":
-        """A copy with some fields changed (checked again)."""
-        return replace(self, **changes)
-
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# ---------------------------------------------------------------- the one builder
+
+# What a front end may hand `build_request` (None = not given): the request's own fields, the
+# wire sampling settings, and max_seconds (the length cap in seconds, instead of max_new_tokens).
+REQUEST_FIELDS = ("text", "voice", "tone", "accent", "pace", "description", "seed", "language", "normalize",
+                  "max_seconds", "max_new_tokens", "min_new_tokens")
+
+
+def build_request(values: Mapping[str, object], voices: Sequence[str] | None = None,
+                  limits: RequestLimits | None = None, default_max_seconds: float | None = None,
+                  tokens_for: Callable[[float], int] | None = None) -> SynthesisRequest:
+    """User fields -> a checked SynthesisRequest with its seed drawn: the CLI, the app, the
+    OpenAI route, Silk, text-in, campaigns and the benchmark runner all build requests here;
+    each maps its own field names onto these (`REQUEST_FIELDS` and the sampling settings).
+
+    values: None or absent = not given; "" is "not given" too for tone, accent, pace and
+    description (a form's empty choice). voices: the checkpoint's (the voice is checked and
+    spelled as there, default the first); None: not known yet, any name passes and the prompt
+    checks it. limits: the front end's (the text as typed is checked here; the spoken length
+    and the audio budget when an engine plans it). Length: max_new_tokens if given, else
+    max_seconds, else `default_max_seconds`, as tokens by `tokens_for` (default the published
+    layout, `tokens_for_seconds`); else the request default. PromptError names the field.
+    """
+    given = {name: value for name, value in values.items() if value is not None}
+    sampling = {spec.name for spec in _checked_fields(SamplingSettings)}
+    unknown = sorted(set(given) - set(REQUEST_FIELDS) - sampling)
+    if unknown:
+        raise TypeError(f"build_request: unknown field {unknown[0]!r}")
+    text = validate_text(given.get("text", ""), max_chars=(limits or LIBRARY_LIMITS).max_chars)
+    condition = {name: given.get(name) or None for name in DESCRIPTION_FIELDS}
+    format_description(condition["tone"], condition["accent"], condition["pace"], condition["description"])
+    voice = given.get("voice", voices[0] if voices else DEFAULT_VOICE)
+    if voices is not None:
+        voice = normalize_voice(voice, voices)
+    options = {name: given[name] for name in sampling if name in given}
+    if "max_new_tokens" not in options:
+        seconds = given.get("max_seconds", default_max_seconds)
+        if seconds is not None:
+            options["max_new_tokens"] = (tokens_for or tokens_for_seconds)(check_max_seconds(seconds))
+    req = SynthesisRequest(text, voice, **condition, seed=given.get("seed"), language=given.get("language") or None,
+                           normalize=bool(given.get("normalize", True)), **options)
+    return req.with_(seed=resolve_seed(req.seed))
 
 
 def resolve_seed(seed: int | None) -> int:

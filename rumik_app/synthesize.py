@@ -33,9 +33,8 @@ from rumik_app.audio import Audio
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P,
-    MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, check_max_seconds, check_seed, default_max_seconds,
-    resolve_seed,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, build_request,
+    default_max_seconds, setting_type, wire_settings,
 )
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -58,11 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-normalize", action="store_true",
                    help="send the text as typed (default: numbers, money, dates, times become words)")
     p.add_argument("--seed", type=int, help="reproducible sampling; omitted = random (printed)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE)
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
-    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
-    p.add_argument("--repetition-penalty", type=float, default=DEFAULT_REPETITION_PENALTY,
-                   help="above 1 discourages repeating audio codes (default 1 = off)")
+    add_sampling_arguments(p)
     p.add_argument("--max-seconds", type=float, default=None,
                    help=f"cap per utterance (per chunk for long text), at most {MAX_SECONDS:g} "
                         f"(default {DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
@@ -74,6 +69,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.engine_options = engine_options(p, args)
     return args
+
+
+# What the command line's flags map onto (`rumik_app.request.build_request`'s fields).
+REQUEST_FLAGS = ("text", "voice", "tone", "accent", "pace", "description", "language", "seed", "max_seconds")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per sampling setting a client sets (`--temperature`, `--top-k`, ...), derived from
+    their declarations in `rumik_app.request`: type, help and default (None: the request's)."""
+    for spec in wire_settings():
+        parser.add_argument("--" + spec.name.replace("_", "-"), type=setting_type(spec), default=None,
+                            help=f"{spec.metadata['help']}; default {spec.default:g}")
+
+
+def request_fields(args: argparse.Namespace) -> dict:
+    """The flags as `build_request` fields (None: not given)."""
+    names = (*REQUEST_FLAGS, *(spec.name for spec in wire_settings()))
+    return {"normalize": not args.no_normalize, **{name: getattr(args, name) for name in names}}
 
 
 class AudioProgress:
@@ -105,38 +118,22 @@ class AudioProgress:
             self.bar.close()
 
 
-def build_request(args: argparse.Namespace) -> SynthesisRequest:
-    """The request from the flags; its text, tone, accent, pace, description, sampling settings
-    and --max-seconds are checked here (PromptError), before any model is touched. The voice is
-    checked against the model."""
-    from rumik_app.prompt import VOICES
-
-    if args.max_seconds is not None:
-        check_max_seconds(args.max_seconds)
-    req = SynthesisRequest(
-        text=args.text, voice=args.voice, tone=args.tone, accent=args.accent, pace=args.pace,
-        description=args.description, seed=resolve_seed(check_seed(args.seed)), temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty, language=args.language, normalize=not args.no_normalize,
-    )
-    # Every voice name passes here; the checkpoint's own list is checked once its config is read.
-    req.with_(voice=VOICES[0]).prompt()
-    return req
-
-
 def run(args: argparse.Namespace) -> Audio:
     from rumik_app.checkpoint.load import resolve_checkpoint
     from rumik_app.engine.loading import load_engine
     from rumik_app.model.config import RumikOSSConfig
     from rumik_app.prompt import validate_text
 
-    req = build_request(args)  # fail fast, before fetching or loading a 7 GB model
+    # Checked twice: every field now, before fetching or loading a 7 GB model; then the voice
+    # against the checkpoint's own (a fine-tuned one may have other voices), with the same seed.
+    fields = request_fields(args)
+    fields["max_seconds"] = args.max_seconds or default_max_seconds(args.model)
+    fields["seed"] = build_request(fields).seed
     path = resolve_checkpoint(args.model)
-    req.prompt(voices=RumikOSSConfig.from_file(path).speakers)  # the voice, against this checkpoint's
+    req = build_request(fields, voices=RumikOSSConfig.from_file(path).speakers)
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
-    max_seconds = args.max_seconds or default_max_seconds(args.model)
-    req = req.with_(max_new_tokens=engine.max_new_tokens_for(max_seconds))
     spoken = req.spoken_text()
     say = (lambda line: None) if args.quiet else print
     if spoken != validate_text(args.text):
@@ -165,7 +162,7 @@ def run(args: argparse.Namespace) -> Audio:
         f"real-time factor {elapsed / max(audio.duration, 1e-9):.2f} ({audio.duration / max(elapsed, 1e-9):.2f}x "
         "real time)"
         + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
-    warn_if_capped(audio.info.get("finish_reasons") or [], max_seconds)
+    warn_if_capped(audio.info.get("finish_reasons") or [], fields["max_seconds"])
     if args.model == TINY_MODEL:
         say(TINY_NOTE)
     return audio

@@ -1,19 +1,22 @@
-"""rumik_vllm: the vLLM plugin that serves rumik-oss-1 on vLLM's engine (docs/ARCHITECTURE.md §12).
+"""rumik_vllm: the vLLM backend of rumik-oss-1, in one package (docs/ARCHITECTURE.md §12).
 
-vLLM finds this package through the `vllm.general_plugins` entry point in pyproject.toml
-(installed into the vLLM environment with `pip install -e . --no-deps`) and calls
-`register()` in every process it starts. `register()`:
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # rumik_app.engine.loading finds it
 
-- teaches transformers' AutoConfig the checkpoint's `model_type: rumik_oss` (a Cohere2
-  config plus the audio-token fields), so vLLM reads config.json without remote code;
-- registers the architecture `RumikOSSForCausalLM` (rumik_vllm.model): vLLM's Cohere2
-  model, our stop head, and a `compute_logits` that keeps only the audio rows.
+Two entry points in pyproject.toml (installed into the vLLM environment with `pip install -e
+. --no-deps`): `rumik_app.backends: vllm` names `rumik_vllm.engine:VLLMEngine`, which
+`load_engine(backend="vllm")` loads (rumik_app never imports this package); and
+`vllm.general_plugins: rumik_oss`, through which vLLM calls `register()` in every process it
+starts. `register()` teaches transformers' AutoConfig the checkpoint's `model_type:
+rumik_oss` (a Cohere2 config plus the audio-token fields: `config`), so vLLM reads
+config.json without remote code, and registers the architecture `RumikOSSForCausalLM`
+(`model`: vLLM's Cohere2 model, our stop head, and a `compute_logits` that keeps only the
+audio rows).
 
-The sampling rules (codebook phase, `</audio>` at frame boundaries, the stop head) live in
-the logits processors of rumik_vllm.logits, which `rumik_app.engine.vllm` passes to the
-engine. Use the backend, not this package, directly:
-
-    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # rumik_app.engine.loading
+Modules: `engine` (`VLLMEngine`: the engine API on vLLM's AsyncLLM), `loop` (its event loop in
+a thread; starting vLLM from any `__main__`), `rules` (the sampling rules on vLLM's logits,
+vLLM-free) and `logits` (the logits processors that apply them), `weights` (pushing a
+trainer's weights into the served model: the sender and the worker extension), `model`,
+`config`. Importing the package itself loads nothing (vLLM imports it in every process).
 """
 
 from __future__ import annotations

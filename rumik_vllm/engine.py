@@ -1,6 +1,6 @@
 """`VLLMEngine`: the engine API (`BaseEngine`) served by vLLM's engine (docs/ARCHITECTURE.md §12).
 
-    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm",       # rumik_app.engine.loading
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm",       # rumik_app.engine.loading finds this class
                          tensor_parallel_size=2, gpu_memory_utilization=0.8)
     audio = engine.synthesize(SynthesisRequest("नमस्ते! <laugh>", seed=7))   # same API as the engine
     rollouts = engine.generate_batch(requests, num_samples=4)               # same Rollouts (GRPO)
@@ -29,7 +29,7 @@ for "continue" decisions, so `stop_log_probs` is NaN there (the terminal "stop" 
 log-prob is returned exactly). GRPO rescores every action with the trainer's own head.
 
 For RL (training.grpo's `rollout.backend = "vllm"`): `load_weights` pushes a trainer's
-tensors into the served model between rollouts (rumik_app.engine.vllm_sync, rumik_vllm.sync),
+tensors into the served model between rollouts (rumik_vllm.weights),
 and `sleep`/`wake_up` free and restore its GPU memory (`enable_sleep_mode=True`; not on CPU).
 
 Scheduler. On CPU, chunked prefill is off: vLLM rewinds the generator of every seeded
@@ -63,25 +63,26 @@ from rumik_app.decode.rollouts import Rollouts, StopRecord, pack_rollouts
 from rumik_app.decode.sampling import (
     FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, RowParams, check_stop_mode, is_greedy, stop_floor,
 )
-from rumik_app.engine.async_bridge import LoopThread
 from rumik_app.engine.base import BaseEngine
+from rumik_app.engine.loading import VLLM_MISSING
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
-from rumik_app.engine.vllm_sync import WeightPushReport, expand_to_layers, main_module_hidden, push_weights
 from rumik_app.errors import CheckpointError, PromptError
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.model.tokens import TokenLayout
 from rumik_app.request import DEFAULT_MODEL, SynthesisRequest
+from rumik_vllm.loop import LoopThread, main_module_hidden
+from rumik_vllm.rules import AudioColumns, RequestRules
+from rumik_vllm.weights import WeightPushReport, expand_to_layers, push_weights
 
-PLUGIN_GROUP, PLUGIN_NAME = "vllm.general_plugins", "rumik_oss"
-INSTALL_FIX = ("Set up the vLLM environment with `./setup.sh --vllm` (it installs requirements-vllm.txt and this "
-               "project into .venv-vllm) and run with .venv-vllm/bin/python.")
+PLUGIN_GROUP = "vllm.general_plugins"
+PLUGIN_NAME = "rumik_oss"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
 # `quantize` modes -> vLLM's `quantization` (online, at load). fp8_per_channel: per-channel
 # weight scales and per-token activation scales, so one row's scale never depends on its batch.
 VLLM_QUANTIZATION = {"fp8": "fp8_per_channel"}
 WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
-SYNC_EXTENSION = "rumik_vllm.sync.WeightSyncExtension"  # vLLM's worker_extension_cls: weight updates
+SYNC_EXTENSION = "rumik_vllm.weights.WeightSyncExtension"  # vLLM's worker_extension_cls: weight updates
 CPU_CHUNKED_PREFILL_FIX = (
     "enable_chunked_prefill=True cannot run on vLLM's CPU backend: chunked prefill rewinds each seeded "
     "request's generator (set_offset), which CPU generators lack, and the engine core dies. Leave it unset "
@@ -92,10 +93,10 @@ def _require_vllm():
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise CheckpointError(f"backend='vllm' needs vLLM, which is not installed here. {INSTALL_FIX}") from exc
+        raise CheckpointError(VLLM_MISSING) from exc
     if not any(ep.name == PLUGIN_NAME for ep in entry_points(group=PLUGIN_GROUP)):
         raise CheckpointError("vLLM is installed, but the rumik_oss plugin is not registered with it "
-                              f"(no '{PLUGIN_NAME}' entry point in {PLUGIN_GROUP}). {INSTALL_FIX}")
+                              f"(no '{PLUGIN_NAME}' entry point in {PLUGIN_GROUP}). {VLLM_MISSING}")
 
 
 @dataclass
@@ -142,11 +143,10 @@ class VLLMEngine(BaseEngine):
     def __init__(self, engine_loop: LoopThread, tokenizer, codec: MimiCodec, config: RumikOSSConfig,
                  checkpoint_dir: Path, dtype: torch.dtype, compile: bool = False):
         super().__init__(tokenizer, codec, config, checkpoint_dir)
-        self.compile, self.dtype = compile, dtype
+        self.compile = compile
+        self.dtype = dtype
         self.engine_loop = engine_loop
         weakref.finalize(self, engine_loop.close)  # at garbage collection or interpreter exit
-        from rumik_vllm.rules import AudioColumns  # vLLM-free: the column layout the plugin uses
-
         self.stop_column = AudioColumns.from_layout(self.layout, config.lm.vocab_size).stop_column
 
     @classmethod
@@ -255,7 +255,7 @@ class VLLMEngine(BaseEngine):
         weights: checkpoint names (`model.layers.0.self_attn.q_proj.weight`, `stop_predictor.0.bias`,
         as `save_checkpoint` writes them) -> tensors of any device and dtype (cast to vLLM's);
         it may compute values on access (a LoRA merge): only the names sent are read, a
-        chunk at a time. Names are expanded to whole vLLM layers (rumik_app.engine.vllm_sync),
+        chunk at a time. Names are expanded to whole vLLM layers (rumik_vllm.weights),
         so `weights` must offer every tensor of a changed module and of its fused siblings.
         Call it between rollouts, with vLLM awake (`wake_up`)."""
         from rumik_vllm.model import RumikOSSForCausalLM
@@ -296,13 +296,10 @@ class VLLMEngine(BaseEngine):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from rumik_vllm.rules import RequestRules
-
         # The repetition penalty travels with the rules, not as vLLM's own: vLLM applies its
         # penalties after the logits processors, i.e. to normalised log-probs (all <= 0), where
         # CTRL's rule no longer divides positive logits; the processor applies the engine's.
-        rules = RequestRules(row.temperature, row.min_new_tokens, check_stop_mode(stop_mode), row.seed,
-                             row.repetition_penalty)
+        rules = RequestRules(row, check_stop_mode(stop_mode))
         return SamplingParams(
             temperature=0.0 if is_greedy(row.temperature) else 1.0, top_k=row.top_k, top_p=row.top_p,
             seed=row.seed, max_tokens=row.max_new_tokens,
@@ -314,7 +311,8 @@ class VLLMEngine(BaseEngine):
     def check_length(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         """PromptError when a chunk's prompt plus its token budget exceeds vLLM's max_model_len
         (vLLM would cut the row short or refuse it with a message about its own settings)."""
-        need, limit = len(prompt_ids) + max_new_tokens, self.max_model_len
+        need = len(prompt_ids) + max_new_tokens
+        limit = self.max_model_len
         if need > limit:
             raise PromptError(
                 f"This text needs {need:,} positions (a {len(prompt_ids):,}-token prompt plus up to "
@@ -402,19 +400,19 @@ class VLLMEngine(BaseEngine):
         prompt_tokens, updated as the request runs.
         """
         plan = await asyncio.to_thread(self.plan, req)  # normalising and chunking is CPU work: off the loop
-        asm = self.assembler(plan, stats, first_frames, frames_per_piece)
-        asm.stats["prompt_tokens"] = 0
+        assembler = self.assembler(plan, stats, first_frames, frames_per_piece)
+        assembler.stats["prompt_tokens"] = 0
         for chunk in plan:
-            asm.start_chunk()
+            assembler.start_chunk()
             reason = FINISH_MAX_TOKENS
-            async with contextlib.aclosing(self._chunk_tokens(chunk, asm.stats)) as deltas:
+            async with contextlib.aclosing(self._chunk_tokens(chunk, assembler.stats)) as deltas:
                 async for new, reason in deltas:
                     for token in new:
-                        if asm.push(token) and len(piece := await asyncio.to_thread(asm.piece)):
+                        if assembler.push(token) and len(piece := await asyncio.to_thread(assembler.piece)):
                             yield piece
-            if len(rest := await asyncio.to_thread(asm.end_chunk, reason)):
+            if len(rest := await asyncio.to_thread(assembler.end_chunk, reason)):
                 yield rest
-        if len(rest := asm.finish()):
+        if len(rest := assembler.finish()):
             yield rest
 
     async def _chunk_tokens(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[tuple[list[int], str]]:
@@ -467,7 +465,7 @@ def scheduler_defaults(engine_args: dict) -> dict:
 
 def _start_async_llm(args):
     """AsyncLLM with the logits processor of the model runner this configuration uses,
-    started without its processes re-importing the caller's `__main__` (vllm_sync.main_module_hidden)."""
+    started without its processes re-importing the caller's `__main__` (loop.main_module_hidden)."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.executor import Executor
@@ -490,21 +488,25 @@ def build_rollouts(results: list[RequestOutput], prompts: list[list[int]], rows:
     generated position (max_new_tokens). vLLM reports only the stopping decision's log-prob;
     the others are NaN.
     """
-    batch, q = len(results), layout.num_quantizers
-    width = max((len(r.tokens) for r in results), default=0)
+    batch = len(results)
+    num_quantizers = layout.num_quantizers
+    width = max((len(result.tokens) for result in results), default=0)
     token_ids = torch.full((batch, width), -1, dtype=torch.long)
     log_probs = torch.zeros(batch, width)
-    stops = StopRecord.empty(batch, width // q + 1)
-    for i, (res, row) in enumerate(zip(results, rows)):
-        n = len(res.tokens)
-        token_ids[i, :n] = torch.tensor(res.tokens, dtype=torch.long)
-        log_probs[i, :n] = torch.tensor(res.log_probs, dtype=torch.float32)
-        last_check = n if res.reason == FINISH_STOP_HEAD else n - 1
-        floor = stop_floor(row.min_new_tokens, q)
-        for k in range(1, last_check // q + 1):
-            if k * q >= floor:
-                stops.mask[i, k], stops.log_probs[i, k] = True, math.nan
-        if res.reason == FINISH_STOP_HEAD:
-            stops.decisions[i, n // q], stops.log_probs[i, n // q] = True, res.stop_log_prob
-    return pack_rollouts(token_ids, log_probs, stops, [r.reason for r in results], prompts, rows, owners, layout,
-                         restrict_phase=True, stop_mode=stop_mode, timings=timings)
+    stops = StopRecord.empty(batch, width // num_quantizers + 1)
+    for index, (result, row) in enumerate(zip(results, rows)):
+        length = len(result.tokens)
+        token_ids[index, :length] = torch.tensor(result.tokens, dtype=torch.long)
+        log_probs[index, :length] = torch.tensor(result.log_probs, dtype=torch.float32)
+        last_check = length if result.reason == FINISH_STOP_HEAD else length - 1
+        floor = stop_floor(row.min_new_tokens, num_quantizers)
+        for frame in range(1, last_check // num_quantizers + 1):  # a decision before each such frame
+            if frame * num_quantizers >= floor:
+                stops.mask[index, frame] = True
+                stops.log_probs[index, frame] = math.nan  # vLLM reports only the deciding one
+        if result.reason == FINISH_STOP_HEAD:
+            stops.decisions[index, length // num_quantizers] = True
+            stops.log_probs[index, length // num_quantizers] = result.stop_log_prob
+    reasons = [result.reason for result in results]
+    return pack_rollouts(token_ids, log_probs, stops, reasons, prompts, rows, owners, layout, restrict_phase=True,
+                         stop_mode=stop_mode, timings=timings)

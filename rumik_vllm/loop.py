@@ -1,4 +1,4 @@
-"""`LoopThread`: an asyncio event loop in a daemon thread, and bridges into it.
+"""vLLM's engine on its own event loop: `LoopThread`, and `main_module_hidden` for starting it from any script.
 
     loop = LoopThread(make_engine)                      # make_engine() runs on the new loop
     result = loop.call(coro)                            # from a plain thread: block for the result
@@ -7,7 +7,7 @@
     async for item in loop.aiterate(lambda: agen()): ...  # ... or from another event loop
     loop.close()
 
-vLLM's AsyncLLM must live on one event loop; `rumik_app.engine.vllm` keeps it on one of
+vLLM's AsyncLLM must live on one event loop; `rumik_vllm.engine` keeps it on one of
 these, so threads (the sync API) and any number of other loops (a web server's) can use it
 at once. Stopping an iteration early cancels the producer on the loop, which is how an
 abandoned stream aborts its vLLM request. Library module, tested through tests/vllm.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -108,7 +109,8 @@ class LoopThread:
 
     def close(self) -> None:
         """Shut vLLM down, let the loop's tasks finish, stop the loop (idempotent)."""
-        llm, self.llm = getattr(self, "llm", None), None
+        llm = getattr(self, "llm", None)
+        self.llm = None
 
         async def shutdown():
             if llm is not None:
@@ -124,3 +126,35 @@ class LoopThread:
                 asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(timeout=60)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=30)
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_module_hidden():
+    """Start vLLM's processes without them re-running the caller's `__main__`.
+
+    vLLM starts its engine core with multiprocessing's "spawn" (always on CPU; on GPU once
+    CUDA is initialised), and a spawned process first re-imports `__main__`: a script that
+    calls `load_engine(..., backend="vllm")` outside `if __name__ == "__main__":` starts
+    another engine inside the new process, which multiprocessing refuses, and `python - <<EOF`
+    has no file to re-import; either way vLLM only says "Engine core initialization failed
+    ... Failed core proc(s): {}". Nothing of `__main__` is needed there (everything vLLM's
+    processes receive names vLLM or rumik_vllm), so while the engine starts, `__main__`
+    looks like an interactive session's (no `__file__`, no `__spec__`), which multiprocessing
+    does not re-import. Restored afterwards; serialised, so concurrent starts nest safely.
+    """
+    main = sys.modules.get("__main__")
+    with _MAIN_LOCK:
+        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+        try:
+            if main is not None:
+                main.__dict__.pop("__file__", None)
+                main.__spec__ = None
+            yield
+        finally:
+            if main is not None:
+                main.__dict__.update(saved)
+                if "__spec__" not in saved:
+                    main.__dict__.pop("__spec__", None)

@@ -7,7 +7,7 @@ embeddings scaled by `logit_scale`). On top of it:
 - `stop_predictor`: the checkpoint's stop head, built by `rumik_app.model.lm.build_stop_predictor`
   (LayerNorm -> Linear -> GELU -> Linear), replicated on every tensor-parallel rank;
 - `load_weights`: `stop_predictor.{0,1,3}.*` go to the stop head, the rest to vLLM's loader
-  (at start-up, and for weight updates from a trainer: rumik_vllm.sync);
+  (at start-up, and for weight updates from a trainer: rumik_vllm.weights);
 - `compute_logits(hidden_states)`: vLLM calls it with the final post-norm hidden states of
   the positions being sampled, the same states the engine feeds its audio head and stop
   head; it returns float32 logits with only the audio rows kept and the stop head's logit
@@ -50,7 +50,7 @@ class RumikOSSForCausalLM(CohereForCausalLM):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load (checkpoint name, tensor) pairs; returns the vLLM parameter names loaded.
 
-        Also the path of weight updates (rumik_vllm.sync), which send only some tensors:
+        Also the path of weight updates (rumik_vllm.weights), which send only some tensors:
         completeness is vLLM's loader's check at start-up (every parameter must be loaded),
         not this method's. Each tensor goes through its parameter's `weight_loader`, as
         vLLM's layerwise reload needs (it wraps those loaders)."""

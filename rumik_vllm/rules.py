@@ -34,13 +34,13 @@ Per-request settings travel in `SamplingParams.extra_args["rumik"]` (see `Reques
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
 from rumik_app.decode.sampling import (
-    STOP_MODES, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms, max_stop_slots, penalize_repeats,
+    STOP_SEED_OFFSET, STOP_THRESHOLD, RowParams, check_stop_mode, draw_uniforms, max_stop_slots, penalize_repeats,
     scoring_temperature, stop_floor,
 )
 
@@ -97,60 +97,54 @@ class AudioColumns:
 
 @dataclass(frozen=True)
 class RequestRules:
-    """One request's settings, as sent in `SamplingParams.extra_args["rumik"]`.
-
-    temperature: the row's real temperature (vLLM itself runs at 1, or 0 for greedy);
-    min_new_tokens: no stop before it (and never before one whole frame);
-    stop_mode: "threshold" or "sample"; seed: seeds the "sample" mode's stop uniforms;
-    repetition_penalty: the engine's (1 = off), applied here rather than by vLLM (which
-    would apply it after this processor has normalised the row).
+    """One request's settings, as sent in `SamplingParams.extra_args["rumik"]`: its row (the
+    sampling settings declared once in `rumik_app.request`, checked there, and the seed) and
+    the stop mode ("threshold" or "sample"). The processors apply the row's temperature (vLLM
+    itself runs at 1, or 0 for greedy), min_new_tokens (no stop before it, and never before
+    one whole frame), repetition_penalty (here rather than by vLLM, which would apply it after
+    this processor has normalised the row) and, in "sample" mode, the stop uniforms of its seed.
+    vLLM applies top_k, top_p and max_new_tokens itself (`SamplingParams`).
     """
 
-    temperature: float
-    min_new_tokens: int
+    row: RowParams
     stop_mode: str
-    seed: int
-    repetition_penalty: float = 1.0
 
     def to_extra_args(self) -> dict:
-        return {EXTRA_ARGS_KEY: {"temperature": self.temperature, "min_new_tokens": self.min_new_tokens,
-                                 "stop_mode": self.stop_mode, "seed": self.seed,
-                                 "repetition_penalty": self.repetition_penalty}}
+        return {EXTRA_ARGS_KEY: {**asdict(self.row), "stop_mode": self.stop_mode}}
 
     @classmethod
     def from_sampling_params(cls, params) -> "RequestRules":
-        """Read and check the rumik arguments; ValueError naming the fix otherwise."""
+        """Read and check the rumik arguments (the declaration's checks); ValueError naming the fix otherwise."""
         args = (params.extra_args or {}).get(EXTRA_ARGS_KEY)
         if not isinstance(args, dict):
             raise ValueError(
-                "rumik-oss-1 on vLLM needs SamplingParams.extra_args['rumik'] (temperature, min_new_tokens, "
-                "stop_mode, seed); build requests with rumik_app's vLLM backend "
+                "rumik-oss-1 on vLLM needs SamplingParams.extra_args['rumik'] (the row's sampling settings, seed "
+                "and stop_mode); build requests with rumik_app's vLLM backend "
                 "(rumik_app.engine.loading.load_engine(..., backend='vllm'))"
             )
         try:
-            rules = cls(float(args["temperature"]), int(args["min_new_tokens"]), str(args["stop_mode"]),
-                        int(args["seed"]), float(args.get("repetition_penalty", 1.0)))
+            row = RowParams(**{name: value for name, value in args.items() if name != "stop_mode"})
+            return cls(row, check_stop_mode(args["stop_mode"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad extra_args['rumik'] {args!r}: {exc}") from exc
-        if (rules.stop_mode not in STOP_MODES or rules.temperature < 0 or rules.min_new_tokens < 0
-                or not rules.repetition_penalty > 0):
-            raise ValueError(f"bad extra_args['rumik'] {args!r}: stop_mode must be one of {STOP_MODES}, "
-                             "temperature and min_new_tokens >= 0, repetition_penalty > 0")
-        return rules
+
+    @property
+    def repetition_penalty(self) -> float:
+        return self.row.repetition_penalty
 
     def floor(self, num_quantizers: int) -> int:
         """First position where a stop may happen: max(min_new_tokens, Q)."""
-        return stop_floor(self.min_new_tokens, num_quantizers)
+        return stop_floor(self.row.min_new_tokens, num_quantizers)
 
     def effective_temperature(self) -> float:
         """What the row's logits are divided by: its temperature, or 1 for greedy."""
-        return scoring_temperature(self.temperature)
+        return scoring_temperature(self.row.temperature)
 
     def stop_uniforms(self, cols: AudioColumns) -> torch.Tensor:
         """[stop_slots] uniforms for "sample" mode; NaN everywhere means "threshold"."""
         if self.stop_mode == "threshold":
             return torch.full((cols.stop_slots,), float("nan"))
-        return draw_uniforms(self.seed + STOP_SEED_OFFSET, cols.stop_slots)
+        return draw_uniforms(self.row.seed + STOP_SEED_OFFSET, cols.stop_slots)
 
 
 def audio_logits(logits: torch.Tensor, stop_logits: torch.Tensor, cols: AudioColumns) -> torch.Tensor:

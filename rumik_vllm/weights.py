@@ -1,29 +1,46 @@
-"""Pushing a trainer's weights into a running vLLM engine: what to send, how it travels, the report.
+"""Pushing a trainer's weights into a running vLLM engine: both ends of one weight update.
 
     report = engine.load_weights(dict(model.named_parameters()), names=changed)   # VLLMEngine
     report.tensors, report.megabytes, report.seconds
 
-`VLLMEngine.load_weights` (rumik_app.engine.vllm) calls `push_weights` here on its engine loop;
-this module holds what does not need vLLM imported (so it is importable and testable
-anywhere): the expansion of changed names to whole vLLM layers, the byte packing, the
-chunked RPC sequence, and `main_module_hidden`, which lets the engine start from any script.
-The worker side is `rumik_vllm.sync.WeightSyncExtension` (see its docstring for why tensors
-travel as bytes and why loading goes through vLLM's layerwise reload).
+The sender (`push_weights`, on the engine's loop, called by `VLLMEngine.load_weights`) and what
+it needs without vLLM imported (so it is importable and testable anywhere): the expansion of
+changed names to whole vLLM layers, the byte packing and the chunked RPC sequence:
 
-Whole layers. vLLM fuses some checkpoint tensors into one parameter (q_proj, k_proj and
-v_proj into qkv_proj; gate_proj and up_proj into gate_up_proj: the model's
-`packed_modules_mapping`), and its reload processes a layer once all of its parameters
-have arrived; a layer given only some would be rebuilt with the rest uninitialised. So a
-changed name brings every tensor of its module and of the modules fused with it.
+    await llm.collective_rpc("rumik_begin_weight_update")
+    await llm.collective_rpc("rumik_load_weights", args=(packed_chunk,))    # as many chunks as needed
+    await llm.collective_rpc("rumik_finish_weight_update")                 # -> loaded names
+    await llm.reset_prefix_cache()                # cached prompt KV was computed with the old weights
+
+The receiver, `WeightSyncExtension`: vLLM mixes it into its worker (`worker_extension_cls`,
+set by `rumik_vllm.engine` on every engine it starts), so its methods are callable by name
+through `AsyncLLM.collective_rpc`, each on every worker (every tensor-parallel rank). Why
+this shape:
+
+- vLLM's engine core runs in another process and decodes `collective_rpc` arguments without
+  a schema, so a tensor would arrive as a bare [dtype, shape, buffer index] list with its
+  buffer gone. The sender therefore packs each tensor as plain bytes plus dtype and shape
+  (`pack_tensors`; no pickle), and the worker rebuilds it (`unpack_tensors`).
+- Loading goes through vLLM's layerwise reload (`initialize_layerwise_reload` ... the
+  model's `load_weights` ... `finalize_layerwise_reload`, as vLLM's own weight-transfer
+  engines do), not a bare `load_weights`: on CPU, vLLM repacks every linear layer's weight
+  for oneDNN after loading and drops the original (`dispatch_cpu_unquantized_gemm`), and on
+  GPU CUDA graphs hold the tensors' addresses; the reload re-runs that processing and copies
+  the result into the original storage. A layer that receives no tensor keeps its weights.
+- Whole layers. vLLM fuses some checkpoint tensors into one parameter (q_proj, k_proj and
+  v_proj into qkv_proj; gate_proj and up_proj into gate_up_proj: the model's
+  `packed_modules_mapping`), and its reload processes a layer once all of its parameters
+  have arrived; a layer given only some would be rebuilt with the rest uninitialised. So a
+  changed name brings every tensor of its module and of the modules fused with it
+  (`expand_to_layers`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import threading
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -76,7 +93,7 @@ def expand_to_layers(names: Iterable[str], available: Iterable[str],
 
 def pack_tensors(items: Iterable[tuple[str, torch.Tensor]]) -> list[list]:
     """[(name, tensor)] -> [[name, dtype name, shape, raw bytes]] (any device and dtype, bf16
-    included), the form `rumik_vllm.sync.unpack_tensors` reads; plain msgpack types only."""
+    included), the form `unpack_tensors` reads; plain msgpack types only."""
     out = []
     for name, tensor in items:
         t = tensor.detach().to("cpu").contiguous()
@@ -127,33 +144,67 @@ async def push_weights(llm, names: list[str], weights: Mapping[str, torch.Tensor
     return report
 
 
-_MAIN_LOCK = threading.Lock()
+# ---------------------------------------------------------------- the worker side
+
+# vLLM's reload logs a warning for every layer (and every parameter) an update leaves alone;
+# a partial update (LoRA: the adapted layers and the stop head) is the normal case here.
+QUIET_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise",
+                 "vllm.model_executor.model_loader.reload.inplace")
 
 
-@contextlib.contextmanager
-def main_module_hidden():
-    """Start vLLM's processes without them re-running the caller's `__main__`.
+def unpack_tensors(packed: list) -> list[tuple[str, torch.Tensor]]:
+    """[[name, dtype name, shape, bytes], ...] (see `pack_tensors`)
+    -> [(name, tensor)] on the CPU, each tensor owning its memory."""
+    out = []
+    for name, dtype, shape, data in packed:
+        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
+        out.append((str(name), flat.view(getattr(torch, dtype)).reshape([int(d) for d in shape])))
+    return out
 
-    vLLM starts its engine core with multiprocessing's "spawn" (always on CPU; on GPU once
-    CUDA is initialised), and a spawned process first re-imports `__main__`: a script that
-    calls `load_engine(..., backend="vllm")` outside `if __name__ == "__main__":` starts
-    another engine inside the new process, which multiprocessing refuses, and `python - <<EOF`
-    has no file to re-import; either way vLLM only says "Engine core initialization failed
-    ... Failed core proc(s): {}". Nothing of `__main__` is needed there (everything vLLM's
-    processes receive names vLLM or rumik_vllm), so while the engine starts, `__main__`
-    looks like an interactive session's (no `__file__`, no `__spec__`), which multiprocessing
-    does not re-import. Restored afterwards; serialised, so concurrent starts nest safely.
-    """
-    main = sys.modules.get("__main__")
-    with _MAIN_LOCK:
-        saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
-        try:
-            if main is not None:
-                main.__dict__.pop("__file__", None)
-                main.__spec__ = None
+
+@contextmanager
+def _quiet(vllm_config):
+    """vLLM's config current (layer processing reads it) and the reload's per-layer warnings off."""
+    from vllm.config import set_current_vllm_config
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with set_current_vllm_config(vllm_config):
             yield
-        finally:
-            if main is not None:
-                main.__dict__.update(saved)
-                if "__spec__" not in saved:
-                    main.__dict__.pop("__spec__", None)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+class WeightSyncExtension:
+    """Methods vLLM adds to its worker (`self` is the worker: `self.model_runner`, `self.vllm_config`)."""
+
+    def rumik_begin_weight_update(self) -> None:
+        """Start a weight update: vLLM's layers wait for all of their tensors before processing."""
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        self._rumik_loaded = set()
+        with _quiet(self.vllm_config):
+            initialize_layerwise_reload(self.model_runner.get_model())
+
+    def rumik_load_weights(self, packed: list) -> int:
+        """Load one chunk of (checkpoint name, tensor) pairs; returns how many it held."""
+        weights = unpack_tensors(packed)
+        device = self.model_runner.device
+        model = self.model_runner.get_model()
+        with _quiet(self.vllm_config):
+            self._rumik_loaded |= model.load_weights((name, t.to(device)) for name, t in weights)
+        return len(weights)
+
+    def rumik_finish_weight_update(self) -> list[str]:
+        """Process the loaded layers (repacking on CPU) and keep the rest; returns the vLLM
+        parameter names that were loaded."""
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        with _quiet(self.vllm_config):
+            finalize_layerwise_reload(self.model_runner.get_model(), self.vllm_config.model_config)
+        loaded, self._rumik_loaded = sorted(self._rumik_loaded), set()
+        return loaded

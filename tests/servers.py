@@ -7,7 +7,7 @@
     check_sigterm_drain(proc, url, speech)                 # SIGTERM: streaming finishes, queued/new refused
     check_full_batch(url, 64)                              # 64 concurrent seeded requests, every one answered
     await fetch_speech(async_client, payload)              # one streamed request: pcm, first audio, latency
-    arrivals, data = stream_openai(client, **args)         # the openai client's streaming, chunk arrival times
+    generated, data = stream_openai(client, server.health, **args)   # the openai client's streaming: tokens at each chunk
 """
 
 from __future__ import annotations
@@ -258,13 +258,17 @@ async def fetch_speech(client: httpx.AsyncClient, payload: dict) -> dict:
             "first_audio_s": first, "latency_s": time.perf_counter() - start}
 
 
-def stream_openai(client, **args) -> tuple[list[float], bytes]:
-    """`client.audio.speech.with_streaming_response.create(**args)`, checked to be `audio/pcm`:
-    the seconds at which each chunk arrived, and the bytes."""
-    start, arrivals, data = time.perf_counter(), [], b""
+def stream_openai(client, health, **args) -> tuple[list[int], bytes]:
+    """`client.audio.speech.with_streaming_response.create(**args)`, checked to be `audio/pcm`,
+    with nothing else running: the tokens this request had generated when each chunk arrived
+    (the server's `tokens_total` from `health()`, counted from the start), then the total once
+    it ended, and the bytes. Audio is streamed as generated when the first chunk comes before
+    the last token: the order of events, not a stopwatch."""
+    start, generated, data = health()["tokens_total"], [], b""
     with client.audio.speech.with_streaming_response.create(**args) as resp:
         assert resp.headers["content-type"] == "audio/pcm"
         for chunk in resp.iter_bytes():
-            arrivals.append(time.perf_counter() - start)
+            generated.append(health()["tokens_total"] - start)
             data += chunk
-    return arrivals, data
+    wait_for(lambda: health()["active"] == 0, what="the request to end")
+    return [*generated, health()["tokens_total"] - start], data

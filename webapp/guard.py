@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from urllib.parse import unquote, urlsplit
 
-from rumik_app.serve.asgi import declared_length, header, read_body, replay, send_json
+from rumik_app.asgi import declared_length, header, read_body, replay, send_json
 
 MAX_BODY_BYTES = 1 << 20  # a form's JSON: the Evaluate tab's references for 200 clips fit many times over
 UPLOAD_BUDGET_BYTES = 2 << 30  # per client address and hour: 40 clips at the 50 MB limit

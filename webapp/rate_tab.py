@@ -23,7 +23,7 @@ import gradio as gr
 
 from evaluation import indicemo, nova
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE
+from rumik_app.request import DEFAULT_TEMPERATURE, MAX_SECONDS, MAX_TEMPERATURE
 from webapp.access import AdminGate
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
@@ -43,12 +43,12 @@ from webapp.common import (
 )
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
 from webapp.storage import DataLayout
+from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, SideForm, form_event
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "evaluation" / "prompts"
 LABELS = ("Clip 1", "Clip 2")
-DEFAULT_PAIR_SECONDS = 10.0
 RUBRIC = (
     "**Expression score, 1-5**: judge *tone and pitch* (does the melody fit the target delivery?), "
     "*energy and dynamics* (loudness and intensity), *timing and phrasing* (pauses, emphasis, pace) and "
@@ -98,20 +98,24 @@ def load_prompt_set(name: str) -> list[PromptItem]:
     return items
 
 
-def system_ids(registry: SystemRegistry, a: dict, b: dict) -> tuple[str, str]:
+def system_ids(registry: SystemRegistry, a: SideForm, b: SideForm) -> tuple[str, str]:
     """Export ids for the two sides: the system, plus what tells them apart if it is the same system."""
     names = []
     for side in (a, b):
-        key = registry.resolve_key(side["system"])
+        key = registry.resolve_key(side.system)
         name = key if key != SYSTEM_RUMIK or registry.model == "rumik-ai/rumik-oss-1" else f"{key}[{Path(registry.model).name}]"
         names.append(name)
     if names[0] != names[1]:
         return names[0], names[1]
-    diffs = [k for k in ("voice", "tone", "accent", "pace", "temperature", "seed") if str(a[k]) != str(b[k])]
+    diffs = [k for k in ("voice", "tone", "accent", "pace", "temperature", "seed")
+             if str(getattr(a, k)) != str(getattr(b, k))]
     if not diffs:
         return f"{names[0]} (A)", f"{names[1]} (B)"
-    fmt = lambda side: ", ".join(f"{k} {side[k] if side[k] not in ('', None) else 'none'}" for k in diffs)  # noqa: E731
-    return f"{names[0]} ({fmt(a)})", f"{names[1]} ({fmt(b)})"
+
+    def describe(side: SideForm) -> str:
+        return ", ".join(f"{k} {getattr(side, k) if getattr(side, k) not in ('', None) else 'none'}" for k in diffs)
+
+    return f"{names[0]} ({describe(a)})", f"{names[1]} ({describe(b)})"
 
 
 def _address(request) -> str:
@@ -176,29 +180,23 @@ class RateHandlers:
     def draw(self, name: str):
         return self.load_item(name, "", random_pick=True)
 
-    def generate_pair(self, text, prompt_id, target_delivery, system_a, voice_a, tone_a, accent_a, pace_a, seed_a,
-                      temperature_a, label_a, system_b, voice_b, tone_b, accent_b, pace_b, seed_b, temperature_b,
-                      label_b, max_seconds=DEFAULT_PAIR_SECONDS):
+    def generate_pair(self, form: PairForm):
         """Synthesise A and B, store the trial, return the clips under shuffled blind labels."""
         import gradio as gr
 
         with user_errors("Generating the pair"):
-            text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
-            delivery = indicemo.canonical_delivery(target_delivery) if target_delivery else None
-            sides = [dict(system=system_a, voice=voice_a, tone=tone_a, accent=accent_a, pace=pace_a, seed=seed_a,
-                          temperature=temperature_a, label=label_a),
-                     dict(system=system_b, voice=voice_b, tone=tone_b, accent=accent_b, pace=pace_b, seed=seed_b,
-                          temperature=temperature_b, label=label_b)]
-            built = [self.synth.build(text, s["voice"], s["tone"], s["accent"], s["pace"], "", s["seed"],
-                                      s["temperature"], DEFAULT_TOP_K, DEFAULT_TOP_P, max_seconds, s["system"])
-                     for s in sides]
+            text = validate_text(form.text, max_chars=APP_MAX_TEXT_CHARS)
+            delivery = indicemo.canonical_delivery(form.target_delivery) if form.target_delivery else None
+            max_seconds = form.max_seconds
+            sides = (form.a, form.b)
+            built = [self.synth.build(side.synth_form(text, max_seconds)) for side in sides]
             auto = system_ids(self.registry, *sides)
-            labels = [check_label(s["label"]) for s in sides]
-            ids = [export_id(s["system"], label, a, self.registry) for s, label, a in zip(sides, labels, auto)]
+            labels = [check_label(side.label) for side in sides]
+            ids = [export_id(side.system, label, a, self.registry) for side, label, a in zip(sides, labels, auto)]
             if ids[0] == ids[1]:
                 raise UserError(f"A and B would both be exported as {ids[0]!r}; give them different labels.")
             trial_id = uuid.uuid4().hex[:16]
-            prompt_id = (prompt_id or "").strip() or "typed-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:10]
+            prompt_id = (form.prompt_id or "").strip() or "typed-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:10]
             prompt_id = check_field(prompt_id, "prompt id", PROMPT_ID_PATTERN,
                                     "1-128 letters, digits and . : _ - (no spaces)")
             order = [0, 1]
@@ -360,10 +358,10 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
     item.input(h.load_item, inputs=[set_name, item], outputs=item_outputs, api_name="load_prompt")
     draw.click(h.draw, inputs=set_name, outputs=item_outputs, api_name="draw_prompt")
     text.input(lambda: "", outputs=prompt_id, api_name="typed_prompt", queue=False, show_progress="hidden")
-    keys = ("system", "voice", "tone", "accent", "pace", "seed", "temperature", "label")
     (c1, s1, h1, w1), (c2, s2, h2, w2) = per_clip
-    generate.click(h.generate_pair, inputs=[text, prompt_id, delivery, *(a[k] for k in keys), *(b[k] for k in keys),
-                                             max_seconds],
+    pair_inputs = dict(text=text, prompt_id=prompt_id, target_delivery=delivery, max_seconds=max_seconds,
+                       **PairForm.input_names({"a": a, "b": b}))
+    generate.click(form_event(PairForm, h.generate_pair), inputs_kwargs=pair_inputs,
                    outputs=[c1, c2, trial_id, info, s1, s2, h1, w1, h2, w2, preference, status],
                    api_name="generate_pair", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
     for _, _, heard, where in per_clip:

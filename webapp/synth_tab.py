@@ -19,22 +19,21 @@ from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
 from rumik_app.request import (
-    APP_LIMITS, DEFAULT_MAX_SECONDS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, MAX_SECONDS, MAX_TEMPERATURE, MAX_TOP_K,
-    TINY_MAX_SECONDS, SynthesisRequest, check_max_seconds, check_seed, default_max_seconds,
-    resolve_seed,
+    APP_LIMITS, DEFAULT_MAX_SECONDS, MAX_SECONDS, TINY_MAX_SECONDS, SynthesisRequest, build_request,
+    default_max_seconds, wire_settings,
 )
 from webapp.common import (
     APP_MAX_TEXT_CHARS, MIN_SECONDS, SYNTH_CONCURRENCY, checked_slider, error_line, user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
+from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
 
 log = logging.getLogger(__name__)
 
-MODE_STRUCTURED = "Tone, accent and pace"
-MODE_FREE = "Free-form description"
 NONE_CHOICE = ("(none)", "")
+API_SETTINGS = ("temperature", "top_k", "top_p")  # sampling settings at their first API positions
 TEXT_ELEM_ID = "tts-text"
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
 TEXT_LIMIT_NOTE = (f"Long text is split at sentence ends and joined. The app takes {APP_MAX_TEXT_CHARS:,} characters "
@@ -60,65 +59,32 @@ INSERT_TAG_JS = """
 """
 
 
-def _choice(value: object) -> str | None:
-    text = "" if value is None else str(value).strip()
-    return text or None
-
-
-def _seed(value: object) -> int | None:
-    """-1 (or empty) = draw a random seed; anything else must be a whole number >= 0
-    (`rumik_app.request.check_seed`, the message every front end gives)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            value = float(text)
-        except ValueError:
-            pass
-    return check_seed(value)
-
-
 class SynthHandlers:
     """The Synthesise tab's functions; each raises gr.Error with one readable message."""
 
     def __init__(self, registry: SystemRegistry, served: ServedFolder):
         self.registry, self.served = registry, served
 
-    def build(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p,
-              max_seconds, system, language=None, normalize=True) -> tuple[LoadedSystem, SynthesisRequest]:
-        """Validate everything: the text, settings and description before any model is loaded
-        (so they are checked even if the model is missing), then the voice against the system's."""
-        text = validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
-        check_max_seconds(max_seconds)  # the sampling settings are checked by SynthesisRequest itself
-        req = SynthesisRequest(
-            text=text, voice=str(voice or "").strip(), tone=_choice(tone), accent=_choice(accent), pace=_choice(pace),
-            description=_choice(description), seed=resolve_seed(_seed(seed)), temperature=temperature, top_k=top_k,
-            top_p=top_p, language=_choice(language), normalize=_flag(normalize),
-        )
-        req.with_(voice=VOICES[0]).prompt()  # tone, accent, pace, description, language: no model needed
-        chosen = self.registry.get(system)
-        req = req.with_(voice=_canonical_voice(req.voice, chosen.voices),
-                        max_new_tokens=chosen.max_new_tokens_for(max_seconds))
-        chosen.prompt_text(req)  # the voice, against this system's voices
-        chosen.check_size(req, APP_LIMITS)  # spoken length and audio budget (numbers can multiply a text)
+    def build(self, form: SynthForm) -> tuple[LoadedSystem, SynthesisRequest]:
+        """Check everything: every field before any model is loaded (so they are checked even if
+        the model is missing), then the voice against the chosen system's and the request's size
+        against the app's limits (numbers can multiply a text). The same seed both times."""
+        fields = form.request_fields()
+        fields["seed"] = build_request(fields, limits=APP_LIMITS).seed
+        chosen = self.registry.get(form.system)
+        req = build_request(fields, voices=chosen.voices, limits=APP_LIMITS, tokens_for=chosen.max_new_tokens_for)
+        chosen.check_size(req, APP_LIMITS)
         return chosen, req
 
-    def synthesize(self, text: str, voice: str = "Ira", tone: str = "", accent: str = "", pace: str = "",
-                   description: str = "", seed: float = -1, temperature: float = DEFAULT_TEMPERATURE,
-                   top_k: float = DEFAULT_TOP_K, top_p: float = DEFAULT_TOP_P,
-                   max_seconds: float = DEFAULT_MAX_SECONDS, system: str = "rumik-oss-1",
-                   normalize: bool = True) -> str:
+    def synthesize(self, form: SynthForm) -> str:
         """Non-streaming synthesis (the `/synthesize` API): path of a 24 kHz 16-bit WAV.
         normalize: read numbers, money, dates and times as words (False: the text as typed)."""
         with user_errors("Synthesis"):
-            chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
-                                     top_p, max_seconds, system, normalize=normalize)
+            chosen, req = self.build(form)
             audio = chosen.synthesize(req)
             return str(self.served.write_wav(audio.samples))
 
-    def stream(self, text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds,
-               system, description_mode=MODE_STRUCTURED, language=None, normalize=True) -> Iterator[tuple]:
+    def stream(self, form: SynthForm) -> Iterator[tuple]:
         """UI synthesis: yields (audio piece as WAV bytes, seed used as text, download path, info).
 
         The first yield clears the previous result (audio, seed, download), so an error never
@@ -127,17 +93,12 @@ class SynthHandlers:
         gr.Error, the toast)."""
         import gradio as gr
 
-        if description_mode == MODE_FREE:
-            tone = accent = pace = ""
-        else:
-            description = ""
         # gr.update(value=None) empties a streaming player (a plain None leaves the last clip in it);
         # the download is emptied and greyed out until this run's clip is there (_download_state).
         yield gr.update(value=None), "", gr.update(value=None, interactive=False), "Checking the request…"
         try:
             with user_errors("Synthesis"):
-                chosen, req = self.build(text, voice, tone, accent, pace, description, seed, temperature, top_k,
-                                         top_p, max_seconds, system, language, normalize)
+                chosen, req = self.build(form)
             yield gr.skip(), str(req.seed), gr.skip(), f"Generating with {chosen.label}, seed {req.seed}…"
             stats: dict = {}
             pieces: list[np.ndarray] = []
@@ -163,24 +124,17 @@ class SynthHandlers:
             return TINY_MAX_SECONDS
         return default_max_seconds(self.registry.model) if key == SYSTEM_RUMIK else DEFAULT_MAX_SECONDS
 
-    def preview(self, text, voice, tone, accent, pace, description, description_mode=MODE_STRUCTURED,
-                system="rumik-oss-1", language=None, normalize=True) -> tuple[str, str]:
+    def preview(self, form: SynthForm) -> tuple[str, str]:
         """(exact prompt string or a '⚠' line saying what to fix, notes) for the live preview;
-        with `normalize` the prompt shows the text as the model reads it (numbers as words)."""
-        if description_mode == MODE_FREE:
-            tone = accent = pace = ""
-        else:
-            description = ""
-        notes = [script_note(text or "", language)]
-        if not (text or "").strip():
+        with `normalize` the prompt shows the text as the model reads it (numbers as words).
+        Never loads a model: a system not loaded yet is checked against the published voices."""
+        notes = [script_note(form.text or "", form.language)]
+        if not (form.text or "").strip():
             return "", ""
         try:
-            validate_text(text, max_chars=APP_MAX_TEXT_CHARS)
-            key = self.registry.resolve_key(system)
+            key = self.registry.resolve_key(form.system)
             voices = _ready_voices(self.registry, key)
-            req = SynthesisRequest(text=text, voice=_canonical_voice(str(voice or ""), voices), tone=_choice(tone),
-                                   accent=_choice(accent), pace=_choice(pace), description=_choice(description),
-                                   language=_choice(language), normalize=_flag(normalize))
+            req = build_request(form.request_fields(), voices=voices, limits=APP_LIMITS)
             prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
         except RumikError as exc:  # the problem, in the project's words, instead of a failure
             return f"⚠ {exc}", "\n\n".join(n for n in notes if n)
@@ -192,20 +146,6 @@ class SynthHandlers:
         elif key == SYSTEM_TINY:
             notes.append("tiny has random weights: it reads this prompt but its audio is noise.")
         return prompt, "\n\n".join(n for n in notes if n)
-
-
-def _flag(value: object) -> bool:
-    """A checkbox value from the UI or the API (None/missing = the default, on)."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "0", "no", "off", "")
-    return True if value is None else bool(value)
-
-
-def _canonical_voice(voice: str, voices: tuple[str, ...]) -> str:
-    for v in voices:
-        if v.lower() == voice.strip().lower():
-            return v
-    return voice
 
 
 def _ready_voices(registry: SystemRegistry, key: str) -> tuple[str, ...]:
@@ -257,7 +197,8 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     accent_choices = [NONE_CHOICE] + [(a, a) for a in ACCENTS]
     pace_choices = [NONE_CHOICE] + [(p, p) for p in PACES]
     first_text = example_for(DEFAULT_LANGUAGE)
-    first_prompt, first_notes = handlers.preview(first_text, "Ira", "", "", "", "", MODE_STRUCTURED, default_system, DEFAULT_LANGUAGE)
+    first_prompt, first_notes = handlers.preview(SynthForm(text=first_text, description_mode=MODE_STRUCTURED,
+                                                           system=default_system, language=DEFAULT_LANGUAGE))
 
     gr.Markdown(f"**{VOICE_NOTE}**", elem_id="voice-note")
     with gr.Row():
@@ -288,9 +229,7 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             description = gr.Textbox(value="", label="Free-form description", visible=False,
                                      placeholder="e.g. warm and calm, like a bedtime story")
             with gr.Accordion("Generation", open=False):
-                temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature (0 = greedy)")
-                top_k = checked_slider(0, MAX_TOP_K, value=DEFAULT_TOP_K, step=1, label="Top-k (0 = off)")
-                top_p = checked_slider(0.05, 1.0, value=DEFAULT_TOP_P, step=0.05, label="Top-p")
+                sliders = sampling_sliders()
                 max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=handlers.default_seconds(default_system),
                                         step=0.5, elem_id="max-seconds",
                                         label="Max seconds (per sentence chunk)")
@@ -314,7 +253,15 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     api_audio = gr.Audio(type="filepath", format="wav", visible=False)
     api_button = gr.Button(visible=False)
 
-    fields = [text, voice, tone, accent, pace, description, seed, temperature, top_k, top_p, max_seconds, system]
+    # The two synthesis events take one form (SynthForm): these components, by field name. Their
+    # order is the API's too (gradio_client also passes arguments by position): the settings
+    # the API always had keep their places, settings declared since come last.
+    first = {name: sliders.pop(name) for name in API_SETTINGS}
+    inputs = dict(text=text, voice=voice, tone=tone, accent=accent, pace=pace, description=description, seed=seed,
+                  **first, max_seconds=max_seconds, system=system, description_mode=mode, language=language,
+                  normalize=normalize, **sliders)
+    preview_inputs = {name: inputs[name] for name in ("text", "voice", "tone", "accent", "pace", "description",
+                                                      "description_mode", "system", "language", "normalize")}
     for button, tag in zip(tag_buttons, ALLOWED_TAGS):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
@@ -322,15 +269,28 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                  queue=False, show_progress="hidden")
     mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
-    gr.on([c.change for c in (text, voice, tone, accent, pace, description, mode, system, language, normalize)],
-          handlers.preview, inputs=[text, voice, tone, accent, pace, description, mode, system, language, normalize],
-          outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden", trigger_mode="always_last",
-          queue=False)
+    gr.on([c.change for c in preview_inputs.values()], form_event(SynthForm, handlers.preview),
+          inputs_kwargs=preview_inputs, outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden",
+          trigger_mode="always_last", queue=False)
     # Gradio's busy/error overlay on the player only: the info line beside it says what is happening.
-    go.click(handlers.stream, inputs=fields + [mode, language, normalize], outputs=[audio, seed_used, download, info],
+    go.click(form_event(SynthForm, handlers.stream), inputs_kwargs=inputs, outputs=[audio, seed_used, download, info],
              api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY,
              show_progress_on=[audio]).then(
         _download_state, inputs=download, outputs=download, api_name="download_state", queue=False,
         show_progress="hidden")
-    api_button.click(handlers.synthesize, inputs=fields + [normalize], outputs=api_audio, api_name="synthesize",
-                     concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
+    # The API twin: no description mode (tone, accent, pace and description as sent) and no language
+    # (its dropdown picks examples; an API caller's numbers are read per clause, from the script).
+    api_inputs = {name: component for name, component in inputs.items() if name not in ("description_mode", "language")}
+    api_button.click(form_event(SynthForm, handlers.synthesize), inputs_kwargs=api_inputs, outputs=api_audio,
+                     api_name="synthesize", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
+
+
+def sampling_sliders() -> dict:
+    """One slider per sampling setting a client sets (`rumik_app.request.wire_settings`): the
+    declared range, step, label and default."""
+    sliders = {}
+    for spec in wire_settings():
+        slider = spec.metadata["slider"]
+        sliders[spec.name] = checked_slider(slider.low, slider.high, value=spec.default, step=slider.step,
+                                            label=slider.label, elem_id=spec.name.replace("_", "-"))
+    return sliders

@@ -39,29 +39,31 @@ class ReferenceDecoder(DecoderBase):
         self._tensor_params()
 
     def _tensor_params(self) -> None:
-        dev, rows = self.device, self.rows
-        self.temperature = torch.tensor([r.temperature for r in rows], device=dev, dtype=torch.float32)
-        self.top_k = torch.tensor([r.top_k for r in rows], device=dev, dtype=torch.long)
-        self.top_p = torch.tensor([r.top_p for r in rows], device=dev, dtype=torch.float32)
-        self.penalty = torch.tensor([r.repetition_penalty for r in rows], device=dev, dtype=torch.float32)
-        self.seen = torch.zeros(len(rows), self.layout.num_units, device=dev, dtype=torch.bool)  # codes produced
-        self.max_new = torch.tensor([r.max_new_tokens for r in rows], device=dev)
-        q = self.layout.num_quantizers
-        self.stop_floor = torch.tensor([stop_floor(r.min_new_tokens, q) for r in rows], device=dev)
-        self.u_token = torch.stack([draw_uniforms(r.seed, MAX_NEW_TOKENS_CAP) for r in rows]).to(dev)
+        device = self.device
+        rows = self.rows
+        num_quantizers = self.layout.num_quantizers
+        self.temperature = torch.tensor([row.temperature for row in rows], device=device, dtype=torch.float32)
+        self.top_k = torch.tensor([row.top_k for row in rows], device=device, dtype=torch.long)
+        self.top_p = torch.tensor([row.top_p for row in rows], device=device, dtype=torch.float32)
+        self.penalty = torch.tensor([row.repetition_penalty for row in rows], device=device, dtype=torch.float32)
+        self.seen = torch.zeros(len(rows), self.layout.num_units, device=device, dtype=torch.bool)  # codes produced
+        self.max_new = torch.tensor([row.max_new_tokens for row in rows], device=device)
+        self.stop_floor = torch.tensor([stop_floor(row.min_new_tokens, num_quantizers) for row in rows], device=device)
+        self.u_token = torch.stack([draw_uniforms(row.seed, MAX_NEW_TOKENS_CAP) for row in rows]).to(device)
         self.u_stop = torch.stack(
-            [draw_uniforms(r.seed + STOP_SEED_OFFSET, max_stop_slots(q)) for r in rows]
-        ).to(dev)
+            [draw_uniforms(row.seed + STOP_SEED_OFFSET, max_stop_slots(num_quantizers)) for row in rows]
+        ).to(device)
 
     def _prefill(self) -> torch.Tensor:
-        lengths = [len(p) for p in self.prompt_ids]
+        lengths = [len(prompt) for prompt in self.prompt_ids]
         width = max(lengths)
         ids = torch.full((len(lengths), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros(len(lengths), width, dtype=torch.long)
-        for i, p in enumerate(self.prompt_ids):  # left padding: every row ends at the same column
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        for row, prompt in enumerate(self.prompt_ids):  # left padding: every row ends at the same column
+            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+        ids = ids.to(self.device)
+        mask = mask.to(self.device)
         self.padded = min(lengths) != width
         self.attention_mask = mask if self.padded else None
         self.position = (mask.sum(-1) - 1).long()
@@ -96,19 +98,19 @@ class ReferenceDecoder(DecoderBase):
         else:
             stop = self.u_stop[alive, slot] < torch.sigmoid(logit)
         stop &= eligible
-        logp = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
+        log_prob = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
         rows = alive.cpu()
         self.stops.mask[rows, slot] = eligible.cpu()
         self.stops.decisions[rows, slot] = stop.cpu()
-        self.stops.log_probs[rows, slot] = torch.where(eligible, logp, torch.zeros_like(logp)).cpu()
+        self.stops.log_probs[rows, slot] = torch.where(eligible, log_prob, torch.zeros_like(log_prob)).cpu()
         return stop
 
     def _drop(self, done: torch.Tensor, reason: str, hidden: torch.Tensor) -> torch.Tensor:
         """Finish the live rows flagged in `done` [b] and compact the batch (cache, masks)."""
         if not bool(done.any()):
             return hidden
-        for i in self.alive[done].tolist():
-            self.finish[i] = reason
+        for row in self.alive[done].tolist():
+            self.finish[row] = reason
         keep = (~done).nonzero().squeeze(1)
         self.alive = self.alive[keep]
         if len(keep):  # finished rows stop costing compute: drop them from the KV cache
@@ -124,27 +126,28 @@ class ReferenceDecoder(DecoderBase):
         start = time.perf_counter()
         hidden = self._prefill()
         self.timings["prefill_s"] = time.perf_counter() - start
-        q = self.layout.num_quantizers
+        num_quantizers = self.layout.num_quantizers
         self.alive = torch.arange(len(self.rows), device=self.device)
-        for t in range(self.max_steps):
+        for t in range(self.max_steps):  # t: the generated position being sampled (§5's t)
+            phase = t % num_quantizers
             hidden = self._drop(t >= self.max_new[self.alive], FINISH_MAX_TOKENS, hidden)
-            if t % q == 0 and t > 0 and len(self.alive):
+            if phase == 0 and t > 0 and len(self.alive):
                 hidden = self._drop(self._stop_check(hidden, t), FINISH_STOP_HEAD, hidden)
             if not len(self.alive):
                 break
             alive = self.alive
-            allow_end = (t >= self.stop_floor[alive]) & (t % q == 0 or not self.head.restrict_phase)
-            logits = self.head.logits(hidden, t % q, allow_end)
-            logits = penalize_repeats(logits, self.head.seen_columns(self.seen[alive], t % q), self.penalty[alive])
-            index, logp = sample_tokens(logits, self.temperature[alive], self.top_k[alive], self.top_p[alive],
-                                        self.u_token[alive, t])
-            tokens = self.head.index_to_token(index, t % q)
+            allow_end = (t >= self.stop_floor[alive]) & (phase == 0 or not self.head.restrict_phase)
+            logits = self.head.logits(hidden, phase, allow_end)
+            logits = penalize_repeats(logits, self.head.seen_columns(self.seen[alive], phase), self.penalty[alive])
+            index, log_prob = sample_tokens(logits, self.temperature[alive], self.top_k[alive], self.top_p[alive],
+                                            self.u_token[alive, t])
+            tokens = self.head.index_to_token(index, phase)
             full = torch.full((len(self.rows),), -1, dtype=torch.long)
             full[alive.cpu()] = tokens.cpu()
-            full_logp = torch.zeros(len(self.rows))
-            full_logp[alive.cpu()] = logp.float().cpu()
+            full_log_prob = torch.zeros(len(self.rows))
+            full_log_prob[alive.cpu()] = log_prob.float().cpu()
             self._tokens.append(full)
-            self._log_probs.append(full_logp)
+            self._log_probs.append(full_log_prob)
             yield Step(t=t, tokens=full)
             ended = tokens == self.layout.audio_end_token_id
             self.seen[alive[~ended], tokens[~ended] - self.layout.first_unit_id] = True
@@ -152,6 +155,6 @@ class ReferenceDecoder(DecoderBase):
             if not len(self.alive):
                 break
             hidden = self._advance(tokens[~ended])
-        for i in self.alive.tolist():
-            self.finish[i] = self.finish[i] or FINISH_MAX_TOKENS
+        for row in self.alive.tolist():
+            self.finish[row] = self.finish[row] or FINISH_MAX_TOKENS
         self.timings["total_s"] = time.perf_counter() - start

@@ -81,19 +81,20 @@ def pack_rollouts(token_ids: torch.Tensor, log_probs: torch.Tensor, stops: StopR
     token_ids: [B, N] long, -1 after a row's end; log_probs: [B, N] float32 (0 there);
     stops: per frame boundary, at least N // Q + 1 slots (cut to that here).
     """
-    batch, q = len(rows), layout.num_quantizers
+    batch = len(rows)
+    num_quantizers = layout.num_quantizers
     mask = token_ids >= 0
-    parsed = [torch.from_numpy(layout.parse(row[row >= 0].tolist())[0]) for row in token_ids]
-    num_frames = torch.tensor([c.shape[-1] for c in parsed], dtype=torch.long)
-    codes = torch.zeros(batch, q, int(num_frames.max()) if batch else 0, dtype=torch.long)
-    for i, c in enumerate(parsed):
-        codes[i, :, : c.shape[-1]] = c
-    slots = token_ids.shape[1] // q + 1
+    parsed = [torch.from_numpy(layout.parse(row[row >= 0].tolist())[0]) for row in token_ids]  # [Q, T] each
+    num_frames = torch.tensor([row_codes.shape[-1] for row_codes in parsed], dtype=torch.long)
+    codes = torch.zeros(batch, num_quantizers, int(num_frames.max()) if batch else 0, dtype=torch.long)
+    for row, row_codes in enumerate(parsed):
+        codes[row, :, : row_codes.shape[-1]] = row_codes
+    slots = token_ids.shape[1] // num_quantizers + 1
     return Rollouts(
         token_ids=token_ids, token_mask=mask, log_probs=log_probs, stop_mask=stops.mask[:, :slots],
         stop_decisions=stops.decisions[:, :slots], stop_log_probs=stops.log_probs[:, :slots], codes=codes,
         num_frames=num_frames, lengths=mask.sum(1), finish_reasons=list(finish_reasons), prompt_ids=prompt_ids,
-        request_index=list(request_index), seeds=[r.seed for r in rows], params=list(rows),
+        request_index=list(request_index), seeds=[row.seed for row in rows], params=list(rows),
         restrict_phase=restrict_phase, stop_mode=stop_mode, timings=dict(timings or {}),
     )
 
@@ -118,8 +119,13 @@ class DecoderBase:
         check_stop_mode(stop_mode)
         if len(prompt_ids) != len(rows) or not rows:
             raise ValueError("need one RowParams per prompt, and at least one prompt")
-        self.model, self.head, self.layout = model, head, head.layout
-        self.prompt_ids, self.rows, self.pad_id, self.stop_mode = prompt_ids, rows, pad_id, stop_mode
+        self.model = model
+        self.head = head
+        self.layout = head.layout
+        self.prompt_ids = prompt_ids
+        self.rows = rows
+        self.pad_id = pad_id
+        self.stop_mode = stop_mode
         self.request_index = request_index or list(range(len(rows)))
         self.device = model.get_input_embeddings().weight.device
         self.max_steps = max(r.max_new_tokens for r in rows)

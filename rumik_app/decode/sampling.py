@@ -1,7 +1,7 @@
 """The sampling rules every decoder shares (docs/ARCHITECTURE.md §5): row settings, stop modes,
 finish codes, pre-drawn uniforms and inverse-CDF sampling.
 
-    row = RowParams(seed=7, temperature=0.8, top_k=30)
+    row = RowParams(seed=7, temperature=0.8, top_k=30)            # or RowParams.of(request, seed)
     index, log_prob = sample_tokens(logits, temperature, top_k, top_p, uniform)   # [B] each
 
 Each row draws its uniforms up front from a CPU `torch.Generator` seeded with the row's
@@ -18,10 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rumik_app.request import (
-    DEFAULT_MAX_NEW_TOKENS, DEFAULT_MIN_NEW_TOKENS, DEFAULT_REPETITION_PENALTY, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
-    DEFAULT_TOP_P, MAX_NEW_TOKENS_CAP,
-)
+from rumik_app.request import MAX_NEW_TOKENS_CAP, SamplingSettings, derive
 
 # How the stop head decides at a frame boundary: "threshold" stops when sigmoid(logit) >
 # STOP_THRESHOLD (inference); "sample" stops with probability sigmoid(logit) (GRPO rollouts:
@@ -30,8 +27,13 @@ STOP_MODES = ("threshold", "sample")
 STOP_THRESHOLD = 0.5
 # Why a row ended: its own `</audio>`, the stop head, or its max_new_tokens. The fast path
 # keeps them as codes on the device (0 while running); FINISH_NAMES maps codes to names.
-FINISH_END_TOKEN, FINISH_STOP_HEAD, FINISH_MAX_TOKENS = "end_token", "stop_head", "max_tokens"
-RUNNING, END_TOKEN, STOP_HEAD, MAX_TOKENS = 0, 1, 2, 3
+FINISH_END_TOKEN = "end_token"
+FINISH_STOP_HEAD = "stop_head"
+FINISH_MAX_TOKENS = "max_tokens"
+RUNNING = 0
+END_TOKEN = 1
+STOP_HEAD = 2
+MAX_TOKENS = 3
 FINISH_NAMES = {END_TOKEN: FINISH_END_TOKEN, STOP_HEAD: FINISH_STOP_HEAD, MAX_TOKENS: FINISH_MAX_TOKENS}
 # The stop-head decisions of "sample" mode draw their uniforms from seed + this offset (every
 # sampler: the reference, the fast path and the vLLM processors), so a seed reproduces them.
@@ -71,22 +73,17 @@ def scoring_temperature(temperature):
 
 
 @dataclass(frozen=True)
-class RowParams:
-    """Sampling settings for one sequence of a batch (defaults: the request defaults)."""
+class RowParams(SamplingSettings):
+    """One sequence of a batch: its sampling settings (`SamplingSettings`, declared and checked
+    there; the request defaults) and its seed. Every decoder sizes its per-row buffers by
+    MAX_NEW_TOKENS_CAP, which the settings' check guarantees."""
 
     seed: int
-    temperature: float = DEFAULT_TEMPERATURE
-    top_k: int = DEFAULT_TOP_K
-    top_p: float = DEFAULT_TOP_P
-    min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    repetition_penalty: float = DEFAULT_REPETITION_PENALTY
 
-    def __post_init__(self) -> None:
-        # Every decoder sizes its per-row buffers (pre-drawn uniforms, stop slots) by the cap;
-        # requests are checked against it where they are made (`rumik_app.request`).
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_CAP:
-            raise ValueError(f"max_new_tokens must be 1 to {MAX_NEW_TOKENS_CAP}, not {self.max_new_tokens}")
+    @classmethod
+    def of(cls, settings: SamplingSettings, seed: int) -> "RowParams":
+        """The row of a checked request (or row): its settings as they are, with `seed`."""
+        return derive(settings, cls, seed=int(seed))
 
 
 def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:

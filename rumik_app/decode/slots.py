@@ -5,10 +5,10 @@
         ...
     rollouts = decoder.rollouts()  # the same Rollouts as the reference decoder
 
-    dec = SlotDecoder(model, head, batch=8, max_len=2560, compile=True)   # the slots underneath
-    slots = dec.add([prompt_ids], [RowParams(seed=7)])   # prefill into free slots (between frames)
-    frame = dec.run_frame()        # Q steps, then one copy to the host: FrameResult
-    dec.release(slot)              # e.g. a client went away
+    slots = SlotDecoder(model, head, batch=8, max_len=2560, compile=True)   # the slots underneath
+    taken = slots.add([prompt_ids], [RowParams(seed=7)])   # prefill into free slots (between frames)
+    frame = slots.run_frame()      # Q steps, then one copy to the host: FrameResult
+    slots.release(taken[0])        # e.g. a client went away
 
 One step (`decode_step`) takes every slot through the rules of `rumik_app.decode.sampling`
 (written out plainly in `rumik_app.decode.reference.ReferenceDecoder`), in this order, as tensors on the device:
@@ -27,7 +27,7 @@ small frame buffers that `run_frame` copies to the host once per frame (Q tokens
 bucket (`batch_bucket`) so one compiled graph serves many batch sizes.
 
 All rows share the phase t mod Q, because rows join only at frame boundaries: that is what
-continuous batching (`rumik_app.serve.scheduler`) relies on.
+continuous batching (`rumik_app.engine.scheduler`) relies on.
 
 Compilation: `torch.compile(decode_step, fullgraph=True)`, with `mode="reduce-overhead"`
 (CUDA graphs) on CUDA and inductor's default on CPU. The eager `ReferenceDecoder` in
@@ -113,51 +113,74 @@ class DecodeState:
             torch._dynamo.mark_static_address(value)
 
 
-def decode_step(model, head: AudioHead, body: StaticBody, s: DecodeState, stop_mode: str, pad_id: int) -> None:
-    """One token for every slot, in place on `s` (see the module docstring for the rules)."""
-    lay = head.layout
-    q = lay.num_quantizers
-    t, alive, phase = s.t, s.alive, s.phase
+def decode_step(model, head: AudioHead, body: StaticBody, state: DecodeState, stop_mode: str, pad_id: int) -> None:
+    """One token for every slot, in place on `state` (see the module docstring for the rules)."""
+    layout = head.layout
+    position = state.t  # [B]: tokens each row has generated, the position it samples now
+    phase = state.phase  # []: position mod Q, shared by every live row
     boundary = phase == 0
-    at_max = alive & (t >= s.max_new)
-    live = alive & ~at_max
-    # Stop head at frame boundaries (computed for every row: fixed shape; used where eligible).
-    past_floor = t >= s.floor
-    eligible = live & boundary & past_floor
-    logit = model.stop_logits(s.hidden)
+    at_max = state.alive & (position >= state.max_new)
+    live = state.alive & ~at_max
+    past_floor = position >= state.floor
+    stop = _stop_head(model, state, live & boundary & past_floor, boundary, stop_mode, layout.num_quantizers)
+    sampling = live & ~stop
+    token, log_prob = _sample(head, state, past_floor, boundary)
+    ended = sampling & (token == layout.audio_end_token_id)
+    going = sampling & ~ended
+    _record(state, token, log_prob, sampling, going, layout.first_unit_id)
+    reason = torch.where(at_max, MAX_TOKENS, torch.where(stop, STOP_HEAD, torch.where(ended, END_TOKEN, state.reason)))
+    state.reason.copy_(reason)
+    # One body step for every slot (a fixed shape); only continuing rows keep its result.
+    hidden = body.decode(torch.where(going, token, pad_id), state.pos)
+    state.hidden.copy_(torch.where(going[:, None], hidden, state.hidden))
+    state.t.copy_(position + sampling.long())
+    state.pos.copy_(state.pos + going.long())
+    state.alive.copy_(going)
+    state.phase.copy_((phase + 1) % layout.num_quantizers)
+
+
+def _stop_head(model, state: DecodeState, eligible: torch.Tensor, boundary: torch.Tensor, stop_mode: str,
+               num_quantizers: int) -> torch.Tensor:
+    """Where the stop head ends a row ([B] bool, only where `eligible`): computed for every row
+    (a fixed shape), recorded with its log-prob in the frame's stop buffers at a boundary."""
+    logit = model.stop_logits(state.hidden)
     p_stop = torch.sigmoid(logit)
     if stop_mode == "threshold":
         stop = p_stop > STOP_THRESHOLD
-    else:
-        stop = s.u_stop.gather(1, (t // q).clamp(max=s.u_stop.shape[1] - 1)[:, None]).squeeze(1) < p_stop
+    else:  # a Bernoulli draw with the row's pre-drawn uniform for this boundary
+        slot = (state.t // num_quantizers).clamp(max=state.u_stop.shape[1] - 1)
+        stop = state.u_stop.gather(1, slot[:, None]).squeeze(1) < p_stop
     stop = stop & eligible
-    stop_logp = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
-    s.stop_eligible.copy_(torch.where(boundary, eligible, s.stop_eligible))
-    s.stop_decision.copy_(torch.where(boundary, stop, s.stop_decision))
-    s.stop_log_prob.copy_(torch.where(boundary, torch.where(eligible, stop_logp, 0.0), s.stop_log_prob))
-    sampling = live & ~stop
-    # The audio head and the sampler.
+    stop_log_prob = torch.where(stop, F.logsigmoid(logit), F.logsigmoid(-logit))
+    state.stop_eligible.copy_(torch.where(boundary, eligible, state.stop_eligible))
+    state.stop_decision.copy_(torch.where(boundary, stop, state.stop_decision))
+    state.stop_log_prob.copy_(torch.where(boundary, torch.where(eligible, stop_log_prob, 0.0), state.stop_log_prob))
+    return stop
+
+
+def _sample(head: AudioHead, state: DecodeState, past_floor: torch.Tensor,
+            boundary: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row's next token id and its log-prob ([B] each): the audio head's rows of this
+    codebook (and `</audio>` where a row may end), the repetition penalty, then the sampler
+    with the row's pre-drawn uniform for this position."""
     allow_end = past_floor & (boundary if head.restrict_phase else torch.ones_like(boundary))
-    logits = penalize_repeats(head.step_logits(s.hidden, phase, allow_end), head.seen_columns(s.seen, phase), s.penalty)
-    uniform = s.u_token.gather(1, t.clamp(max=s.u_token.shape[1] - 1)[:, None]).squeeze(1)
-    index, logp = sample_tokens(logits, s.temperature, s.top_k, s.top_p, uniform)
-    token = head.index_to_token(index, phase)
-    ended = sampling & (token == lay.audio_end_token_id)
-    going = sampling & ~ended
-    unit = (token - lay.first_unit_id).clamp(0, s.seen.shape[1] - 1)[:, None]
-    s.seen.scatter_(1, unit, s.seen.gather(1, unit) | going[:, None])
-    column = phase.view(1).expand(token.shape[0], 1)
-    s.frame_tokens.scatter_(1, column, torch.where(sampling, token, -1)[:, None])
-    s.frame_log_probs.scatter_(1, column, torch.where(sampling, logp.float(), 0.0)[:, None])
-    reason = torch.where(at_max, MAX_TOKENS, torch.where(stop, STOP_HEAD, torch.where(ended, END_TOKEN, s.reason)))
-    s.reason.copy_(reason)
-    # One body step for every slot; only continuing rows keep its result.
-    hidden = body.decode(torch.where(going, token, pad_id), s.pos)
-    s.hidden.copy_(torch.where(going[:, None], hidden, s.hidden))
-    s.t.copy_(t + sampling.long())
-    s.pos.copy_(s.pos + going.long())
-    s.alive.copy_(going)
-    s.phase.copy_((phase + 1) % q)
+    logits = head.step_logits(state.hidden, state.phase, allow_end)
+    logits = penalize_repeats(logits, head.seen_columns(state.seen, state.phase), state.penalty)
+    column = state.t.clamp(max=state.u_token.shape[1] - 1)
+    uniform = state.u_token.gather(1, column[:, None]).squeeze(1)
+    index, log_prob = sample_tokens(logits, state.temperature, state.top_k, state.top_p, uniform)
+    return head.index_to_token(index, state.phase), log_prob
+
+
+def _record(state: DecodeState, token: torch.Tensor, log_prob: torch.Tensor, sampling: torch.Tensor,
+            going: torch.Tensor, first_unit_id: int) -> None:
+    """The sampled tokens into the frame's buffers (-1 where a row sampled nothing), and the
+    codes of continuing rows into `seen` (the repetition penalty's memory)."""
+    unit = (token - first_unit_id).clamp(0, state.seen.shape[1] - 1)[:, None]
+    state.seen.scatter_(1, unit, state.seen.gather(1, unit) | going[:, None])
+    column = state.phase.view(1).expand(token.shape[0], 1)
+    state.frame_tokens.scatter_(1, column, torch.where(sampling, token, -1)[:, None])
+    state.frame_log_probs.scatter_(1, column, torch.where(sampling, log_prob.float(), 0.0)[:, None])
 
 
 @dataclass
@@ -187,8 +210,13 @@ class SlotDecoder:
 
     def __init__(self, model, head: AudioHead, batch: int, max_len: int, stop_mode: str = "threshold",
                  pad_id: int = 0, compile: bool = False, backend=None):
-        self.model, self.head, self.layout = model, head, head.layout
-        self.batch, self.max_len, self.stop_mode, self.pad_id = batch, max_len, stop_mode, pad_id
+        self.model = model
+        self.head = head
+        self.layout = head.layout
+        self.batch = batch
+        self.max_len = max_len
+        self.stop_mode = stop_mode
+        self.pad_id = pad_id
         weight = model.get_input_embeddings().weight
         self.device = weight.device
         self.body = StaticBody(model, batch, max_len)
@@ -214,20 +242,22 @@ class SlotDecoder:
             fn = torch.compile(decode_step, fullgraph=True, backend=backend)
         else:
             fn = torch.compile(decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None)
-        model, head, body, state, mode, pad = self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id
+        # Bound once: the compiled graph guards on these very objects.
+        arguments = (self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id)
 
         def step() -> None:
             if cuda:
                 torch.compiler.cudagraph_mark_step_begin()
             if self._guards_checked:
-                fn(model, head, body, state, mode, pad)
+                fn(*arguments)
                 return
             try:  # the first call compiles; compilation fails before the step mutates anything
-                fn(model, head, body, state, mode, pad)
+                fn(*arguments)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly instead
                 log.warning("compiling the decode step failed (%s: %s); decoding eagerly", type(exc).__name__,
                             str(exc).splitlines()[0] if str(exc) else "")
-                self._step, self.compiled = self._eager_step, False
+                self._step = self._eager_step
+                self.compiled = False
                 self._eager_step()
 
         return step
@@ -250,27 +280,32 @@ class SlotDecoder:
         self._arm(slots, [len(p) for p in prompt_ids], rows, hidden)
         return slots
 
-    def _arm(self, slots: list[int], lengths: list[int], rows, hidden: torch.Tensor) -> None:
-        s, q, dev = self.state, self.layout.num_quantizers, self.device
-        idx = torch.tensor(slots, device=dev)
+    def _arm(self, slots: list[int], lengths: list[int], rows: Sequence[RowParams], hidden: torch.Tensor) -> None:
+        """Write the new rows' state into their slots: position 0, their prompt lengths, sampling
+        settings and pre-drawn uniforms (tokens from the row's seed, stop decisions from seed +
+        STOP_SEED_OFFSET), and the hidden state that predicts their first token."""
+        state = self.state
+        index = torch.tensor(slots, device=self.device)
 
-        def put(buf: torch.Tensor, values) -> None:
-            buf[idx] = torch.as_tensor(values, dtype=buf.dtype).to(dev)
+        def fill(buffer: torch.Tensor, values) -> None:
+            buffer[index] = torch.as_tensor(values, dtype=buffer.dtype).to(self.device)
 
-        put(s.t, [0] * len(slots))
-        put(s.pos, lengths)
-        put(s.alive, [True] * len(slots))
-        put(s.reason, [RUNNING] * len(slots))
-        s.hidden[idx] = hidden.to(s.hidden.dtype)
-        put(s.temperature, [r.temperature for r in rows])
-        put(s.top_k, [r.top_k for r in rows])
-        put(s.top_p, [r.top_p for r in rows])
-        put(s.penalty, [r.repetition_penalty for r in rows])
-        s.seen[idx] = False
-        put(s.floor, [stop_floor(r.min_new_tokens, q) for r in rows])
-        put(s.max_new, [r.max_new_tokens for r in rows])
-        s.u_token[idx] = torch.stack([draw_uniforms(r.seed, s.u_token.shape[1]) for r in rows]).to(dev)
-        s.u_stop[idx] = torch.stack([draw_uniforms(r.seed + STOP_SEED_OFFSET, s.u_stop.shape[1]) for r in rows]).to(dev)
+        fill(state.t, [0] * len(slots))
+        fill(state.pos, lengths)
+        fill(state.alive, [True] * len(slots))
+        fill(state.reason, [RUNNING] * len(slots))
+        state.hidden[index] = hidden.to(state.hidden.dtype)
+        fill(state.temperature, [row.temperature for row in rows])
+        fill(state.top_k, [row.top_k for row in rows])
+        fill(state.top_p, [row.top_p for row in rows])
+        fill(state.penalty, [row.repetition_penalty for row in rows])
+        state.seen[index] = False
+        fill(state.floor, [stop_floor(row.min_new_tokens, self.layout.num_quantizers) for row in rows])
+        fill(state.max_new, [row.max_new_tokens for row in rows])
+        state.u_token[index] = torch.stack([draw_uniforms(row.seed, state.u_token.shape[1]) for row in rows]).to(
+            self.device)
+        state.u_stop[index] = torch.stack([draw_uniforms(row.seed + STOP_SEED_OFFSET, state.u_stop.shape[1])
+                                           for row in rows]).to(self.device)
 
     def release(self, slot: int) -> None:
         """Free a slot (its row stops at once); only between frames."""
@@ -300,14 +335,16 @@ class SlotDecoder:
 
         A frame is exactly Q steps, so between frames the phase is always 0: rows join there.
         """
-        s, q = self.state, self.layout.num_quantizers
+        state = self.state
+        q = self.layout.num_quantizers  # Q, as the docs write it: columns [0, Q) tokens, [Q, 2Q) log-probs
         with self._stance():
             for _ in range(q):
                 self._step()
         self._guards_checked = True
         # One packed copy (token ids < 2**24 are exact in float32): one sync per frame.
-        flags = [s.stop_eligible, s.stop_decision, s.stop_log_prob, s.alive, s.reason]
-        packed = torch.cat([s.frame_tokens.float(), s.frame_log_probs, *(f.float()[:, None] for f in flags)], 1)
+        flags = [state.stop_eligible, state.stop_decision, state.stop_log_prob, state.alive, state.reason]
+        packed = torch.cat([state.frame_tokens.float(), state.frame_log_probs,
+                            *(flag.float()[:, None] for flag in flags)], 1)
         host = packed.cpu()
         return FrameResult(
             tokens=host[:, :q].long(), log_probs=host[:, q : 2 * q].clone(),
@@ -358,33 +395,33 @@ class BatchDecoder(DecoderBase):
         host sees it.
         """
         start = time.perf_counter()
-        dec, q = self.slots, self.layout.num_quantizers
-        if dec.in_use:  # taken by another caller since we were built: use a private one
-            dec = self.slots = SlotDecoder(self.model, self.head, dec.batch, dec.max_len, stop_mode=self.stop_mode,
-                                           pad_id=self.pad_id, compile=dec.compiled)
-        dec.reset()
-        dec.in_use = True
+        slots = self.slots
+        if slots.in_use:  # taken by another caller since we were built: use a private one
+            slots = self.slots = SlotDecoder(self.model, self.head, slots.batch, slots.max_len,
+                                             stop_mode=self.stop_mode, pad_id=self.pad_id, compile=slots.compiled)
+        slots.reset()
+        slots.in_use = True
         try:
-            ids = dec.add(self.prompt_ids, self.rows)
+            ids = slots.add(self.prompt_ids, self.rows)
             self.timings["prefill_s"] = time.perf_counter() - start
-            t = 0
+            position = 0
             for frame_index in range(self.stop_slots):
-                frame = dec.run_frame()
+                frame = slots.run_frame()
                 self._record_stops(frame, ids, frame_index)
-                for k in range(q):
-                    tokens = frame.tokens[ids, k]
+                for column in range(self.layout.num_quantizers):
+                    tokens = frame.tokens[ids, column]
                     if bool((tokens >= 0).any()):
                         self._tokens.append(tokens)
-                        self._log_probs.append(frame.log_probs[ids, k])
-                        yield Step(t=t, tokens=tokens)
-                        t += 1
+                        self._log_probs.append(frame.log_probs[ids, column])
+                        yield Step(t=position, tokens=tokens)
+                        position += 1
                 if not bool(frame.alive[ids].any()):
                     break
             reasons = frame.reason[ids].tolist()
             self.finish = [FINISH_NAMES.get(code, FINISH_MAX_TOKENS) for code in reasons]
         finally:
-            dec.reset()
-            dec.in_use = False
+            slots.reset()
+            slots.in_use = False
         self.timings["total_s"] = time.perf_counter() - start
 
     def _record_stops(self, frame, ids: list[int], frame_index: int) -> None:

@@ -49,7 +49,9 @@ class BaseEngine:
     synth_batch_size = 8
 
     def __init__(self, tokenizer, codec, config: RumikOSSConfig, checkpoint_dir: str | Path):
-        self.tokenizer, self.codec, self.config = tokenizer, codec, config
+        self.tokenizer = tokenizer
+        self.codec = codec
+        self.config = config
         self.layout = config.layout
         self.checkpoint_dir = Path(checkpoint_dir)
         self.bos_id = self._bos_id()
@@ -102,21 +104,22 @@ class BaseEngine:
 
     def row_params(self, req: SynthesisRequest, seed: int | None = None) -> RowParams:
         """The sampling row of `req` (its seed unless `seed` is given)."""
-        return RowParams(seed=req.seed if seed is None else seed, temperature=req.temperature, top_k=req.top_k,
-                         top_p=req.top_p, min_new_tokens=req.min_new_tokens, max_new_tokens=req.max_new_tokens,
-                         repetition_penalty=req.repetition_penalty)
+        return RowParams.of(req, req.seed if seed is None else seed)
 
     def batch_rows(self, requests: Sequence[SynthesisRequest],
                    num_samples: int = 1) -> tuple[list[list[int]], list[RowParams], list[int]]:
         """(prompt ids, rows, owning request) for every sample: sample j of a request uses seed
         (the request's, or a random one) + j."""
-        prompts, rows, owners = [], [], []
-        for i, req in enumerate(requests):
-            ids, base = self.prompt_ids(req), resolve_seed(req.seed)
-            for j in range(num_samples):
+        prompts = []
+        rows = []
+        owners = []
+        for owner, req in enumerate(requests):
+            ids = self.prompt_ids(req)
+            base = resolve_seed(req.seed)
+            for sample in range(num_samples):
                 prompts.append(ids)
-                rows.append(self.row_params(req, base + j))
-                owners.append(i)
+                rows.append(self.row_params(req, base + sample))
+                owners.append(owner)
         return prompts, rows, owners
 
     def max_new_tokens_for(self, seconds: float) -> int:
@@ -149,7 +152,7 @@ class BaseEngine:
         if expected_seconds(text, req.language, req.pace) <= limit:
             return [req.with_(text=text, seed=seed, normalize=False)]
         chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
-        return [req.with_(text=chunk, seed=seed + i, normalize=False) for i, chunk in enumerate(chunks)]
+        return [req.with_(text=chunk, seed=seed + index, normalize=False) for index, chunk in enumerate(chunks)]
 
     def assembler(self, plan: Sequence[SynthesisRequest], stats: dict | None = None,
                   first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES) -> StreamAssembler:
@@ -159,7 +162,8 @@ class BaseEngine:
     def decode(self, codes: torch.Tensor, num_frames: torch.Tensor | Sequence[int]) -> list[np.ndarray]:
         """codes: [B, Q, T] -> one float32 waveform per row, cut to its own frame count."""
         audio = self.codec.decode(codes).cpu().numpy()
-        return [audio[i, : int(n) * self.codec.frame_size].astype(np.float32) for i, n in enumerate(num_frames)]
+        return [audio[row, : int(frames) * self.codec.frame_size].astype(np.float32)
+                for row, frames in enumerate(num_frames)]
 
     def synthesize(self, req: SynthesisRequest, progress: Progress | None = None) -> Audio:
         """Synthesise any length of text; long text is chunked and crossfaded.
@@ -181,25 +185,26 @@ class BaseEngine:
         start = time.perf_counter()
         size = batch_size or self.synth_batch_size
         plans = [self.plan(req) for req in requests]
-        flat = [(i, chunk) for i, plan in enumerate(plans) for chunk in plan]
+        flat = [(owner, chunk) for owner, plan in enumerate(plans) for chunk in plan]  # (request, chunk)
         waves: list[list[np.ndarray]] = [[] for _ in requests]
-        stats = {"tokens": [0] * len(requests), "finish": [[] for _ in requests]}
-        batches = [flat[lo : lo + size] for lo in range(0, len(flat), size)]
-        budgets = [max(chunk.max_new_tokens for _, chunk in part) for part in batches]
-        for k, part in enumerate(batches):
-            done = sum(budgets[:k])
+        tokens = [0] * len(requests)
+        finish: list[list[str]] = [[] for _ in requests]
+        batches = [flat[first : first + size] for first in range(0, len(flat), size)]
+        budgets = [max(chunk.max_new_tokens for _, chunk in batch) for batch in batches]
+        for index, batch in enumerate(batches):
+            done = sum(budgets[:index])
             report = None if progress is None else (lambda t, done=done: progress(done + t, sum(budgets)))
-            rollouts = self.generate_batch([chunk for _, chunk in part], progress=report)
+            rollouts = self.generate_batch([chunk for _, chunk in batch], progress=report)
             if progress is not None:
-                progress(done + budgets[k], sum(budgets))
-            for (i, _), wave, n_tok, why in zip(part, self.decode(rollouts.codes, rollouts.num_frames),
-                                                rollouts.lengths.tolist(), rollouts.finish_reasons):
-                waves[i].append(wave)
-                stats["tokens"][i] += n_tok
-                stats["finish"][i].append(why)
+                progress(done + budgets[index], sum(budgets))
+            for (owner, _), wave, length, reason in zip(batch, self.decode(rollouts.codes, rollouts.num_frames),
+                                                         rollouts.lengths.tolist(), rollouts.finish_reasons):
+                waves[owner].append(wave)
+                tokens[owner] += length
+                finish[owner].append(reason)
         elapsed = time.perf_counter() - start
-        return [self.joined_audio(waves[i], plan, stats["tokens"][i], elapsed, stats["finish"][i])
-                for i, plan in enumerate(plans)]
+        return [self.joined_audio(waves[owner], plan, tokens[owner], elapsed, finish[owner])
+                for owner, plan in enumerate(plans)]
 
     def joined_audio(self, waves: list[np.ndarray], plan: Sequence[SynthesisRequest], tokens: int, elapsed: float,
                      finish: list[str]) -> Audio:

@@ -2,24 +2,48 @@
 
     from rumik_app.engine.loading import load_engine
     engine = load_engine("rumik-ai/rumik-oss-1")                          # TTSEngine, in-process
-    engine = load_engine("tiny", backend="vllm", tensor_parallel_size=1)  # VLLMEngine (.venv-vllm)
+    engine = load_engine("tiny", backend="vllm", tensor_parallel_size=1)  # rumik_vllm's VLLMEngine (.venv-vllm)
     engine = load_engine(args.model, **engine_options(args))              # from the shared CLI flags
 
 Both engines are a `BaseEngine` with the same API (synthesize, stream, generate_batch, plan,
-...); each builds itself in its own `from_pretrained`. vLLM is imported only when asked for.
+...); each builds itself in its own `from_pretrained`. The in-process engine is this
+package's; every other backend is a package that registers its engine class under the
+`rumik_app.backends` entry-point group (pyproject.toml: `vllm = "rumik_vllm.engine:VLLMEngine"`),
+so rumik_app never imports vLLM's package, and a backend that is not installed gets one
+message naming the fix.
 """
 
 from __future__ import annotations
 
-from rumik_app.cli_args import BACKENDS, VLLM_OPTIONS
+from importlib.metadata import entry_points
+
+import torch
+
+from rumik_app.cli_args import BACKENDS, VLLM_OPTIONS, check_quantize
 from rumik_app.engine.base import BaseEngine
+from rumik_app.errors import CheckpointError
 from rumik_app.request import DEFAULT_MODEL
+
+BACKEND_GROUP = "rumik_app.backends"  # entry points: backend name -> its engine class
+VLLM_MISSING = ("backend='vllm' needs vLLM, which is not installed here. Set up the vLLM environment with "
+                "`./setup.sh --vllm` (it installs requirements-vllm.txt and this project into .venv-vllm) and run "
+                "with .venv-vllm/bin/python.")
 
 
 def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}. Choose one of: {', '.join(BACKENDS)}.")
     return backend
+
+
+def backend_class(backend: str) -> type[BaseEngine]:
+    """The engine class registered for `backend` (not "engine"); CheckpointError naming the fix
+    when its package is not installed in this environment."""
+    for entry in entry_points(group=BACKEND_GROUP):
+        if entry.name == backend:
+            return entry.load()
+    raise CheckpointError(VLLM_MISSING if backend == "vllm" else
+                          f"backend={backend!r} is not installed here (no {backend!r} entry point in {BACKEND_GROUP}).")
 
 
 def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", **options) -> BaseEngine:
@@ -29,13 +53,13 @@ def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", **options) 
     `rumik_app.cli_args.check_quantize`), and for "engine" restrict_phase, decoder
     (`TTSEngine.from_pretrained`); for "vllm" also tensor_parallel_size, data_parallel_size,
     gpu_memory_utilization, max_num_seqs and other vLLM engine arguments
-    (`VLLMEngine.from_pretrained`). Raises CheckpointError with the fix in the message, and
-    TypeError for vLLM's options on the engine backend.
+    (`rumik_vllm.engine.VLLMEngine.from_pretrained`). Raises CheckpointError with the fix in
+    the message, and TypeError for vLLM's options on the engine backend.
     """
-    if check_backend(backend) == "vllm":
-        from rumik_app.engine.vllm import VLLMEngine
-
-        return VLLMEngine.from_pretrained(model, **options)
+    if check_backend(backend) != "engine":
+        # Checked here too, so a mode the backend lacks is named in any environment, vLLM or not.
+        check_quantize(options.get("quantize"), backend, "cuda" if torch.cuda.is_available() else "cpu")
+        return backend_class(backend).from_pretrained(model, **options)
     given = sorted(set(options) & set(VLLM_OPTIONS))
     if given:
         raise TypeError(f"{given} apply to backend='vllm' only")

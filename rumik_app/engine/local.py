@@ -8,7 +8,7 @@
     rollouts = engine.generate_batch(requests, num_samples=4)        # GRPO rollouts
 
 The app, the CLI, the benchmark runner, the speech server's scheduler and GRPO all sample
-through this class (or `VLLMEngine`, the same API on vLLM: `rumik_app.engine.loading`).
+through this class (or rumik_vllm's `VLLMEngine`, the same API on vLLM: `rumik_app.engine.loading`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class TTSEngine(BaseEngine):
             raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
         super().__init__(tokenizer, codec, config, checkpoint_dir)
         self.model = model
-        self.compile, self.decoder = bool(compile), decoder
+        self.compile = bool(compile)
+        self.decoder = decoder
         self._slot_decoders: OrderedDict[tuple, SlotDecoder] = OrderedDict()
         self._decoders_built_for: tuple | None = None  # the model structure the pooled decoders saw
         self.restrict_phase = restrict_phase
@@ -70,7 +71,8 @@ class TTSEngine(BaseEngine):
     @classmethod
     def from_pretrained(cls, model: str = DEFAULT_MODEL, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, restrict_phase: bool = True,
-                        compile: bool | None = None, decoder: str = "fast", quantize: str | None = None) -> "TTSEngine":
+                        compile: bool | None = None, decoder: str = "fast", quantize: str | None = None,
+                        backend: str = "engine") -> "TTSEngine":
         """Load a folder, a hub id (through the HF cache) or `"tiny"`. Never runs remote code.
 
         device: None = CUDA if available else CPU. dtype: None = bf16 on CUDA and on CPUs
@@ -83,19 +85,23 @@ class TTSEngine(BaseEngine):
         quantize: None, "int8" (CPU and CUDA), "int4" or "nf4" (CUDA): the body's linears
             quantised at load, the stop head, norms and embedding kept (`rumik_app.model.quantize`).
         One log line says the dtype chosen and why, and the weight bytes before and after.
-        The vLLM backend is `rumik_app.engine.loading.load_engine(model, backend="vllm")`.
-        Raises CheckpointError with the fix in the message.
+        backend: only "engine" (this class); the vLLM backend is
+        `rumik_app.load_engine(model, backend="vllm")`, and asking this class for it is a
+        TypeError that says so. Raises CheckpointError with the fix in the message.
         """
+        if backend != "engine":
+            raise TypeError(f"TTSEngine is the in-process engine (backend='engine'); for backend={backend!r} use "
+                            f"rumik_app.load_engine(model, backend={backend!r}), which loads the right engine class.")
         path = resolve_checkpoint(model)
         config = RumikOSSConfig.from_file(path)
         tokenizer = load_tokenizer(path, config)  # the framing check: before any weights load
-        dev = auto_device(device)
-        lm = _load_lm(path, config, dev, dtype, quantize)
-        codec = MimiCodec(load_codec(path, dev), config.layout.num_quantizers)
-        compile = dev.type == "cuda" if compile is None else compile
+        target = auto_device(device)
+        lm = _load_lm(path, config, target, dtype, quantize)
+        codec = MimiCodec(load_codec(path, target), config.layout.num_quantizers)
+        compile = target.type == "cuda" if compile is None else compile
         engine = cls(lm, tokenizer, codec, config, path, restrict_phase=restrict_phase,
                      compile=compile and decoder == "fast", decoder=decoder)
-        engine.loader = lambda: _load_lm(path, config, dev, dtype, quantize)
+        engine.loader = lambda: _load_lm(path, config, target, dtype, quantize)
         if engine.compile:
             engine.warmup()
         return engine
@@ -111,10 +117,10 @@ class TTSEngine(BaseEngine):
         Returns the seconds it took; logs one line. Later requests of the same batch bucket
         and cache length reuse it.
         """
-        dec = self.slot_decoder(batch, prompt_len, max_new_tokens)
-        seconds = dec.warmup()
+        slots = self.slot_decoder(batch, prompt_len, max_new_tokens)
+        seconds = slots.warmup()
         log.info("decode step %s for batch %d, cache %d positions on %s in %.1f s",
-                 "compiled" if dec.compiled else "warmed up", dec.batch, dec.max_len, self.device, seconds)
+                 "compiled" if slots.compiled else "warmed up", slots.batch, slots.max_len, self.device, seconds)
         return seconds
 
     def slot_decoder(self, rows: int, longest_prompt: int, max_new_tokens: int,
@@ -134,17 +140,17 @@ class TTSEngine(BaseEngine):
                 self._slot_decoders.clear()
                 self._decoders_built_for = structure
         key = (batch_bucket(rows), cache_length(longest_prompt, max_new_tokens), stop_mode)
-        dec = self._slot_decoders.get(key)
-        if dec is not None and not dec.in_use:
+        slots = self._slot_decoders.get(key)
+        if slots is not None and not slots.in_use:
             self._slot_decoders.move_to_end(key)
-            return dec
-        dec = SlotDecoder(self.model, self.head, key[0], key[1], stop_mode=stop_mode, pad_id=self.pad_id,
-                          compile=self.compile)
+            return slots
+        slots = SlotDecoder(self.model, self.head, key[0], key[1], stop_mode=stop_mode, pad_id=self.pad_id,
+                            compile=self.compile)
         if key not in self._slot_decoders:
-            self._slot_decoders[key] = dec
+            self._slot_decoders[key] = slots
             while len(self._slot_decoders) > MAX_CACHED_DECODERS:
                 self._slot_decoders.popitem(last=False)
-        return dec
+        return slots
 
     def _model_structure(self) -> tuple:
         """What a compiled step bakes in besides shapes: the identity of every module and
@@ -224,9 +230,8 @@ class TTSEngine(BaseEngine):
         """
         prompts, rows, owners = self.batch_rows(requests, num_samples)
         decoder = self._decoder(prompts, rows, stop_mode=stop_mode, request_index=owners)
-        q = self.layout.num_quantizers
         for step in decoder.steps():
-            if progress is not None and (step.t + 1) % q == 0:
+            if progress is not None and (step.t + 1) % self.layout.num_quantizers == 0:  # once per frame
                 progress(step.t + 1)
         return decoder.rollouts()
 
@@ -241,16 +246,16 @@ class TTSEngine(BaseEngine):
         updated as each frame arrives: a progress readout) and `finish_reasons` (per chunk).
         """
         plan = self.plan(req)
-        asm = self.assembler(plan, stats, first_frames, frames_per_piece)
+        assembler = self.assembler(plan, stats, first_frames, frames_per_piece)
         for chunk in plan:
-            asm.start_chunk()
+            assembler.start_chunk()
             decoder = self._decoder([self.prompt_ids(chunk)], [self.row_params(chunk)])
             for step in decoder.steps():
-                if asm.push(int(step.tokens[0])) and len(piece := asm.piece()):
+                if assembler.push(int(step.tokens[0])) and len(piece := assembler.piece()):
                     yield piece
-            if len(rest := asm.end_chunk(decoder.finish[0])):
+            if len(rest := assembler.end_chunk(decoder.finish[0])):
                 yield rest
-        if len(rest := asm.finish()):
+        if len(rest := assembler.finish()):
             yield rest
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@
     job.cancel()                                         # the client went away: its row is freed
     scheduler.stop(timeout=30)
 
-The speech server's engine adapter (`rumik_app.serve.adapters.SchedulerAdapter`); no HTTP here.
+The speech server runs it behind `rumik_app.serve.adapters.SchedulerAdapter`; no HTTP here.
 
 One thread owns the model through a dedicated `SlotDecoder` with `max_batch` slots over a
 static KV cache of `max_prompt_tokens + MAX_NEW_TOKENS_CAP` positions. It loops:
@@ -47,17 +47,16 @@ import torch
 from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_NAMES, RowParams
 from rumik_app.decode.slots import FrameResult, SlotDecoder, cache_length
 from rumik_app.engine.local import TTSEngine
+from rumik_app.engine.serving import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, EngineFailed,
+    ServerBusy, ServingStats, ShuttingDown,
+)
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.quantize import human_bytes
 from rumik_app.prompt import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SERVER_LIMITS, RequestLimits, SynthesisRequest
-from rumik_app.serve.protocol import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats,
-    EngineFailed, ServerBusy, ShuttingDown,
-)
 
 log = logging.getLogger(__name__)
-
 
 
 class JobCancelled(RuntimeError):
@@ -86,7 +85,9 @@ class Job:
 
     def __init__(self, request: SynthesisRequest, chunks: list[Chunk], assembler: StreamAssembler,
                  sink: Callable[[object], None] | None, wake: Callable[[], None]):
-        self.request, self.chunks, self.assembler = request, chunks, assembler
+        self.request = request
+        self.chunks = chunks
+        self.assembler = assembler
         self.stats: dict = assembler.stats
         self.stats.update(prompt_tokens=sum(len(c.prompt_ids) for c in chunks), audio_samples=0, queued_s=None,
                           first_audio_s=None)
@@ -165,9 +166,13 @@ class BatchScheduler:
             raise ValueError("the scheduler needs the fast decode path (TTSEngine(decoder='fast'))")
         if max_batch < 1 or max_queue < 0:
             raise ValueError("max_batch must be >= 1 and max_queue >= 0")
-        self.engine, self.layout = engine, engine.layout
-        self.max_batch, self.max_queue, self.limits = max_batch, max_queue, limits
-        self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
+        self.engine = engine
+        self.layout = engine.layout
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.limits = limits
+        self.first_frames = first_frames
+        self.frames_per_piece = frames_per_piece
         self.max_len = cache_length(max_prompt_tokens, MAX_NEW_TOKENS_CAP)
         self.decoder: SlotDecoder | None = self._new_decoder()
         self.idle_unload_s = idle_unload_s
@@ -259,14 +264,14 @@ class BatchScheduler:
     def loaded(self) -> bool:
         return not self._unloaded.is_set()
 
-    def stats(self) -> AdapterStats:
+    def stats(self) -> ServingStats:
         now = time.perf_counter()
         with self._cond:
             queued = self._queued()
-            recent = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
+            recent = [(when, tokens) for when, tokens in self._rate if now - when <= RATE_WINDOW_S]
         span = now - recent[0][0] if len(recent) > 1 else 0.0
-        rate = sum(n for _, n in recent[1:]) / span if span > 0 else 0.0
-        return AdapterStats(queue_depth=queued, active=len(self._rows), peak_active=self._peak_rows,
+        rate = sum(tokens for _, tokens in recent[1:]) / span if span > 0 else 0.0
+        return ServingStats(queue_depth=queued, active=len(self._rows), peak_active=self._peak_rows,
                             max_batch=self.max_batch, tokens_total=self._tokens_total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.engine.sample_rate,
                             healthy=self._error is None, draining=self._closing, loaded=self.loaded)
@@ -331,7 +336,7 @@ class BatchScheduler:
         Blocks while there is nothing to do; returns False when the loop should end.
         """
         while True:
-            for slot in [s for s, row in self._rows.items() if row.job.cancelled]:
+            for slot in [slot for slot, row in self._rows.items() if row.job.cancelled]:
                 self._release(slot).job.close(JobCancelled("cancelled"))
             with self._cond:
                 unload = self._wait_for_work()
@@ -403,7 +408,9 @@ class BatchScheduler:
 
     def _deliver(self, frame: FrameResult) -> None:
         """Each row's tokens to its assembler, decoded audio out, rows that ended finished."""
-        tokens, alive, reasons = frame.tokens.tolist(), frame.alive.tolist(), frame.reason.tolist()
+        tokens = frame.tokens.tolist()
+        alive = frame.alive.tolist()
+        reasons = frame.reason.tolist()
         produced = 0
         for slot, row in list(self._rows.items()):
             new = [t for t in tokens[slot] if t >= 0]

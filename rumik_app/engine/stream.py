@@ -1,13 +1,13 @@
 """The one stream assembler: a request's generated ids in, its crossfaded audio pieces out.
 
-    asm = StreamAssembler(engine.codec, engine.layout, plan, stats)   # plan: the request's chunks
+    assembler = StreamAssembler(engine.codec, engine.layout, plan, stats)   # plan: the request's chunks
     for chunk in plan:
-        asm.start_chunk()
+        assembler.start_chunk()
         for token in generated_ids(chunk):          # as the decoder produces them
-            if asm.push(token):                     # enough frames for a piece
-                send(asm.piece())                   # float32 [n] at 24 kHz (may be empty)
-        send(asm.end_chunk(finish_reason))
-    send(asm.finish())
+            if assembler.push(token):               # enough frames for a piece
+                send(assembler.piece())             # float32 [n] at 24 kHz (may be empty)
+        send(assembler.end_chunk(finish_reason))
+    send(assembler.finish())
 
 Every streaming path runs through it: `TTSEngine.stream`, `VLLMEngine.astream` (which calls
 `piece()` in a worker thread) and the speech server's scheduler rows. Per chunk it owns the
@@ -63,8 +63,10 @@ class StreamAssembler:
 
     def __init__(self, codec, layout: TokenLayout, plan: Sequence[SynthesisRequest], stats: dict | None = None,
                  first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
-        self.codec, self.layout = codec, layout
-        self.first_frames, self.frames_per_piece = first_frames, frames_per_piece
+        self.codec = codec
+        self.layout = layout
+        self.first_frames = first_frames
+        self.frames_per_piece = frames_per_piece
         self.stats = new_stream_stats(plan, stats)
         fade = int(CROSSFADE_SECONDS * codec.sample_rate)
         self.joiner = CrossfadeStream(fade) if len(plan) > 1 else None  # one chunk: nothing held back
@@ -77,7 +79,8 @@ class StreamAssembler:
         """Begin the next chunk: a fresh parser and codec state; the first piece comes early again."""
         self.parser = FrameParser(self.layout)
         self.codec_stream = self.codec.streaming_decoder(batch=1)
-        self.pending, self.want = [], self.first_frames
+        self.pending = []
+        self.want = self.first_frames
         if self.joiner is not None:
             self.joiner.start_chunk()
 
@@ -94,7 +97,8 @@ class StreamAssembler:
         if not self.pending:
             return _EMPTY
         codes = torch.tensor(self.pending, dtype=torch.long, device=self.codec.device).T[None]  # [1, Q, t]
-        self.pending, self.want = [], self.frames_per_piece
+        self.pending = []
+        self.want = self.frames_per_piece
         audio = self.codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
         return self.joiner.push(audio) if self.joiner is not None else audio
 

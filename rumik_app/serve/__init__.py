@@ -6,12 +6,15 @@ batched across requests, over either engine backend; Rumik's hosted-API routes a
     curl -s localhost:8000/v1/audio/speech -H 'Content-Type: application/json' \
         -d '{"model": "rumik-oss-1", "input": "नमस्ते! <laugh>", "voice": "Ira", "response_format": "wav"}' > out.wav
 
-Modules, from the HTTP side down: `__main__` (CLI, uvicorn, SIGTERM), `app` (FastAPI routes,
-errors, auth), `schema` (the request and its checks), `encoding` (wav/pcm/mp3/opus/flac,
-streamed), `metrics` (Prometheus), `protocol` (what the app needs from an adapter: light),
-`adapters` (`SchedulerAdapter` over the in-process engine, `AsyncEngineAdapter` over vLLM,
-`load_adapter`), `scheduler` (continuous batching for the in-process engine), `sockets`
-(WebSocket sessions: admission, drain, audio frames), `silk` + `silk_schema` (Rumik's hosted
-API), `text_in` (text deltas in, sentences out). Nothing is
-imported here, so `python -m rumik_app.serve --help` loads no model stack.
+By protocol, one router each: `openai` (schema: the speech request mapped onto the one request
+builder; routes), `silk` (schema, session, routes: Rumik's hosted API), `text_in` (text deltas
+in, sentences out), `ops` (health, metrics, admin). What they share: `app` (create_app: the
+routers, error handlers, lifespan; SpeechServer: SIGTERM drain), `protocol` (what a route
+needs from an adapter, and `ServeContext`: light), `adapters` (`SchedulerAdapter` over the
+engine's scheduler, `AsyncEngineAdapter` over vLLM, `load_adapter`), `errors` (`ApiError`),
+`fields` (the sampling fields of every protocol, derived from their declarations), `gate`
+(API key and body cap before FastAPI), `sockets` (WebSocket sessions: admission, drain, audio
+frames), `encoding` (wav/pcm/mp3/opus/flac, streamed), `metrics` (Prometheus), `__main__`
+(CLI, uvicorn, SIGTERM). Nothing is imported here, so `python -m rumik_app.serve --help` loads
+no model stack.
 """

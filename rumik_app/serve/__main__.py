@@ -32,10 +32,8 @@ from rumik_app.errors import CheckpointError
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, TINY_MAX_SECONDS, check_max_seconds, default_max_seconds,
 )
-from rumik_app.serve.protocol import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S,
-    MAX_SOCKET_MESSAGE_BYTES,
-)
+from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
+from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S, MAX_SOCKET_MESSAGE_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -109,7 +107,7 @@ def build_server(args: argparse.Namespace):
 
     from rumik_app.serve.adapters import load_adapter
     from rumik_app.serve.app import SpeechServer, create_app
-    from rumik_app.serve.schema import parse_voice_map
+    from rumik_app.serve.openai.schema import parse_voice_map
 
     sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
     if args.idle_unload is not None:

@@ -6,14 +6,14 @@
     async for piece in adapter.stream(SynthesisRequest("Hello.", seed=7), info):
         send(piece)                                # float32 [n] mono at adapter.sample_rate
     info   # {"seed": 7, "tokens": 312, "chunks": 1, "finish_reasons": ["stop_head"]}
-    adapter.stats()                                # AdapterStats: queue depth, rows, tokens/s
+    adapter.stats()                                # ServingStats: queue depth, rows, tokens/s
     adapter.begin_shutdown()                       # refuse new requests, let running ones finish
     await adapter.stop(timeout=30)
 
 Both implement `rumik_app.serve.protocol.SpeechAdapter`:
 
   SchedulerAdapter    the in-process engine (backend "engine") behind cross-request continuous
-                      batching (`rumik_app.serve.scheduler.BatchScheduler`: one thread, one
+                      batching (`rumik_app.engine.scheduler.BatchScheduler`: one thread, one
                       SlotDecoder).
   AsyncEngineAdapter  an engine with an async `astream(req, stats=...)` that batches
                       concurrent calls itself: the vLLM engine (backend "vllm", continuous
@@ -34,10 +34,10 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 
 from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
-from rumik_app.serve.protocol import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, AdapterStats, ServerBusy,
-    ShuttingDown, SpeechAdapter,
+from rumik_app.engine.serving import (
+    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, ServerBusy, ServingStats, ShuttingDown,
 )
+from rumik_app.serve.protocol import SpeechAdapter
 
 log = logging.getLogger(__name__)
 ENGINE_WATCH_S = 1.0  # how often an idle vLLM adapter checks that its engine core is alive
@@ -69,7 +69,7 @@ class SchedulerAdapter:
         """Load the checkpoint (`load_engine`, backend "engine") and build the scheduler around it
         (idle_unload_s: unload the model after this long without work; see BatchScheduler)."""
         from rumik_app.engine.loading import load_engine
-        from rumik_app.serve.scheduler import BatchScheduler
+        from rumik_app.engine.scheduler import BatchScheduler
 
         engine = load_engine(model, backend="engine", **engine_options)
         sizes = {} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens}
@@ -113,7 +113,7 @@ class SchedulerAdapter:
         """Unload the model now (False if requests are running); the next request reloads it."""
         return await asyncio.to_thread(self.scheduler.unload)
 
-    def stats(self) -> AdapterStats:
+    def stats(self) -> ServingStats:
         return self.scheduler.stats()
 
     def begin_shutdown(self) -> None:
@@ -281,7 +281,7 @@ class AsyncEngineAdapter:
     def max_new_tokens_for(self, seconds: float) -> int:
         return self.engine.max_new_tokens_for(seconds)
 
-    def stats(self) -> AdapterStats:
+    def stats(self) -> ServingStats:
         healthy = self._healthy()
         unfinished = self._unfinished() if healthy else 0
         active = min(unfinished, self.max_batch)
@@ -289,7 +289,7 @@ class AsyncEngineAdapter:
         now = time.monotonic()
         window = [(t, n) for t, n in self._rate if now - t <= RATE_WINDOW_S]
         rate = (total - window[0][1]) / (now - window[0][0]) if window and now > window[0][0] else 0.0
-        return AdapterStats(queue_depth=unfinished - active, active=active,
+        return ServingStats(queue_depth=unfinished - active, active=active,
                             peak_active=min(self._peak_in_flight, self.max_batch), max_batch=self.max_batch,
                             tokens_total=total, tokens_per_second=rate,
                             audio_seconds_total=self._audio_samples / self.sample_rate, healthy=healthy,

@@ -7,7 +7,7 @@
                 await session.send_audio(pcm.encode(piece))
         await session.send_json({"type": "done"})
 
-Two protocols run on these sessions (`rumik_app.serve.silk`: Rumik's hosted-API socket;
+Two protocols run on these sessions (`rumik_app.serve.silk.session`: Rumik's hosted-API socket;
 `rumik_app.serve.text_in`: text streamed in, vLLM-Omni's protocol). Both take their audio
 from `SpeechAdapter.stream`, the same scheduler rows and stream assembler as HTTP, so a
 cancel or a hang-up frees the batch row the same way (closing the stream).
@@ -29,17 +29,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS, RETRY_AFTER_S, ShuttingDown
-
-if TYPE_CHECKING:
-    from rumik_app.serve.metrics import ServerMetrics
-    from rumik_app.serve.protocol import SpeechAdapter
+from rumik_app.engine.serving import RETRY_AFTER_S, ShuttingDown
+from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +42,6 @@ log = logging.getLogger(__name__)
 MAX_AUDIO_FRAME_BYTES = 48_000  # 1 s of 24 kHz s16 mono
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_RESTART = 1000, 1001, 1012
 DRAIN_POLL_S = 0.05
-
-
-@dataclass
-class ServeContext:
-    """What every route of the server shares: the adapter, its metrics and sessions, the model
-    names it answers to, other voice names, and the cap per chunk when a request gives none."""
-
-    adapter: "SpeechAdapter"
-    metrics: "ServerMetrics"
-    sessions: "SessionRegistry"
-    accepted: tuple[str, ...]
-    voice_map: dict[str, str] | None = None
-    default_max_new_tokens: int | None = None
 
 
 class SessionsFull(RuntimeError):

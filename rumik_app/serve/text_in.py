@@ -18,7 +18,7 @@ vLLM-Omni's protocol as published (docs/serving/speech_api.md, "Streaming Text I
 The config takes the fields of POST /v1/audio/speech except `input` (voice, or its alias
 speaker; instructions, tone, accent, pace, speed, seed, temperature, top_k, top_p,
 repetition_penalty, max_seconds, normalize, language, response_format), checked by the same
-code, plus `stream_audio` (false: one whole file per sentence in one binary frame, as
+code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per sentence in one binary frame, as
 vLLM-Omni; true: PCM as it is generated, needs response_format pcm) and
 `split_granularity` ("sentence", the default here: speak each sentence once it is complete;
 "none": the whole utterance at input.done).
@@ -41,15 +41,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from fastapi import FastAPI, WebSocket
+from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
-from rumik_app.request import resolve_seed
 from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
-from rumik_app.serve.schema import (
-    ApiError, SpeechRequest, check_format, check_model, engine_error, to_synthesis_request, validation_error,
-)
-from rumik_app.serve.sockets import CLOSE_NORMAL, ServeContext, Session
+from rumik_app.serve.errors import ApiError, engine_error
+from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
+from rumik_app.serve.context import ServeContext
+from rumik_app.serve.sockets import CLOSE_NORMAL, Session
 from rumik_app.text.chunking import SentenceCutter
 
 PATH = "/v1/audio/speech/stream"
@@ -107,9 +106,8 @@ def parse_config(data: dict, ctx: ServeContext) -> StreamConfig:
         raise ApiError(400, "stream_audio needs response_format \"pcm\" (raw audio as it is generated); with "
                             f"{fmt!r}, leave stream_audio false to get one {fmt} file per sentence.",
                        param="response_format")
-    job = to_synthesis_request(body, ctx.adapter.voices, ctx.adapter.max_new_tokens_for, ctx.adapter.limits.max_chars,
-                               ctx.voice_map, ctx.default_max_new_tokens)
-    return StreamConfig(fields, stream_audio, granularity, fmt, resolve_seed(job.request.seed))
+    job = speech_job(body, ctx)  # every field checked now, on a stand-in text (the seed is drawn here)
+    return StreamConfig(fields, stream_audio, granularity, fmt, job.request.seed)
 
 
 class TextInSession:
@@ -258,9 +256,7 @@ class TextInSession:
                                               "channels": 1})
         failed = True
         try:
-            job = to_synthesis_request(SpeechRequest(input=unit.text, **fields), self.adapter.voices,
-                                       self.adapter.max_new_tokens_for, self.adapter.limits.max_chars,
-                                       self.ctx.voice_map, self.ctx.default_max_new_tokens)
+            job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx)
             async with self.session.utterance():
                 audio = []
                 async for piece in self.adapter.stream(job.request, {}):
@@ -302,11 +298,13 @@ def _whole_file(pieces: list[np.ndarray], fmt: str, sample_rate: int) -> bytes:
     return encoder.header() + encoder.encode(samples) + encoder.finish()
 
 
-def add_text_in_route(app: FastAPI, ctx: ServeContext) -> None:
-    """`WS /v1/audio/speech/stream` on `app` (the API key, when set, is checked in front)."""
+router = APIRouter()
 
-    @app.websocket(PATH)
-    async def speech_stream(ws: WebSocket) -> None:
-        async with ctx.sessions.session(ws) as session:
-            if session is not None:
-                await TextInSession(session, ctx).run()
+
+@router.websocket(PATH)
+async def speech_stream(ws: WebSocket) -> None:
+    """`WS /v1/audio/speech/stream` (the API key, when set, is checked in front)."""
+    ctx: ServeContext = ws.app.state.ctx
+    async with ctx.sessions.session(ws) as session:
+        if session is not None:
+            await TextInSession(session, ctx).run()

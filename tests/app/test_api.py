@@ -121,9 +121,9 @@ def test_every_backend_event_has_an_api_name(app_server):
     unnamed = [fn.name for fn in demo.fns.values() if fn.fn is not None and not fn.api_name]
     assert not unnamed
     api = demo.get_api_info()["named_endpoints"]
-    assert list(api["/synthesize"]["parameters"][i]["parameter_name"] for i in range(12)) == [
-        "text", "voice", "tone", "accent", "pace", "description", "seed", "temperature", "top_k", "top_p",
-        "max_seconds", "system"]
+    names = [parameter["parameter_name"] for parameter in api["/synthesize"]["parameters"]]
+    assert names == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature", "top_k", "top_p",
+                     "max_seconds", "system", "normalize", "repetition_penalty"]  # new settings come last
 
 
 def test_page_states_the_voice_note(app_server):

@@ -134,6 +134,7 @@ def test_a_url_as_a_file_input_is_refused_before_gradio_fetches_it(app_server):
 
 def test_text_that_normalisation_multiplies_is_refused_and_plain_text_at_the_cap_passes(client, app_server):
     from rumik_app.request import APP_LIMITS
+    from webapp.forms import SynthForm
     from webapp.synth_tab import SynthHandlers
 
     dense = "₹99,99,999 " * 180  # 1,980 characters typed
@@ -143,7 +144,7 @@ def test_text_that_normalisation_multiplies_is_refused_and_plain_text_at_the_cap
     demo = app_server[0]
     plain = ("Plain words that read as they are written. " * 60)[: APP_LIMITS.max_chars]
     handlers = SynthHandlers(demo.registry, demo.served_folder)
-    _, req = handlers.build(plain, "Ira", "", "", "", "", 1, 0.8, 30, 1.0, 20.0, "tiny")  # no error: it passes
+    _, req = handlers.build(SynthForm(text=plain, seed=1, max_seconds=20.0, system="tiny"))  # no error: it passes
     assert len(req.text) == len(plain.strip())
 
 

@@ -18,7 +18,7 @@ import pytest
 import regex
 
 from evaluation import nova
-from evaluation.run import SAFE_ID, build_request, load_prompts
+from evaluation.run import SAFE_ID, prompt_request, load_prompts
 from rumik_app.text.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
 from rumik_app.prompt import ALLOWED_TAGS, validate_text
 
@@ -175,7 +175,7 @@ def test_indicemo_set_fields_and_deliveries():
         assert r["domain"] == "code_switched" and len(r["intent"].split()) >= 5, r["id"]
         assert not TAG.search(r["text"]) and len(r["text"]) <= 200, r["id"]
     # The model gets the tone; a description would replace it (rumik_app.prompt accepts one or the other).
-    assert all(build_request(p, seed=0).prompt() for p in load_prompts(PROMPT_DIR / "indicemo_style.jsonl"))
+    assert all(prompt_request(p, seed=0).prompt() for p in load_prompts(PROMPT_DIR / "indicemo_style.jsonl"))
 
 
 def test_indicemo_set_mixes_two_to_five_of_seven_languages_in_their_scripts():

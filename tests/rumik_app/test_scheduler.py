@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.serve.protocol import EngineFailed, ServerBusy, ShuttingDown
+from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
-from rumik_app.serve.scheduler import BatchScheduler, JobCancelled
+from rumik_app.engine.scheduler import BatchScheduler, JobCancelled
 from rumik_app.serve.encoding import to_s16
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 from tests.servers import wait_for

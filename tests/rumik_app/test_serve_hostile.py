@@ -19,9 +19,9 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.errors import PromptError
 from rumik_app.request import SERVER_LIMITS
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.app import MAX_BODY_BYTES
-from rumik_app.serve.schema import engine_error
-from rumik_app.serve.scheduler import BatchScheduler
+from rumik_app.serve.gate import MAX_BODY_BYTES
+from rumik_app.serve.errors import engine_error
+from rumik_app.engine.scheduler import BatchScheduler
 from tests.servers import ServerThread
 
 KEY = "hostile-test-key"

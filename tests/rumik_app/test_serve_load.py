@@ -14,7 +14,7 @@ import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.scheduler import BatchScheduler
+from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve.encoding import to_s16
 from tests.servers import ServerThread, fetch_speech
 

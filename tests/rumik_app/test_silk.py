@@ -20,9 +20,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rumik_app.engine.local import TTSEngine
-from rumik_app.serve import silk
+from rumik_app.serve.silk import session as silk_session
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.scheduler import BatchScheduler
+from rumik_app.engine.scheduler import BatchScheduler
 from tests.servers import ServerThread, wait_for
 from tests.sockets import active, first_audio, gauge, mint, recv, silk_socket, until_terminal, utterance
 
@@ -91,7 +91,7 @@ ERRORS = [  # (body change, status, code, fragment of the message)
     ({"temperature": 5}, 422, "invalid_request", "Temperature 5 is out of range: use 0 (greedy) to 2."),
     ({"repetition_penalty": 0}, 422, "invalid_request", "Repetition penalty 0 is out of range"),
     ({"text": "x" * 5000}, 422, "invalid_request", "Text is 5,000 characters; the limit is 4,096."),
-    ({"text": "  "}, 422, "invalid_request", "the text is empty"),
+    ({"text": "  "}, 422, "invalid_request", "Text is empty. Type something for the voice to say."),
     ({"top_k": "many"}, 422, "invalid_request", "top_k: Input should be a valid integer"),
     ({"text": "[happy] hi", "description": "calm"}, 400, "invalid_request", "not both"),
 ]
@@ -251,7 +251,7 @@ def test_sixteen_sessions_at_once_each_get_their_own_audio(server):
 
 
 def test_an_idle_session_times_out(server, monkeypatch):
-    monkeypatch.setattr(silk, "IDLE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(silk_session, "IDLE_TIMEOUT_S", 0.5)
 
     async def go():
         async with silk_socket(server.url, KEY) as ws:
@@ -263,7 +263,7 @@ def test_an_idle_session_times_out(server, monkeypatch):
 
 
 def test_sessions_beyond_the_limit_get_503(server, monkeypatch):
-    monkeypatch.setattr(server.server.config.app.state.sessions, "max_sessions", 0)
+    monkeypatch.setattr(server.server.config.app.state.ctx.sessions, "max_sessions", 0)
 
     async def go():
         with pytest.raises(InvalidStatus) as info:

@@ -1,6 +1,7 @@
-"""What a weight push into vLLM sends (rumik_app.engine.vllm_sync), without vLLM: whole fused
-layers, bytes that round-trip to the same tensors in the worker's decoder (rumik_vllm.sync,
-vLLM-free at import), bounded chunks, and spawned processes that do not re-run `__main__`.
+"""What a weight push into vLLM sends (rumik_vllm.weights), without vLLM: whole fused
+layers, bytes that round-trip to the same tensors in the worker's decoder (`unpack_tensors`,
+vLLM-free at import), bounded chunks, and spawned processes that do not re-run `__main__`
+(rumik_vllm.loop).
 The push itself runs against vLLM in tests/vllm/test_grpo.py."""
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from rumik_app.engine.vllm_sync import chunked, expand_to_layers, pack_tensors
-from rumik_vllm.sync import unpack_tensors
+from rumik_vllm.weights import chunked, expand_to_layers, pack_tensors, unpack_tensors
 from tests.servers import ROOT
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -65,7 +65,7 @@ def test_chunks_are_bounded_and_read_lazily():
 
 SPAWN_SCRIPT = textwrap.dedent("""
     import multiprocessing, os, sys
-    from rumik_app.engine.vllm_sync import main_module_hidden
+    from rumik_vllm.loop import main_module_hidden
     print("module level ran", flush=True)          # no main guard: a spawned child re-runs this
     hide = sys.argv[1] == "hide"
     context = main_module_hidden() if hide else open(os.devnull)

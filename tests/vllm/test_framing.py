@@ -14,7 +14,7 @@ pytest.importorskip("vllm", reason=SKIP_REASON)
 
 
 def test_vllm_refuses_a_checkpoint_whose_tokenizer_disagrees_with_its_config(tiny_checkpoint, tmp_path, monkeypatch):
-    from rumik_app.engine import vllm as vllm_engine
+    from rumik_vllm import engine as vllm_engine
     from rumik_app.engine.loading import load_engine
     from rumik_app.errors import CheckpointError
 

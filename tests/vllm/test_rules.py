@@ -23,7 +23,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext  # noqa: E402
 
-from rumik_app.decode.sampling import draw_uniforms  # noqa: E402
+from rumik_app.decode.sampling import RowParams, draw_uniforms  # noqa: E402
 from rumik_vllm.logits import AudioRulesV1, AudioRulesV2  # noqa: E402
 from rumik_vllm.rules import STOP_SEED_OFFSET, AudioColumns, RequestRules, audio_logits  # noqa: E402
 
@@ -33,31 +33,37 @@ HF_CONFIG = SimpleNamespace(first_unit_id=FIRST, num_quantizers=Q, codebook_size
                             vocab_size=END + 3)
 VLLM_CONFIG = SimpleNamespace(model_config=SimpleNamespace(hf_config=HF_CONFIG))
 COLS = AudioColumns.from_config(HF_CONFIG)
+
+
+def rules(temperature: float, min_new_tokens: int, stop_mode: str, seed: int) -> RequestRules:
+    return RequestRules(RowParams(seed=seed, temperature=temperature, min_new_tokens=min_new_tokens), stop_mode)
+
+
 # (generated position n, rules, stop logit): every branch of the rules.
 ROWS = [
-    (0, RequestRules(0.0, 4, "threshold", 1), 5.0),  # boundary, but before the floor
-    (4, RequestRules(0.5, 4, "threshold", 2), 2.0),  # eligible, stop head fires
-    (5, RequestRules(1.2, 0, "threshold", 3), 9.0),  # not a boundary: the stop head is not asked
-    (8, RequestRules(0.8, 12, "threshold", 4), 9.0),  # boundary below min_new_tokens
-    (8, RequestRules(1.0, 4, "threshold", 5), -0.5),  # eligible, continues, `</audio>` allowed
-    (12, RequestRules(0.7, 0, "sample", 6), 0.3),  # Bernoulli decision from the seed's uniforms
-    (16, RequestRules(0.7, 0, "sample", 3), 0.3),  # (seed 6 continues, seed 3 stops)
+    (0, rules(0.0, 4, "threshold", 1), 5.0),  # boundary, but before the floor
+    (4, rules(0.5, 4, "threshold", 2), 2.0),  # eligible, stop head fires
+    (5, rules(1.2, 0, "threshold", 3), 9.0),  # not a boundary: the stop head is not asked
+    (8, rules(0.8, 12, "threshold", 4), 9.0),  # boundary below min_new_tokens
+    (8, rules(1.0, 4, "threshold", 5), -0.5),  # eligible, continues, `</audio>` allowed
+    (12, rules(0.7, 0, "sample", 6), 0.3),  # Bernoulli decision from the seed's uniforms
+    (16, rules(0.7, 0, "sample", 3), 0.3),  # (seed 6 continues, seed 3 stops)
 ]
 
 
-def _reference(raw: torch.Tensor, n: int, rules: RequestRules) -> torch.Tensor:
+def _reference(raw: torch.Tensor, n: int, request: RequestRules) -> torch.Tensor:
     """The engine's rule for one row, written out plainly (rumik_app.decode.reference / model)."""
     out = torch.full_like(raw, -math.inf)
     phase, stop_logit = n % Q, raw[COLS.stop_column]
-    eligible = phase == 0 and n >= max(rules.min_new_tokens, Q)
+    eligible = phase == 0 and n >= max(request.row.min_new_tokens, Q)
     if eligible:
         p = torch.sigmoid(stop_logit)
-        u = draw_uniforms(rules.seed + STOP_SEED_OFFSET, COLS.stop_slots)[n // Q]
-        if (p > 0.5) if rules.stop_mode == "threshold" else (u < p):
+        u = draw_uniforms(request.row.seed + STOP_SEED_OFFSET, COLS.stop_slots)[n // Q]
+        if (p > 0.5) if request.stop_mode == "threshold" else (u < p):
             out[COLS.stop_column] = F.logsigmoid(stop_logit)
             return out
     ids = [FIRST + c * Q + phase for c in range(C)] + ([END] if eligible else [])
-    temperature = rules.temperature if rules.temperature > 0 else 1.0
+    temperature = request.row.temperature if request.row.temperature > 0 else 1.0
     out[ids] = torch.log_softmax(raw[ids] / temperature, dim=0)
     return out
 
@@ -68,8 +74,8 @@ def _logits(seed: int = 0) -> torch.Tensor:
     return audio_logits(full, torch.tensor([s for _, _, s in ROWS]), COLS)
 
 
-def _params(rules: RequestRules) -> SamplingParams:
-    return SamplingParams(temperature=0.0 if rules.temperature <= 0 else 1.0, extra_args=rules.to_extra_args())
+def _params(request: RequestRules) -> SamplingParams:
+    return SamplingParams(temperature=0.0 if request.row.temperature <= 0 else 1.0, extra_args=request.to_extra_args())
 
 
 def test_audio_logits_keep_units_and_end_and_carry_the_stop_logit():
@@ -82,10 +88,10 @@ def test_audio_logits_keep_units_and_end_and_carry_the_stop_logit():
 
 def test_v1_processor_matches_the_reference_and_follows_moves():
     raw = _logits()
-    expected = torch.stack([_reference(raw[i], n, rules) for i, (n, rules, _) in enumerate(ROWS)])
+    expected = torch.stack([_reference(raw[i], n, request) for i, (n, request, _) in enumerate(ROWS)])
     assert (expected[:, COLS.stop_column] > -math.inf).sum() >= 2  # both stop branches are exercised
     proc = AudioRulesV1(VLLM_CONFIG, torch.device("cpu"), False)
-    added = [(i, _params(rules), [5, 6], [0] * n) for i, (n, rules, _) in enumerate(ROWS)]
+    added = [(i, _params(request), [5, 6], [0] * n) for i, (n, request, _) in enumerate(ROWS)]
     proc.update_state(BatchUpdate(batch_size=len(ROWS), removed=[], added=added, moved=[]))
     torch.testing.assert_close(proc.apply(raw.clone()), expected)
     # vLLM swaps rows 0 and 1 of its persistent batch, then condenses row 6 into slot 2.
@@ -97,14 +103,14 @@ def test_v1_processor_matches_the_reference_and_follows_moves():
 
 def test_v2_processor_matches_the_reference_through_slots_and_positions():
     raw = _logits(seed=1)
-    expected = torch.stack([_reference(raw[i], n, rules) for i, (n, rules, _) in enumerate(ROWS)])
+    expected = torch.stack([_reference(raw[i], n, request) for i, (n, request, _) in enumerate(ROWS)])
     slots = [5, 2, 7, 0, 3, 9, 1]
     prompt_len = torch.zeros(12, dtype=torch.int32)
     prompt_len[slots] = torch.tensor([3, 7, 11, 4, 6, 5, 9], dtype=torch.int32)
     req_states = SimpleNamespace(max_num_reqs=12, device=torch.device("cpu"), prompt_len=SimpleNamespace(gpu=prompt_len))
     proc = AudioRulesV2(VLLM_CONFIG, req_states)
-    for slot, (_, rules, _) in zip(slots, ROWS):
-        assert proc.add_request(slot, _params(rules))
+    for slot, (_, request, _) in zip(slots, ROWS):
+        assert proc.add_request(slot, _params(request))
     proc.apply_staged_writes()
     mapping = torch.tensor(slots)
     # pos is the position of the token fed at each row: the last one before the sampled position.
@@ -119,4 +125,4 @@ def test_requests_without_rumik_arguments_are_rejected_with_the_fix():
     with pytest.raises(ValueError, match="backend='vllm'"):
         AudioRulesV1.validate_params(SamplingParams(temperature=1.0))
     with pytest.raises(ValueError, match="stop_mode"):
-        AudioRulesV2.validate_params(SamplingParams(extra_args=RequestRules(1.0, 8, "maybe", 1).to_extra_args()))
+        AudioRulesV2.validate_params(SamplingParams(extra_args=rules(1.0, 8, "maybe", 1).to_extra_args()))

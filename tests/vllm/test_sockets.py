@@ -21,6 +21,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 
 from rumik_app.serve.adapters import AsyncEngineAdapter  # noqa: E402
 from tests.servers import ServerThread, wait_for  # noqa: E402
+from tests.vllm.calibrated import ROLE_TEXTS  # noqa: E402
 from tests.sockets import active, first_audio, recv, silk_socket, until_terminal, utterance  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,7 @@ def server(vllm_engine):
         yield srv
 
 
-def test_a_silk_session_speaks_cancels_and_matches_the_http_route(server):
+def test_a_silk_session_speaks_cancels_and_matches_the_http_route(server, calibrated):
     frame = {"text": "Namaste.", "speaker": "aisha", "seed": 5, "max_new_tokens": 24}
     wav = httpx.post(server.url + "/v1/tts", json=frame, headers=AUTH, timeout=120)
     assert wav.status_code == 200 and wav.headers["content-type"] == "audio/wav"
@@ -44,7 +45,10 @@ def test_a_silk_session_speaks_cancels_and_matches_the_http_route(server):
         async with silk_socket(server.url, KEY) as ws:
             audio, frames = await utterance(ws, frame)
             assert frames[-1]["type"] == "done" and audio == wav.content[44:]  # the same vLLM request's audio
-            await ws.send(json.dumps({"text": "A long one.", "temperature": 0, "max_new_tokens": 3000}))
+            # The calibrated row that never ends by itself: greedy, it runs to its 3,000 tokens (30 s),
+            # so the cancel finds it playing (a row that ends after two frames races the cancel).
+            text, voice = ROLE_TEXTS[calibrated[1]["max_tokens"]]
+            await ws.send(json.dumps({"text": text, "speaker": voice, "temperature": 0, "max_new_tokens": 3000}))
             await first_audio(ws)
             await ws.send(json.dumps({"type": "cancel"}))
             _, frames = await until_terminal(ws)

@@ -2,7 +2,7 @@
 
     sampler = PromptSampler(cfg.prompt_sets, cfg.language_weights, cfg.seed, base_dir=config_dir)
     picks = sampler.sample(step, cfg.rollout.prompts_per_step, cfg.rollout.num_generations)
-    requests = [build_request(item, seed, cfg.rollout) for item, seed in picks]
+    requests = [rollout_request(item, seed, cfg.rollout) for item, seed in picks]
 
 Prompt sets. Each `[[prompt_sets]]` entry is a domain: a JSONL file (`path`, one object per
 line; relative to the config file's folder or the working directory) and/or inline `items`.
@@ -94,7 +94,7 @@ class PromptSampler:
         return [(self.items[int(i)], int(s)) for i, s in zip(picks, seeds)]
 
 
-def build_request(item: dict[str, Any], seed: int, rollout: SamplingConfig) -> SynthesisRequest:
+def rollout_request(item: dict[str, Any], seed: int, rollout: SamplingConfig) -> SynthesisRequest:
     """The SynthesisRequest for a prompt item and a seed under the rollout settings."""
     return SynthesisRequest(
         item["text"], seed=seed, language=item.get("language"),

@@ -36,7 +36,7 @@ from rumik_app.request import SynthesisRequest
 from training.common import build_optimizer, enable_activation_checkpointing
 from training.grpo.config import ROLLOUT_BACKENDS, PolicyRunConfig
 from training.grpo.policy import PolicyScorer, apply_lora, merged_state_dict
-from training.grpo.prompts import PromptSampler, build_request
+from training.grpo.prompts import PromptSampler, rollout_request
 from training.grpo.rewards import build_reward, compute_rewards
 from training.grpo.vllm_rollouts import VLLMRollouts
 from training.trainer import Trainer
@@ -149,7 +149,7 @@ class RolloutTrainer(Trainer):
         process's shard of `picks`) with the live weights, and score them with every reward."""
         cfg, G = self.cfg, self.cfg.rollout.num_generations
         local = self.shard(len(picks)) if indices is None else list(indices)
-        requests = [build_request(picks[k][0], picks[k][1], cfg.rollout) for k in local]
+        requests = [rollout_request(picks[k][0], picks[k][1], cfg.rollout) for k in local]
         self.model.eval()
         with torch.no_grad():
             rollouts = self.source.generate(requests, G, cfg.rollout.stop_mode)

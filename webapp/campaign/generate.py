@@ -26,7 +26,7 @@ from collections import defaultdict
 from tqdm import tqdm
 
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
-from evaluation.run import build_request, clip_seed
+from evaluation.run import prompt_request, clip_seed
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.request import SynthesisRequest
@@ -42,7 +42,7 @@ def clip_request(prompt: dict, condition: Condition, seed: int, system: Synthesi
     """The request for one clip: the prompt's own fields, then the condition's settings on top."""
     settings = dict(condition.settings)
     max_seconds = settings.pop("max_seconds", None)
-    request = build_request(prompt, seed)
+    request = prompt_request(prompt, seed)
     if settings.get("description"):  # a free-form description replaces tone/accent/pace (rumik_app.prompt)
         request = request.with_(tone=None, accent=None, pace=None)
     if {"tone", "accent", "pace"} & set(settings):

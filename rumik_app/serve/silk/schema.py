@@ -2,7 +2,7 @@
 
     fields = SilkFields.parse({"text": "[happy] Namaste!", "model": "muga"})   # SilkError if malformed
     voice = SilkVoice().updated(fields)             # a session keeps the voice its first frame set
-    req = silk_request(fields, voice, voices=adapter.voices, max_chars=adapter.limits.max_chars)
+    req = silk_request(fields, voice, ctx)          # ctx: the server's ServeContext (its one builder)
     SilkError(422, "...", "unknown_speaker").body()   # {"error": msg, "message": msg, "code": ...}
 
 The official clients (`rumik-ai`, `pipecat-rumik`, `livekit-plugins-rumik`) send
@@ -17,8 +17,8 @@ server's one model:
 `speaker`: Ira, Aisha, Siya or Zoya in any case; the legacy `speaker_1..4` are Ira, Siya,
 Aisha, Zoya (the livekit plugin's mapping). Hosted-only names (emma, lucas, ...) get a 422
 naming this server's voices. `f0_up_key` other than 0 is a 400: pitch shifting is a feature
-of the hosted voices. Every other value is checked by `rumik_app.request` (one message per
-bad value, as on every front end).
+of the hosted voices. Every other value is checked by `rumik_app.request.build_request` (one
+message per bad value, as on every front end); the sampling fields are `rumik_app.serve.fields`'.
 
 Errors use the hosted API's body, which the SDK parses into its exception classes by
 status (400 BadRequest, 401 Authentication, 404 NotFound, 422 UnprocessableEntity, 429
@@ -33,10 +33,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
-from rumik_app.prompt import TONES, PromptError, format_description, normalize_voice, validate_text
-from rumik_app.request import SynthesisRequest, check_seed
+from rumik_app.prompt import TONES, PromptError, normalize_voice
+from rumik_app.request import SynthesisRequest
+from rumik_app.serve.context import ServeContext
+from rumik_app.serve.fields import SamplingFields, sampling_names, sampling_values
 
 SILK_MODELS = ("muga", "mulberry")
 DEFAULT_SILK_MODEL = "muga"  # every client's default
@@ -46,7 +48,9 @@ SILK_TONES: dict[str, str | None] = {"neutral": None, "happy": "happy", "sad": "
                                      "angry": "angry"}
 NO_EQUIVALENT_TONES = ("whisper",)
 _TONE_TAG = re.compile(r"^\s*\[([^\[\]]{1,32})\]\s*")
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed")
+# Fields whose bad value is a 422 (unprocessable content), as the hosted API answers; a bad
+# tone or description is a 400.
+UNPROCESSABLE_FIELDS = ("text", "max_new_tokens", "seed", *sampling_names())
 
 
 class SilkError(Exception):
@@ -63,8 +67,9 @@ class SilkError(Exception):
         return {"type": "error", **self.body(), "status": self.status}
 
 
-class SilkFields(BaseModel):
-    """One request body or socket frame (unknown keys refused: a typo must not pass silently)."""
+class SilkFields(SamplingFields):
+    """One request body or socket frame (unknown keys refused: a typo must not pass silently);
+    the sampling fields come from `SamplingFields`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,10 +79,6 @@ class SilkFields(BaseModel):
     description: str | None = None
     speaker: str | None = None
     f0_up_key: float | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    repetition_penalty: float | None = None
     max_new_tokens: int | None = None
     seed: int | None = None
 
@@ -92,7 +93,9 @@ class SilkFields(BaseModel):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err.get("loc", ())) or "body"
             if err.get("type") == "extra_forbidden":
-                known = ", ".join(name for name in cls.model_fields if name != "type")
+                sampling = sampling_names()
+                own = [name for name in cls.model_fields if name not in ("type", *sampling)]
+                known = ", ".join([*own, *sampling])
                 raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.", "unknown_field") from None
             raise SilkError(422, f"{field}: {err.get('msg')}.", "invalid_request") from None
 
@@ -159,26 +162,18 @@ def check_f0(value: float | None) -> None:
                         "unsupported_parameter")
 
 
-def silk_request(fields: SilkFields, voice: SilkVoice, voices: Sequence[str], max_chars: int,
-                 default_max_new_tokens: int | None = None) -> SynthesisRequest:
+def silk_request(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> SynthesisRequest:
     """The checked SynthesisRequest for one utterance: this frame's text and sampling settings
-    with the session's voice (already updated with this frame's fields). default_max_new_tokens: the cap per
-    chunk when no max_new_tokens was given (the server's --max-seconds). SilkError names the fix."""
+    with the session's voice (already updated with this frame's fields), built by the server's
+    one builder (`ctx.build`: its voices, limits and default length when no max_new_tokens is
+    given). SilkError names the fix."""
     check_f0(fields.f0_up_key)
-    if fields.text is None or not fields.text.strip():
-        raise SilkError(422, "text: the text is empty; send what to say, e.g. {\"text\": \"Namaste!\"}.",
-                        "invalid_request")
-    tone, text = split_tone_tag(fields.text)
-    speaker = silk_speaker(voice.speaker, voices)
-    options = {name: getattr(fields, name) for name in SAMPLING_FIELDS if getattr(fields, name) is not None}
-    if "max_new_tokens" not in options and default_max_new_tokens is not None:
-        options["max_new_tokens"] = default_max_new_tokens
+    tone, text = split_tone_tag(fields.text or "")
+    values = {"text": text, "voice": silk_speaker(voice.speaker, ctx.adapter.voices), "tone": tone,
+              "description": voice.description, "seed": fields.seed, "max_new_tokens": fields.max_new_tokens,
+              **sampling_values(fields)}
     try:
-        text = validate_text(text, max_chars=max_chars)
-        if "seed" in options:
-            options["seed"] = check_seed(options["seed"])
-        format_description(tone, description=voice.description)  # tone tag + description: one or the other
-        return SynthesisRequest(text=text, voice=speaker, tone=tone, description=voice.description or None, **options)
+        return ctx.build(values)
     except PromptError as exc:
-        status = 422 if exc.field in ("text", *SAMPLING_FIELDS) else 400
+        status = 422 if exc.field in UNPROCESSABLE_FIELDS else 400
         raise SilkError(status, str(exc), "invalid_request") from None

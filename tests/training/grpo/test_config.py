@@ -8,7 +8,7 @@ import pytest
 from rumik_app.errors import ConfigError
 from training.config import OptimConfig, load_config, save_config
 from training.grpo.config import CONFIG_DIR, SMOKE_CONFIG, GRPOConfig, PromptSet, grpo_optim
-from training.grpo.prompts import PromptSampler, build_request
+from training.grpo.prompts import PromptSampler, rollout_request
 
 
 def test_shipped_configs_load_and_validate():
@@ -68,10 +68,10 @@ def test_jsonl_prompt_sets_and_requests(tmp_path):
     sampler = PromptSampler([PromptSet(domain="d", path="prompts.jsonl")], {}, seed=1, base_dir=tmp_path)
     assert [it["text"] for it in sampler.items] == [r["text"] for r in rows]
     cfg = GRPOConfig()
-    req = build_request(sampler.items[0], 1234, cfg.rollout)
+    req = rollout_request(sampler.items[0], 1234, cfg.rollout)
     assert (req.tone, req.language, req.seed, req.temperature, req.max_new_tokens) == (
         "happy", "hi", 1234, cfg.rollout.temperature, cfg.rollout.max_new_tokens)
-    assert build_request(sampler.items[1], 1, cfg.rollout).voice == "Aisha"
+    assert rollout_request(sampler.items[1], 1, cfg.rollout).voice == "Aisha"
     with pytest.raises(ValueError, match="text"):
         PromptSampler([PromptSet(items=[{"language": "en"}])], {}, seed=0)
     with pytest.raises(Exception, match="boom"):

@@ -12,7 +12,7 @@ import torch
 from rumik_app import SynthesisRequest
 from rumik_app.text.languages import speakable_length
 from training.grpo.config import RolloutConfig
-from training.grpo.prompts import build_request
+from training.grpo.prompts import rollout_request
 from training.grpo.rewards import ContentReward, DurationReward
 
 
@@ -53,5 +53,5 @@ def test_duration_reward_expects_the_spoken_length():
 
 
 def test_grpo_requests_normalise_by_default():
-    req = build_request({"text": "₹500 दो", "language": "hi"}, seed=1, rollout=RolloutConfig())
+    req = rollout_request({"text": "₹500 दो", "language": "hi"}, seed=1, rollout=RolloutConfig())
     assert req.normalize and req.spoken_text() == "पाँच सौ रुपए दो"

@@ -1,0 +1,45 @@
+"""`ServeContext`: what every route of the speech server shares, and its one request builder.
+
+    ctx = request.app.state.ctx                                          # in a route (create_app sets it)
+    req = ctx.build({"text": "Hello.", "voice": "ira", "temperature": 0.7})   # PromptError names the field
+
+Each protocol maps its own field names onto `rumik_app.request.build_request`'s and calls
+`ctx.build`, which adds what this server knows: the adapter's voices, limits and token layout,
+and the length cap when a request gives none (--max-seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rumik_app.request import DEFAULT_MAX_SECONDS, SynthesisRequest, build_request
+from rumik_app.serve.metrics import ServerMetrics
+from rumik_app.serve.protocol import SpeechAdapter
+from rumik_app.serve.sockets import SessionRegistry
+
+
+@dataclass
+class ServeContext:
+    """What every route of the server shares (`app.state.ctx`): the adapter, its metrics and
+    sessions, the model names it answers to (the served name first), other voice names, the
+    length cap when a request gives none, and whether an API key guards the server."""
+
+    adapter: SpeechAdapter
+    metrics: ServerMetrics
+    sessions: SessionRegistry
+    accepted: tuple[str, ...]
+    voice_map: dict[str, str] | None = None
+    default_max_seconds: float = DEFAULT_MAX_SECONDS
+    keyed: bool = False
+
+    @property
+    def model_name(self) -> str:
+        return self.accepted[0]
+
+    def build(self, fields: Mapping[str, object]) -> SynthesisRequest:
+        """The checked request for a protocol's fields (as `build_request` names them), against
+        this server's voices, limits, token layout and default length; PromptError names the field."""
+        adapter = self.adapter
+        return build_request(fields, voices=adapter.voices, limits=adapter.limits,
+                             default_max_seconds=self.default_max_seconds, tokens_for=adapter.max_new_tokens_for)

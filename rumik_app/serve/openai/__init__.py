@@ -1,0 +1,5 @@
+"""OpenAI's speech API on this server: `POST /v1/audio/speech`, `GET /v1/audio/voices`, `GET /v1/models`.
+
+Modules: `schema` (the request, its fields mapped onto `rumik_app.request.build_request`, and
+OpenAI's error bodies), `routes` (the router the app includes: the streamed response, SSE).
+"""

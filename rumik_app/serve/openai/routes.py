@@ -1,0 +1,129 @@
+"""OpenAI's speech routes: the router `rumik_app.serve.app` includes.
+
+    POST /v1/audio/speech   SpeechRequest -> the audio, streamed (chunked) as the engine makes it,
+                            or as OpenAI's SSE events (`stream_format: "sse"`); `x-rumik-seed`
+                            holds the seed used
+    GET  /v1/audio/voices   the voices, their aliases (--voice-map), tones, accents, paces, tags
+    GET  /v1/models         the served model
+
+A speech request is checked field by field (400 with OpenAI's error body), submitted to the
+adapter, and answered once its first audio is ready, so queue-full (503 + Retry-After),
+shutting-down (503) and engine errors still get a status code; the body then streams as the
+engine produces audio. A client that hangs up while waiting or mid-stream cancels its
+request, which frees its batch row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from rumik_app.asgi import unless_disconnected
+from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
+from rumik_app.serve.encoding import make_encoder
+from rumik_app.serve.errors import engine_error
+from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
+from rumik_app.serve.context import ServeContext
+
+log = logging.getLogger(__name__)
+
+SEED_HEADER = "x-rumik-seed"  # the seed used (a random one when the request gave none): reproduces the audio
+CLIENT_CLOSED = 499  # nginx's status for "client closed the request" (logged only; nobody receives it)
+
+router = APIRouter()
+
+
+@router.post("/v1/audio/speech")
+async def speech(body: SpeechRequest, request: Request) -> Response:
+    ctx: ServeContext = request.app.state.ctx
+    started = time.perf_counter()
+    check_model(body.model, ctx.accepted)
+    job = speech_job(body, ctx)
+    info: dict = {}
+    pieces = ctx.adapter.stream(job.request, info)
+    try:
+        first = await _first_piece(pieces, request)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one readable error body
+        await pieces.aclose()
+        raise engine_error(exc) from None
+    if first is None:
+        await pieces.aclose()
+        ctx.metrics.error("client_disconnected")
+        ctx.metrics.request_done(CLIENT_CLOSED, job.response_format)
+        return Response(status_code=CLIENT_CLOSED)
+    ctx.metrics.first_audio.observe(time.perf_counter() - started)
+    encoder = make_encoder(job.response_format, ctx.adapter.sample_rate)
+    media = "text/event-stream" if job.sse else encoder.media_type
+    return StreamingResponse(_body(ctx, job, first, pieces, info, started), media_type=media,
+                             headers={SEED_HEADER: str(job.request.seed), "Cache-Control": "no-store"})
+
+
+@router.get("/v1/audio/voices")
+async def voices(request: Request) -> dict:
+    ctx: ServeContext = request.app.state.ctx
+    return {"voices": list(ctx.adapter.voices), "aliases": dict(ctx.voice_map or {}), "note": VOICE_NOTE,
+            "tones": list(TONES), "accents": list(ACCENTS), "paces": list(PACES), "tags": list(ALLOWED_TAGS)}
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict:
+    ctx: ServeContext = request.app.state.ctx
+    return {"object": "list", "data": [{"id": ctx.model_name, "object": "model", "created": request.app.state.created,
+                                        "owned_by": "rumik-ai", "backend": ctx.adapter.backend}]}
+
+
+async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> np.ndarray | None:
+    """The first audio piece; None if the client hung up first (the request is then cancelled)."""
+    return await unless_disconnected(anext(pieces, np.zeros(0, dtype=np.float32)), request)
+
+
+async def _body(ctx: ServeContext, job: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray], info: dict,
+                started: float) -> AsyncIterator[bytes]:
+    """The response body: the encoded audio (or its SSE events), piece by piece; the metrics at the end."""
+    encoder = make_encoder(job.response_format, ctx.adapter.sample_rate)
+    frame = _sse_event if job.sse else (lambda data: data)
+    finished = False
+    try:
+        if data := encoder.header() + encoder.encode(first):
+            yield frame(data)
+        async for piece in pieces:
+            if data := encoder.encode(piece):
+                yield frame(data)
+        if data := encoder.finish():
+            yield frame(data)
+        if job.sse:
+            yield _sse_done(info)
+        finished = True
+        ctx.metrics.request_done(200, job.response_format, time.perf_counter() - started)
+    except asyncio.CancelledError:
+        ctx.metrics.error("client_disconnected")
+        raise
+    except Exception:
+        log.exception("speech stream failed after the first audio; closing the connection")
+        ctx.metrics.error("stream_failed")
+        raise
+    finally:
+        await pieces.aclose()
+        if not finished:
+            ctx.metrics.request_done(200, job.response_format)
+
+
+def _sse_event(data: bytes) -> bytes:
+    """OpenAI's `stream_format="sse"` audio event: base64 of the next bytes of the format."""
+    event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+def _sse_done(info: dict) -> bytes:
+    prompt, output = int(info.get("prompt_tokens", 0)), int(info.get("tokens", 0))
+    event = {"type": "speech.audio.done",
+             "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output}}
+    return f"data: {json.dumps(event)}\n\n".encode()

@@ -1,0 +1,212 @@
+"""One socket session of Rumik's protocol (`WS /v1/tts/ws`): text frames in, audio and control frames out.
+
+    await SilkSession(session, ctx).run()        # session: rumik_app.serve.sockets.Session
+
+The rules (docs/ARCHITECTURE.md §15): the first frame's voice holds until a frame changes
+it; one utterance plays at a time, as s16le PCM binary frames between `queued` and `done`
+JSON frames; `cancel` stops it (`cancelled`, reason cancel; ignored while idle: livekit's
+keepalive), new text interrupts it (`cancelled`, reason interrupt); `close` or a hang-up
+aborts; a bad frame gets an `error` frame and the session goes on; an idle session times out
+after IDLE_TIMEOUT_S, every session after MAX_SESSION_AGE_S. Audio comes from
+`SpeechAdapter.stream`, the rows and stream assembler every other route uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
+from rumik_app.prompt import PromptError
+from rumik_app.request import SynthesisRequest
+from rumik_app.serve.encoding import make_encoder
+from rumik_app.serve.context import ServeContext
+from rumik_app.serve.silk.schema import SilkError, SilkFields, SilkVoice, check_silk_model, silk_request
+from rumik_app.serve.sockets import CLOSE_NORMAL, Session, SessionsFull
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 60.0  # the hosted API's: no client frame (and nothing playing) this long ends a session
+MAX_SESSION_AGE_S = 1800.0  # livekit replaces its sessions at 300 s; a session never ends mid-utterance
+QUEUED_EVERY_S = 5.0  # `queued` frames while an utterance waits: livekit gives up after 10 s of silence
+
+
+def request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def silk_error(exc: BaseException) -> SilkError:
+    """What an adapter raised before the first audio, as the hosted API answers it."""
+    if isinstance(exc, SilkError):
+        return exc
+    if isinstance(exc, PromptError):
+        return SilkError(422 if exc.field in (None, "text") else 400, str(exc), "invalid_request")
+    if isinstance(exc, (ServerBusy, ShuttingDown, SessionsFull)):
+        code = "shutting_down" if isinstance(exc, ShuttingDown) else "overloaded"
+        return SilkError(503, str(exc), code, headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, EngineFailed):
+        log.error("the speech engine failed: %s", exc)
+        return SilkError(500, "The speech engine failed; the server log says why.", "server_error")
+    log.error("Silk request failed", exc_info=exc)
+    return SilkError(500, "Synthesis failed; the server log says why.", "server_error")
+
+
+class SilkSession:
+    """One socket session (see docs/ARCHITECTURE.md §15 for the frames and their rules):
+    the first frame's voice holds until a frame changes it; one utterance plays at a time;
+    `cancel` stops it (`cancelled`, reason cancel; ignored while idle: livekit's keepalive),
+    new text interrupts it (`cancelled`, reason interrupt); `close` or a hang-up aborts."""
+
+    def __init__(self, session: Session, ctx: ServeContext):
+        self.session, self.ctx = session, ctx
+        self.adapter, self.metrics, self.accepted = ctx.adapter, ctx.metrics, ctx.accepted
+        self.voice = SilkVoice()
+        self.current: asyncio.Task | None = None
+        self.current_id: str | None = None
+        self.last_frame = time.monotonic()
+
+    @property
+    def playing(self) -> bool:
+        return self.current is not None and not self.current.done()
+
+    async def run(self) -> None:
+        recv: asyncio.Task | None = None
+        try:
+            while True:
+                recv = recv or asyncio.ensure_future(self.session.ws.receive())
+                waits = {recv, self.current} if self.playing else {recv}
+                done, _ = await asyncio.wait(waits, timeout=None if self.playing else self._quiet_left(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if recv not in done:
+                    if not self.playing and not done:  # idle past the timeout, or too old
+                        await self._time_out()
+                        return
+                    continue
+                message, recv = recv.result(), None
+                if message["type"] == "websocket.disconnect" or not await self._on_message(message):
+                    return
+        finally:
+            if recv is not None:
+                recv.cancel()
+            await self._stop(reason=None)
+
+    def _quiet_left(self) -> float:
+        """Seconds until an idle session times out (or reaches its maximum age)."""
+        now = time.monotonic()
+        return max(0.0, min(self.last_frame + IDLE_TIMEOUT_S, self.session.opened + MAX_SESSION_AGE_S) - now)
+
+    async def _time_out(self) -> None:
+        old = time.monotonic() - self.session.opened >= MAX_SESSION_AGE_S
+        message = (f"The session reached its maximum age of {MAX_SESSION_AGE_S / 60:.0f} minutes." if old else
+                   f"No frame from the client for {IDLE_TIMEOUT_S:.0f} s.")
+        await self.session.send_json({"type": "timeout", "message": message + " Open a new session with "
+                                      "POST /v1/tts/ws-connect."})
+        await self.session.close(CLOSE_NORMAL)
+
+    async def _on_message(self, message: dict) -> bool:
+        """Handle one client frame; False ends the session."""
+        self.last_frame = time.monotonic()
+        try:
+            if message.get("text") is None:
+                raise SilkError(400, "Binary frames are not accepted; send JSON text frames, e.g. "
+                                     "{\"text\": \"Namaste!\"}.", "invalid_frame")
+            try:
+                fields = SilkFields.parse(json.loads(message["text"]))
+            except ValueError:
+                raise SilkError(400, "The frame is not valid JSON; send e.g. {\"text\": \"Namaste!\"} or "
+                                     "{\"type\": \"cancel\"}.", "invalid_json") from None
+            return await self._on_fields(fields)
+        except SilkError as exc:  # a bad frame: say so; the session (and any playing utterance) goes on
+            self.metrics.error(exc.code)
+            await self.session.send_json(exc.frame())
+            return True
+
+    async def _on_fields(self, fields: SilkFields) -> bool:
+        if fields.type == "cancel":
+            await self._stop(reason="cancel")
+            return True
+        if fields.type == "close":
+            await self._stop(reason=None)
+            await self.session.close(CLOSE_NORMAL)
+            return False
+        if fields.type is not None:
+            raise SilkError(400, f"Unknown frame type {fields.type!r}: use \"cancel\" or \"close\", or send text "
+                                 "without a type.", "invalid_frame")
+        if fields.model is not None:
+            check_silk_model(fields.model, self.accepted)  # the model is fixed at ws-connect; only check it
+        await self._stop(reason="interrupt")
+        voice = self.voice.updated(fields)
+        req = silk_request(fields, voice, self.ctx)
+        self.voice = voice  # only a frame that made a valid request changes the session's voice
+        self.current_id = request_id()
+        self.current = asyncio.create_task(self._speak(req, self.current_id))
+        return True
+
+    async def _stop(self, reason: str | None) -> None:
+        """Stop the playing utterance (its row is freed), then say `cancelled` (reason None: say nothing)."""
+        if not self.playing:
+            return
+        self.current.cancel()
+        await asyncio.gather(self.current, return_exceptions=True)
+        self.metrics.error("cancelled")
+        if reason is not None:
+            await self.session.send_json({"type": "cancelled", "reason": reason, "request_id": self.current_id})
+
+    async def _speak(self, req: SynthesisRequest, rid: str) -> None:
+        started = time.perf_counter()
+        info: dict = {}
+        samples = 0
+        pcm = make_encoder("pcm", self.adapter.sample_rate)
+        pieces = self.adapter.stream(req, info)
+        try:
+            async with self.session.utterance():
+                await self.session.send_json({"type": "queued", "queue_depth": self.adapter.stats().queue_depth,
+                                              "request_id": rid})
+                first = await first_piece(pieces, lambda: self.session.send_json(
+                    {"type": "queued", "queue_depth": self.adapter.stats().queue_depth, "request_id": rid}))
+                self.metrics.first_audio.observe(time.perf_counter() - started)
+                async for piece in _chain(first, pieces):
+                    samples += len(piece)
+                    if not await self.session.send_audio(pcm.encode(piece)):
+                        return
+            seconds, elapsed = samples / self.adapter.sample_rate, time.perf_counter() - started
+            self.metrics.request_done(200, "pcm", elapsed)
+            await self.session.send_json({"type": "done", "request_id": rid, "audio_duration": round(seconds, 3),
+                                          "rtf": round(elapsed / seconds, 4) if seconds else 0.0,
+                                          "credits_used": 0, "seed": req.seed})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one error frame
+            error = silk_error(exc)
+            self.metrics.error(error.code)
+            self.metrics.request_done(error.status, "pcm")
+            await self.session.send_json({**error.frame(), "request_id": rid})
+        finally:
+            await pieces.aclose()
+
+
+async def first_piece(pieces: AsyncIterator[np.ndarray], tick, every: float = QUEUED_EVERY_S) -> np.ndarray:
+    """The first piece of a stream, calling `await tick()` every `every` seconds while it waits."""
+    task = asyncio.ensure_future(anext(pieces, np.zeros(0, dtype=np.float32)))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            await tick()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _chain(first: np.ndarray, pieces: AsyncIterator[np.ndarray]) -> AsyncIterator[np.ndarray]:
+    yield first
+    async for piece in pieces:
+        yield piece

@@ -1,0 +1,159 @@
+"""The app's forms: one dataclass per event's inputs, made once from Gradio's values, by name.
+
+    go.click(form_event(SynthForm, handlers.stream), inputs_kwargs=inputs, outputs=[...], api_name=...)
+    form = SynthForm.from_inputs(text="hi", seed="", temperature=0.7)   # what form_event does per event
+    build_request(form.request_fields(), limits=APP_LIMITS)          # rumik_app.request
+
+Gradio passes the components of `inputs_kwargs` to the event's function as keyword arguments,
+and those names are the API's parameter names (`client.predict(text=..., seed=7,
+api_name="/synthesize")`): a form's fields are that list, written once. `form_event` makes the
+function Gradio calls: it builds the form from the keywords and hands it to the handler, so a
+handler takes one named form instead of a long positional list. A form holds what Gradio sent
+(a dropdown's "" for no choice, a Number's float seed, a checkbox's string from an API
+caller); `request_fields()` reads it as `build_request`'s fields, and the request's own checks
+give every message.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+
+from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_settings
+
+DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
+MODE_STRUCTURED = "Tone, accent and pace"
+MODE_FREE = "Free-form description"
+
+
+def form_event(form_type: type, handler: Callable) -> Callable:
+    """The function for a Gradio event whose inputs are `form_type`'s fields (`inputs_kwargs`):
+    it calls `handler(form_type.from_inputs(**values))`; a generator handler stays a generator
+    (Gradio streams from generator functions only)."""
+    if inspect.isgeneratorfunction(handler):
+        def event(**values):
+            yield from handler(form_type.from_inputs(**values))
+    else:
+        def event(**values):
+            return handler(form_type.from_inputs(**values))
+    event.__name__, event.__doc__ = handler.__name__, handler.__doc__
+    return event
+
+
+def choice(value: object) -> str | None:
+    """A dropdown or text value: stripped, None when empty."""
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def flag(value: object) -> bool:
+    """A checkbox value from the UI or the API (None/missing = the default, on)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "off", "")
+    return True if value is None else bool(value)
+
+
+def seed_value(value: object) -> object:
+    """A seed field: "" or None is a random seed; a typed number is read as one; anything else
+    goes on unchanged to the request's check (`rumik_app.request.check_seed`, its one message)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return RANDOM_SEED
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    return RANDOM_SEED if value is None else value
+
+
+def sampling_names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in wire_settings())
+
+
+@dataclass(frozen=True)
+class SynthForm:
+    """The Synthesise tab's inputs (the names of the /synthesize and /synthesize_stream APIs).
+
+    sampling: one value per sampling setting a client sets (`wire_settings()`: one slider each).
+    description_mode: the tab's radio; None (the API without it) takes tone, accent, pace and
+    description as given. language: for number words (None: per clause, from the script)."""
+
+    text: str = ""
+    voice: str = "Ira"
+    tone: str | None = None
+    accent: str | None = None
+    pace: str | None = None
+    description: str | None = None
+    seed: object = RANDOM_SEED
+    max_seconds: float = DEFAULT_MAX_SECONDS
+    system: str = "rumik-oss-1"
+    description_mode: str | None = None
+    language: str | None = None
+    normalize: object = True
+    sampling: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_inputs(cls, **values) -> "SynthForm":
+        """The form from Gradio's keyword values: the sampling settings gathered, the rest by name."""
+        sampling = {name: values.pop(name) for name in sampling_names() if name in values}
+        return cls(**values, sampling=sampling)
+
+    def request_fields(self) -> dict:
+        """The form as `build_request`'s fields, the description mode applied."""
+        condition = {"tone": self.tone, "accent": self.accent, "pace": self.pace, "description": self.description}
+        if self.description_mode == MODE_FREE:
+            condition.update(tone=None, accent=None, pace=None)
+        elif self.description_mode == MODE_STRUCTURED:
+            condition["description"] = None
+        return {"text": self.text, "voice": choice(self.voice) or "", **{k: choice(v) for k, v in condition.items()},
+                "seed": seed_value(self.seed), "max_seconds": self.max_seconds, "language": choice(self.language),
+                "normalize": flag(self.normalize), **self.sampling}
+
+
+@dataclass(frozen=True)
+class SideForm:
+    """One side (A or B) of a Compare & rate pair: a system and how it speaks, and an export label."""
+
+    system: str = "rumik-oss-1"
+    voice: str = "Ira"
+    tone: str | None = None
+    accent: str | None = None
+    pace: str | None = None
+    seed: object = RANDOM_SEED
+    temperature: float | None = None
+    label: str = ""
+
+    def synth_form(self, text: str, max_seconds: float) -> SynthForm:
+        return SynthForm(text=text, voice=self.voice, tone=self.tone, accent=self.accent, pace=self.pace,
+                         seed=self.seed, max_seconds=max_seconds, system=self.system,
+                         sampling={} if self.temperature is None else {"temperature": self.temperature})
+
+
+SIDE_FIELDS = tuple(spec.name for spec in fields(SideForm))
+
+
+@dataclass(frozen=True)
+class PairForm:
+    """The Compare & rate tab's inputs for one pair (the /generate_pair API: each side's fields
+    end in _a or _b, e.g. seed_a, system_b)."""
+
+    text: str = ""
+    prompt_id: str = ""
+    target_delivery: str | None = None
+    a: SideForm = field(default_factory=SideForm)
+    b: SideForm = field(default_factory=SideForm)
+    max_seconds: float = DEFAULT_PAIR_SECONDS
+
+    @classmethod
+    def from_inputs(cls, **values) -> "PairForm":
+        sides = {side: SideForm(**{name: values.pop(f"{name}_{side}") for name in SIDE_FIELDS
+                                   if f"{name}_{side}" in values}) for side in ("a", "b")}
+        return cls(**values, **sides)
+
+    @staticmethod
+    def input_names(side_components: Mapping[str, Mapping[str, object]]) -> dict:
+        """{"seed_a": component, ...} for the two sides' components ({"a": {"seed": ...}, "b": ...})."""
+        return {f"{name}_{side}": component for side, parts in side_components.items()
+                for name, component in parts.items()}
