@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 
 from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_settings
 
@@ -29,16 +29,38 @@ MODE_FREE = "Free-form description"
 
 def form_event(form_type: type, handler: Callable) -> Callable:
     """The function for a Gradio event whose inputs are `form_type`'s fields (`inputs_kwargs`):
-    it calls `handler(form_type.from_inputs(**values))`; a generator handler stays a generator
-    (Gradio streams from generator functions only)."""
+    it calls `handler(form_type.from_inputs(**values))`, with `request=` (Gradio's request:
+    the client's address, the signed-in user) when the handler takes one. A generator handler
+    stays a generator (Gradio streams from generator functions only)."""
+    import gradio as gr
+
+    def call(values: dict, request):
+        form = form_type.from_inputs(**values)
+        return handler(form, request=request) if takes_request else handler(form)
+
+    takes_request = "request" in inspect.signature(handler).parameters
     if inspect.isgeneratorfunction(handler):
-        def event(**values):
-            yield from handler(form_type.from_inputs(**values))
+        def event(request=None, **values):
+            yield from call(values, request)
     else:
-        def event(**values):
-            return handler(form_type.from_inputs(**values))
-    event.__name__, event.__doc__ = handler.__name__, handler.__doc__
+        def event(request=None, **values):
+            return call(values, request)
+    # What Gradio reads of the function: a parameter of type gr.Request it fills in itself, and
+    # the API's parameters with their defaults (None makes one optional where its component has
+    # no initial value, as a plain function's `heard_1=None` did).
+    event.__annotations__ = {"request": gr.Request}
+    event.__signature__ = inspect.Signature([
+        inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request),
+        *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+          for name, default in form_type.input_defaults().items())])
+    event.__name__ = handler.__name__
+    event.__doc__ = handler.__doc__
     return event
+
+
+def _defaults(form_type: type) -> dict:
+    return {spec.name: spec.default_factory() if spec.default_factory is not MISSING else spec.default
+            for spec in fields(form_type)}
 
 
 def choice(value: object) -> str | None:
@@ -100,6 +122,13 @@ class SynthForm:
         sampling = {name: values.pop(name) for name in sampling_names() if name in values}
         return cls(**values, sampling=sampling)
 
+    @classmethod
+    def input_defaults(cls) -> dict:
+        """The API's parameters and their defaults: the fields, a sampling setting each."""
+        defaults = _defaults(cls)
+        del defaults["sampling"]
+        return {**defaults, **{spec.name: spec.default for spec in wire_settings()}}
+
     def request_fields(self) -> dict:
         """The form as `build_request`'s fields, the description mode applied."""
         condition = {"tone": self.tone, "accent": self.accent, "pace": self.pace, "description": self.description}
@@ -110,6 +139,35 @@ class SynthForm:
         return {"text": self.text, "voice": choice(self.voice) or "", **{k: choice(v) for k, v in condition.items()},
                 "seed": seed_value(self.seed), "max_seconds": self.max_seconds, "language": choice(self.language),
                 "normalize": flag(self.normalize), **self.sampling}
+
+
+@dataclass(frozen=True)
+class RatingForm:
+    """One rating of a Compare & rate pair (the /submit_rating API): the rater, the trial, each
+    clip's score, the sound heard and where (clips 1 and 2), the preference and a comment."""
+
+    rater: str = ""
+    trial_id: str = ""
+    score_1: object = None
+    score_2: object = None
+    preference: str | None = None
+    heard_1: str | None = None
+    where_1: object = None
+    heard_2: str | None = None
+    where_2: object = None
+    comment: str = ""
+
+    @classmethod
+    def from_inputs(cls, **values) -> "RatingForm":
+        return cls(**values)
+
+    @classmethod
+    def input_defaults(cls) -> dict:
+        return _defaults(cls)
+
+    def clips(self) -> list[tuple[object, str | None, object]]:
+        """(score, heard, where) of clip 1, then clip 2."""
+        return [(self.score_1, self.heard_1, self.where_1), (self.score_2, self.heard_2, self.where_2)]
 
 
 @dataclass(frozen=True)
@@ -151,6 +209,12 @@ class PairForm:
         sides = {side: SideForm(**{name: values.pop(f"{name}_{side}") for name in SIDE_FIELDS
                                    if f"{name}_{side}" in values}) for side in ("a", "b")}
         return cls(**values, **sides)
+
+    @classmethod
+    def input_defaults(cls) -> dict:
+        """The API's parameters and their defaults: the pair's fields, then each side's with _a or _b."""
+        own = {name: default for name, default in _defaults(cls).items() if name not in ("a", "b")}
+        return {**own, **{f"{name}_{side}": default for side in ("a", "b") for name, default in _defaults(SideForm).items()}}
 
     @staticmethod
     def input_names(side_components: Mapping[str, Mapping[str, object]]) -> dict:

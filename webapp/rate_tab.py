@@ -43,7 +43,7 @@ from webapp.common import (
 )
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
 from webapp.storage import DataLayout
-from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, SideForm, form_event
+from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, RatingForm, SideForm, form_event
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
 
@@ -230,24 +230,24 @@ class RateHandlers:
             info += " · (more than one tag: the tag-placement question is skipped)"
         return (served[0], served[1], trial_id, info, None, None, *tag_updates, None, "")
 
-    def submit(self, rater, trial_id, score_1, score_2, preference, heard_1=None, where_1=None, heard_2=None,
-               where_2=None, comment="", request: gr.Request = None) -> str:
+    def submit(self, form: RatingForm, request: gr.Request = None) -> str:
         """Store one rating (idempotent per rater and trial); returns a status line. Behind
         `--auth` the rater is the signed-in user, whatever the form says."""
         with user_errors("Submitting the rating"):
-            if not (trial_id or "").strip():
+            trial_id = form.trial_id or ""
+            if not trial_id.strip():
                 raise UserError("Generate a pair first, then rate it.")
             signed_in = getattr(request, "username", None) if request is not None else None
-            rater = signed_in or check_field(rater, "rater name", NAME_PATTERN,
+            rater = signed_in or check_field(form.rater, "rater name", NAME_PATTERN,
                                              "1-64 letters, digits, spaces and . ' - (starting with a letter or digit)")
-            comment = check_length(comment, "comment", MAX_COMMENT_CHARS)
+            comment = check_length(form.comment, "comment", MAX_COMMENT_CHARS)
             ratings = []
-            for label, score, heard, where in zip(LABELS, (score_1, score_2), (heard_1, heard_2), (where_1, where_2)):
+            for label, (score, heard, where) in zip(LABELS, form.clips()):
                 if score in (None, ""):
                     raise UserError(f"Give {label} an expression score from 1 to 5.")
                 ratings.append(ClipRating(label, int(score), heard or None,
                                           None if where in (None, "") else int(where)))
-            sub = Submission(trial_id.strip(), str(rater or ""), preference or "", ratings, comment or "")
+            sub = Submission(trial_id.strip(), str(rater or ""), form.preference or "", ratings, comment or "")
             from webapp.ratings import RatingError
 
             try:
@@ -367,7 +367,9 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
     for _, _, heard, where in per_clip:
         heard.input(lambda heard: gr.update(visible=heard not in (None, "", NOT_HEARD)), inputs=heard, outputs=where,
                     api_name="show_word_choices", queue=False, show_progress="hidden")
-    submit.click(h.submit, inputs=[rater, trial_id, s1, s2, preference, h1, w1, h2, w2, comment], outputs=status,
+    rating_inputs = dict(rater=rater, trial_id=trial_id, score_1=s1, score_2=s2, preference=preference, heard_1=h1,
+                         where_1=w1, heard_2=h2, where_2=w2, comment=comment)
+    submit.click(form_event(RatingForm, h.submit), inputs_kwargs=rating_inputs, outputs=status,
                  api_name="submit_rating", trigger_mode="once")
     show.click(h.results, inputs=admin_password, outputs=[results_md, results_json], api_name="rating_results")
     export.click(h.export, inputs=admin_password, outputs=files, api_name="export_ratings")
