@@ -11,7 +11,7 @@ outside them. Each is declared once, as a field made by `setting()`: the samplin
 `SamplingSettings` (which `SynthesisRequest` and the decoders' `RowParams` both are, and
 which the vLLM processors read from the row), the others on `SynthesisRequest`. A request
 checks every declared field when it is made, so the CLI, the app, the speech server's
-protocols, the benchmark runner and GRPO give the same message for the same bad value, and
+protocols, the benchmark runner, campaigns and GRPO give the same message for the same bad value, and
 nothing downstream clamps: the engines, the decoders and vLLM trust `max_new_tokens <=
 MAX_NEW_TOKENS_CAP`. A bad value raises `PromptError` whose `field` names it (the server's
 `param`). Front ends derive their flags, wire fields and sliders from the declarations
@@ -27,7 +27,7 @@ import math
 import numbers
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
 from rumik_app.prompt import (
     MAX_TEXT_CHARS, PromptError, build_prompt, format_description, normalize_voice, validate_text,
@@ -80,20 +80,32 @@ MAX_SEED = 2**53
 RANDOM_SEED = -1  # what the CLI, the app and the server accept for "draw one"
 
 
+MAX_SHOWN_CHARS = 40  # a message quotes at most this much of a bad value
+
+
 def _show(value) -> str:
     """A value as a message quotes it, the same whether it came typed (CLI), as JSON (the
-    server) or from a slider (the app): 3, 3.0 and "3" all read "3"."""
+    server) or from a slider (the app): 3, 3.0 and "3" all read "3"; a huge integer reads
+    ~1e400 and a long text is cut, so a message stays short whatever was sent."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return repr(value)
-    if isinstance(value, numbers.Integral) or (math.isfinite(value) and value == int(value) and abs(value) < 1e15):
+        text = repr(value)
+        return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + "…"
+    if isinstance(value, numbers.Integral):
+        whole = int(value)
+        return str(whole) if abs(whole) < 10**15 else f"~{'-' if whole < 0 else ''}1e{int(whole.bit_length() * 0.30103)}"
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return f"{float(value):g}"
 
 
 def _number(value, what: str, field: str) -> float:
+    """`value` as a float for a range check; an integer too large for a float is infinite."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PromptError(f"{what} must be a number, not {_show(value)}.", field=field)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def check_temperature(value) -> float:
@@ -163,7 +175,8 @@ def check_seed(value) -> int | None:
                f"{MAX_SEED:,}.")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PromptError(message, field="seed")
-    if not math.isfinite(value) or value != int(value) or not RANDOM_SEED <= value <= MAX_SEED:
+    whole = isinstance(value, numbers.Integral) or (math.isfinite(value) and value == int(value))
+    if not whole or not RANDOM_SEED <= value <= MAX_SEED:  # an int is compared exactly, however large
         raise PromptError(message, field="seed")
     return None if value == RANDOM_SEED else int(value)
 
@@ -258,7 +271,9 @@ class SamplingSettings:
     (`rumik_app.decode.sampling`: these plus the row's seed), and the vLLM processors read them
     from the row; the CLI's flags, the servers' fields and the app's sliders are derived from
     `wire_settings()`. Adding a setting here reaches every front end; only the sampler's rule
-    for it is code of its own. Keyword-only, so a request's text stays its first positional field.
+    for it is code of its own (and GRPO's rollout config, `training.grpo.config.SamplingConfig`,
+    which names the settings it trains with). Keyword-only, so a request's text stays its first
+    positional field.
     """
 
     temperature: float = setting(DEFAULT_TEMPERATURE, check_temperature, "0 = greedy, at most 2",
@@ -297,9 +312,22 @@ def wire_settings() -> list[Field]:
     return [spec for spec in fields(SamplingSettings) if spec.metadata.get("wire")]
 
 
+SETTING_TYPES = {"int": int, "float": float}
+
+
 def setting_type(spec: Field) -> type:
-    """int or float: the type a setting is read as from a flag or a wire field."""
-    return {"int": int, "float": float}[spec.type if isinstance(spec.type, str) else spec.type.__name__]
+    """int or float: the type a setting is read as from a flag or a wire field (its annotation,
+    `int` or `float`, optionally `| None`); TypeError for a setting of another type."""
+    name = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+    base = name.split("|")[0].strip()
+    if base not in SETTING_TYPES:
+        raise TypeError(f"setting {spec.name!r} is annotated {name!r}; front ends read int or float settings")
+    return SETTING_TYPES[base]
+
+
+def wire_names() -> tuple[str, ...]:
+    """The names of `wire_settings()`, in declaration order."""
+    return tuple(spec.name for spec in wire_settings())
 
 
 def derive(source, cls: type, **changes):
@@ -318,6 +346,8 @@ def derive(source, cls: type, **changes):
             value = check(value) if check is not None else value
         else:
             value = getattr(source, spec.name, spec.default)
+            if value is MISSING:
+                raise TypeError(f"{cls.__name__} needs {spec.name!r}, which {type(source).__name__} does not have")
         object.__setattr__(copy, spec.name, value)
     return copy
 
@@ -378,9 +408,11 @@ REQUEST_FIELDS = ("text", "voice", "tone", "accent", "pace", "description", "see
 def build_request(values: Mapping[str, object], voices: Sequence[str] | None = None,
                   limits: RequestLimits | None = None, default_max_seconds: float | None = None,
                   tokens_for: Callable[[float], int] | None = None) -> SynthesisRequest:
-    """User fields -> a checked SynthesisRequest with its seed drawn: the CLI, the app, the
-    OpenAI route, Silk, text-in, campaigns and the benchmark runner all build requests here;
-    each maps its own field names onto these (`REQUEST_FIELDS` and the sampling settings).
+    """User fields -> a checked SynthesisRequest with its seed drawn: every front end that takes
+    a person's fields builds its requests here (the CLI, the app, the OpenAI route, Silk,
+    text-in), each mapping its own field names onto these (`REQUEST_FIELDS` and the sampling
+    settings). (The benchmark runner and GRPO make theirs from prompt files, with
+    `SynthesisRequest` directly: the same checks.)
 
     values: None or absent = not given; "" is "not given" too for tone, accent, pace and
     description (a form's empty choice). voices: the checkpoint's (the voice is checked and
@@ -402,10 +434,10 @@ def build_request(values: Mapping[str, object], voices: Sequence[str] | None = N
     if voices is not None:
         voice = normalize_voice(voice, voices)
     options = {name: given[name] for name in sampling if name in given}
-    if "max_new_tokens" not in options:
-        seconds = given.get("max_seconds", default_max_seconds)
-        if seconds is not None:
-            options["max_new_tokens"] = (tokens_for or tokens_for_seconds)(check_max_seconds(seconds))
+    seconds = given.get("max_seconds", default_max_seconds)
+    if seconds is not None:
+        seconds = check_max_seconds(seconds)  # checked even where max_new_tokens, given too, wins
+        options.setdefault("max_new_tokens", (tokens_for or tokens_for_seconds)(seconds))
     req = SynthesisRequest(text, voice, **condition, seed=given.get("seed"), language=given.get("language") or None,
                            normalize=bool(given.get("normalize", True)), **options)
     return req.with_(seed=resolve_seed(req.seed))

@@ -34,7 +34,7 @@ from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, build_request,
-    default_max_seconds, setting_type, wire_settings,
+    default_max_seconds, setting_type, tokens_for_seconds, wire_settings,
 )
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -127,10 +127,14 @@ def run(args: argparse.Namespace) -> Audio:
     # Checked twice: every field now, before fetching or loading a 7 GB model; then the voice
     # against the checkpoint's own (a fine-tuned one may have other voices), with the same seed.
     fields = request_fields(args)
-    fields["max_seconds"] = args.max_seconds or default_max_seconds(args.model)
+    fields["max_seconds"] = default_max_seconds(args.model) if args.max_seconds is None else args.max_seconds
     fields["seed"] = build_request(fields).seed
     path = resolve_checkpoint(args.model)
-    req = build_request(fields, voices=RumikOSSConfig.from_file(path).speakers)
+    config = RumikOSSConfig.from_file(path)
+    layout = config.layout  # the checkpoint's own frames: tokens per second of audio
+    req = build_request(fields, voices=config.speakers,
+                        tokens_for=lambda seconds: tokens_for_seconds(seconds, layout.frame_rate_hz,
+                                                                      layout.num_quantizers))
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)

@@ -34,7 +34,7 @@ Per-request settings travel in `SamplingParams.extra_args["rumik"]` (see `Reques
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -122,10 +122,13 @@ class RequestRules:
                 "and stop_mode); build requests with rumik_app's vLLM backend "
                 "(rumik_app.engine.loading.load_engine(..., backend='vllm'))"
             )
+        missing = sorted({"stop_mode", *(spec.name for spec in fields(RowParams))} - set(args))
+        if missing:  # the backend sends every one: a request made elsewhere is refused, not defaulted
+            raise ValueError(f"bad extra_args['rumik'] {args!r}: it lacks {', '.join(missing)}")
         try:
             row = RowParams(**{name: value for name, value in args.items() if name != "stop_mode"})
             return cls(row, check_stop_mode(args["stop_mode"]))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"bad extra_args['rumik'] {args!r}: {exc}") from exc
 
     @property

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 
-from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_settings
+from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_names, wire_settings
 
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"
@@ -90,10 +90,6 @@ def seed_value(value: object) -> object:
     return RANDOM_SEED if value is None else value
 
 
-def sampling_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in wire_settings())
-
-
 @dataclass(frozen=True)
 class SynthForm:
     """The Synthesise tab's inputs (the names of the /synthesize and /synthesize_stream APIs).
@@ -119,7 +115,7 @@ class SynthForm:
     @classmethod
     def from_inputs(cls, **values) -> "SynthForm":
         """The form from Gradio's keyword values: the sampling settings gathered, the rest by name."""
-        sampling = {name: values.pop(name) for name in sampling_names() if name in values}
+        sampling = {name: values.pop(name) for name in wire_names() if name in values}
         return cls(**values, sampling=sampling)
 
     @classmethod
@@ -134,7 +130,7 @@ class SynthForm:
         condition = {"tone": self.tone, "accent": self.accent, "pace": self.pace, "description": self.description}
         if self.description_mode == MODE_FREE:
             condition.update(tone=None, accent=None, pace=None)
-        elif self.description_mode == MODE_STRUCTURED:
+        elif self.description_mode is not None:  # the radio's other choice (any other value reads as it)
             condition["description"] = None
         return {"text": self.text, "voice": choice(self.voice) or "", **{k: choice(v) for k, v in condition.items()},
                 "seed": seed_value(self.seed), "max_seconds": self.max_seconds, "language": choice(self.language),
@@ -214,7 +210,9 @@ class PairForm:
     def input_defaults(cls) -> dict:
         """The API's parameters and their defaults: the pair's fields, then each side's with _a or _b."""
         own = {name: default for name, default in _defaults(cls).items() if name not in ("a", "b")}
-        return {**own, **{f"{name}_{side}": default for side in ("a", "b") for name, default in _defaults(SideForm).items()}}
+        sides = {f"{name}_{side}": default for side in ("a", "b") for name, default in _defaults(SideForm).items()}
+        return {"text": own.pop("text"), "prompt_id": own.pop("prompt_id"),
+                "target_delivery": own.pop("target_delivery"), **sides, **own}
 
     @staticmethod
     def input_names(side_components: Mapping[str, Mapping[str, object]]) -> dict:

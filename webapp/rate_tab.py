@@ -359,8 +359,9 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
     draw.click(h.draw, inputs=set_name, outputs=item_outputs, api_name="draw_prompt")
     text.input(lambda: "", outputs=prompt_id, api_name="typed_prompt", queue=False, show_progress="hidden")
     (c1, s1, h1, w1), (c2, s2, h2, w2) = per_clip
-    pair_inputs = dict(text=text, prompt_id=prompt_id, target_delivery=delivery, max_seconds=max_seconds,
-                       **PairForm.input_names({"a": a, "b": b}))
+    # In the API's order (gradio_client also passes arguments by position): max_seconds last.
+    pair_inputs = dict(text=text, prompt_id=prompt_id, target_delivery=delivery, **PairForm.input_names({"a": a, "b": b}),
+                       max_seconds=max_seconds)
     generate.click(form_event(PairForm, h.generate_pair), inputs_kwargs=pair_inputs,
                    outputs=[c1, c2, trial_id, info, s1, s2, h1, w1, h2, w2, preference, status],
                    api_name="generate_pair", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)

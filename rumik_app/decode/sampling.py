@@ -14,10 +14,12 @@ the same rules from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 
 import torch
 
+from rumik_app.errors import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SamplingSettings, derive
 
 # How the stop head decides at a frame boundary: "threshold" stops when sigmoid(logit) >
@@ -72,13 +74,26 @@ def scoring_temperature(temperature):
     return 1.0 if is_greedy(temperature) else float(temperature)
 
 
+# A row's seed is a request's (at most MAX_SEED) plus its sample index; the stop decisions add
+# STOP_SEED_OFFSET, and the sum must stay an int64 for torch.Generator.
+MAX_ROW_SEED = 2**62
+
+
+def check_row_seed(value) -> int:
+    """A row's seed: a whole number 0 to MAX_ROW_SEED."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_ROW_SEED:
+        raise PromptError(f"A row's seed must be a whole number 0 to {MAX_ROW_SEED}, not {repr(value)[:40]}.",
+                          field="seed")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class RowParams(SamplingSettings):
     """One sequence of a batch: its sampling settings (`SamplingSettings`, declared and checked
     there; the request defaults) and its seed. Every decoder sizes its per-row buffers by
     MAX_NEW_TOKENS_CAP, which the settings' check guarantees."""
 
-    seed: int
+    seed: int = field(metadata={"check": check_row_seed})
 
     @classmethod
     def of(cls, settings: SamplingSettings, seed: int) -> "RowParams":

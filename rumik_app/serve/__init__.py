@@ -10,7 +10,8 @@ By protocol, one router each: `openai` (schema: the speech request mapped onto t
 builder; routes), `silk` (schema, session, routes: Rumik's hosted API), `text_in` (text deltas
 in, sentences out), `ops` (health, metrics, admin). What they share: `app` (create_app: the
 routers, error handlers, lifespan; SpeechServer: SIGTERM drain), `protocol` (what a route
-needs from an adapter, and `ServeContext`: light), `adapters` (`SchedulerAdapter` over the
+needs from an adapter: light), `context` (`ServeContext`: what every route shares, and its
+request builder), `adapters` (`SchedulerAdapter` over the
 engine's scheduler, `AsyncEngineAdapter` over vLLM, `load_adapter`), `errors` (`ApiError`),
 `fields` (the sampling fields of every protocol, derived from their declarations), `gate`
 (API key and body cap before FastAPI), `sockets` (WebSocket sessions: admission, drain, audio

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from rumik_app.request import setting_type, wire_settings
+from rumik_app.request import setting_type, wire_names, wire_settings
 
 SamplingFields: type[BaseModel] = create_model(
     "SamplingFields", __config__=ConfigDict(extra="forbid"),
@@ -23,10 +23,6 @@ SamplingFields: type[BaseModel] = create_model(
        for spec in wire_settings()})
 
 
-def sampling_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in wire_settings())
-
-
 def sampling_values(body: BaseModel) -> dict:
     """The body's sampling fields by name (None: not given)."""
-    return {name: getattr(body, name) for name in sampling_names()}
+    return {name: getattr(body, name) for name in wire_names()}

@@ -26,6 +26,7 @@ import numpy as np
 from rumik_app.engine.serving import ServingStats
 from rumik_app.request import RequestLimits, SynthesisRequest
 
+SEED_HEADER = "x-rumik-seed"  # every protocol's HTTP answer: the seed used (drawn when none was given)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
 DEFAULT_MAX_SESSIONS = 128  # --max-sessions: WebSocket sessions open at once (idle ones included)
 # The largest message a client may send on a socket (uvicorn's ws_max_size): a text or

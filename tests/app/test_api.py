@@ -121,9 +121,17 @@ def test_every_backend_event_has_an_api_name(app_server):
     unnamed = [fn.name for fn in demo.fns.values() if fn.fn is not None and not fn.api_name]
     assert not unnamed
     api = demo.get_api_info()["named_endpoints"]
-    names = [parameter["parameter_name"] for parameter in api["/synthesize"]["parameters"]]
-    assert names == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature", "top_k", "top_p",
-                     "max_seconds", "system", "normalize", "repetition_penalty"]  # new settings come last
+    def names(endpoint: str) -> list[str]:  # in order: gradio_client also passes arguments by position
+        return [parameter["parameter_name"] for parameter in api[endpoint]["parameters"]]
+
+    assert names("/synthesize") == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature",
+                                    "top_k", "top_p", "max_seconds", "system", "normalize",
+                                    "repetition_penalty"]  # new settings come last
+    side = ["system", "voice", "tone", "accent", "pace", "seed", "temperature", "label"]
+    assert names("/generate_pair") == ["text", "prompt_id", "target_delivery", *(f"{n}_a" for n in side),
+                                       *(f"{n}_b" for n in side), "max_seconds"]
+    assert names("/submit_rating") == ["rater", "trial_id", "score_1", "score_2", "preference", "heard_1", "where_1",
+                                       "heard_2", "where_2", "comment"]
 
 
 def test_page_states_the_voice_note(app_server):

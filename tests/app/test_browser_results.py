@@ -31,6 +31,14 @@ def _click(drv, css: str) -> None:
     button.click()
 
 
+INFO_HISTORY_JS = """
+const node = arguments[0];
+window.infoHistory = [];
+new MutationObserver(() => window.infoHistory.push(node.innerText))
+    .observe(node, {subtree: true, childList: true, characterData: true});
+"""
+
+
 def test_synthesis_error_clears_the_previous_clip(driver, app_server):  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -44,10 +52,14 @@ def test_synthesis_error_clears_the_previous_clip(driver, app_server):  # noqa: 
     text.send_keys("Progress shows while the audio streams.")
     drv.find_element(By.XPATH, "//button[contains(., 'Generation')]").click()
     _set_number(drv, "#max-seconds input[type='number']", "2")
-    _click(drv, "#synthesize-button")
     info = drv.find_element(By.CSS_SELECTOR, "#synth-info")
+    # Every text the info line shows is recorded as it changes: the progress line lasts as long as
+    # the tiny model streams, often less than one poll, so the test reads the page's history.
+    drv.execute_script(INFO_HISTORY_JS, info)
+    _click(drv, "#synthesize-button")
     # while pieces stream, the info line counts the audio against the budget
-    _wait(drv, lambda d: "s of audio of at most 2.0 s" in info.text, "the progress line")
+    _wait(drv, lambda d: any("s of audio of at most 2.0 s" in shown for shown in d.execute_script(
+        "return window.infoHistory")), "the progress line")
     _wait(drv, lambda d: " s of audio · seed " in info.text, "synthesis to finish")
     assert seed.get_attribute("value").isdigit()
     _wait(drv, lambda d: d.find_elements(By.CSS_SELECTOR, "#audio-out audio"), "the audio player")

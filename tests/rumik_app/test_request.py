@@ -19,7 +19,7 @@ import pytest
 from rumik_app.decode.sampling import RowParams
 from rumik_app.errors import PromptError
 from rumik_app.request import (
-    REQUEST_FIELDS, SamplingSettings, SynthesisRequest, build_request, check_temperature, wire_settings,
+    REQUEST_FIELDS, SamplingSettings, SynthesisRequest, build_request, check_temperature, derive, wire_settings,
 )
 from tests.servers import ROOT
 
@@ -37,6 +37,8 @@ def test_a_copy_checks_only_what_changed():
         req.with_(seed=-3)  # a changed field is checked
     with pytest.raises(TypeError, match="no field 'temprature'"):
         req.with_(temprature=1)
+    with pytest.raises(TypeError, match="RowParams needs 'seed'"):
+        derive(SamplingSettings(), RowParams)  # a field the source lacks and that has no default
 
 
 def test_a_decoder_row_is_the_requests_settings_and_a_seed():
@@ -56,6 +58,8 @@ def test_build_request_maps_fields_draws_the_seed_and_names_the_bad_field():
         "नमस्ते <laugh>", "Zoya", None, "Slow", 12, None)
     assert req.max_new_tokens == 200 and 0 <= req.seed < 2**31  # 2 s at the published layout; a seed was drawn
     assert build_request({"text": "hi", "seed": 9, "max_new_tokens": 80, "max_seconds": 1}).max_new_tokens == 80
+    with pytest.raises(PromptError, match="Max seconds 0 is out of range"):  # checked even where it does not count
+        build_request({"text": "hi", "max_new_tokens": 80, "max_seconds": 0})
     assert build_request({"text": "hi"}, default_max_seconds=1.0).max_new_tokens == 96
     for bad, field in (({"temperature": 3}, "temperature"), ({"voice": "bob"}, "voice"), ({"text": ""}, "text"),
                        ({"max_seconds": 31}, "max_seconds"), ({"tone": "joyful"}, "tone")):

@@ -31,11 +31,11 @@ from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.errors import engine_error
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
+from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.context import ServeContext
 
 log = logging.getLogger(__name__)
 
-SEED_HEADER = "x-rumik-seed"  # the seed used (a random one when the request gave none): reproduces the audio
 CLIENT_CLOSED = 499  # nginx's status for "client closed the request" (logged only; nobody receives it)
 
 router = APIRouter()

@@ -32,11 +32,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from rumik_app.prompt import PromptError, normalize_voice
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 from rumik_app.serve.errors import ApiError, prompt_error
-from rumik_app.serve.fields import SamplingFields, sampling_names, sampling_values
+from rumik_app.serve.fields import SamplingFields, sampling_values
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
@@ -45,7 +45,7 @@ SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
-EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *sampling_names(), "max_seconds", "normalize", "language")
+EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language")
 
 
 class VoiceRef(BaseModel):

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 
 from rumik_app.asgi import unless_disconnected
 from rumik_app.serve.encoding import to_s16, wav_header
+from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.silk.schema import SilkError, SilkFields, SilkVoice, check_silk_model, silk_request
 from rumik_app.serve.silk.session import SilkSession, request_id, silk_error
@@ -37,7 +38,6 @@ from rumik_app.serve.sockets import deny
 TOKEN_TTL_S = 60.0  # clients connect right after minting
 MAX_TOKENS = 1024  # unredeemed tokens kept; beyond that the oldest go
 REQUEST_ID_HEADER = "x-request-id"
-SEED_HEADER = "x-rumik-seed"
 
 router = APIRouter()
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 from pydantic import ConfigDict, ValidationError
 
 from rumik_app.prompt import TONES, PromptError, normalize_voice
-from rumik_app.request import SynthesisRequest
+from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.fields import SamplingFields, sampling_names, sampling_values
+from rumik_app.serve.fields import SamplingFields, sampling_values
 
 SILK_MODELS = ("muga", "mulberry")
 DEFAULT_SILK_MODEL = "muga"  # every client's default
@@ -50,7 +50,7 @@ NO_EQUIVALENT_TONES = ("whisper",)
 _TONE_TAG = re.compile(r"^\s*\[([^\[\]]{1,32})\]\s*")
 # Fields whose bad value is a 422 (unprocessable content), as the hosted API answers; a bad
 # tone or description is a 400.
-UNPROCESSABLE_FIELDS = ("text", "max_new_tokens", "seed", *sampling_names())
+UNPROCESSABLE_FIELDS = ("text", "max_new_tokens", "seed", *wire_names())
 
 
 class SilkError(Exception):
@@ -93,7 +93,7 @@ class SilkFields(SamplingFields):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err.get("loc", ())) or "body"
             if err.get("type") == "extra_forbidden":
-                sampling = sampling_names()
+                sampling = wire_names()
                 own = [name for name in cls.model_fields if name not in ("type", *sampling)]
                 known = ", ".join([*own, *sampling])
                 raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.", "unknown_field") from None
