@@ -12,7 +12,8 @@ config.json without remote code, and registers the architecture `RumikOSSForCaus
 (`model`: vLLM's Cohere2 model, our stop head, and a `compute_logits` that keeps only the
 audio rows).
 
-Modules: `engine` (`VLLMEngine`: the engine API on vLLM's AsyncLLM), `loop` (its event loop in
+Modules: `engine` (`VLLMEngine`: the engine API on vLLM's AsyncLLM), `rollouts` (its outputs
+as the engine's `Rollouts`), `loop` (its event loop in
 a thread; starting vLLM from any `__main__`), `rules` (the sampling rules on vLLM's logits,
 vLLM-free) and `logits` (the logits processors that apply them), `weights` (pushing a
 trainer's weights into the served model: the sender and the worker extension), `model`,
