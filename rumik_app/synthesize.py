@@ -33,7 +33,7 @@ from rumik_app.audio import Audio
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, build_request,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, build_request,
     default_max_seconds, setting_type, tokens_for_seconds, wire_settings,
 )
 

@@ -18,8 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 DOC = Path("docs") / "ARCHITECTURE.md"
 PACKAGES = ("rumik_app", "rumik_vllm", "evaluation", "training", "webapp", "benchmarks", "app")

@@ -17,7 +17,7 @@ import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.errors import RumikError
-from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES, validate_text
+from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES
 from rumik_app.request import (
     APP_LIMITS, DEFAULT_MAX_SECONDS, MAX_SECONDS, TINY_MAX_SECONDS, SynthesisRequest, build_request,
     default_max_seconds, wire_settings,
