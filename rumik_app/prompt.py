@@ -32,6 +32,7 @@ AUDIO_MARKER = "<audio>"
 # Catches `<laugh>`, `<Laugh>`, `</sigh>`, `<giggle>`, `<laugh >` is caught by STRAY_BRACKET below.
 TAG_PATTERN = re.compile(r"<[^<>\s]{1,40}>")
 STRAY_BRACKET = re.compile(r"[<>]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: JSON can carry one alone
 # One generous bound: a 30-minute audiobook chapter is ~25k characters. Longer input is
 # almost certainly a mistake (a pasted file) and would tie up the engine for hours.
 MAX_TEXT_CHARS = 50_000
@@ -58,6 +59,16 @@ def normalize_voice(voice: str, voices: Sequence[str] = VOICES) -> str:
     return _match_choice(str(voice), tuple(voices), "voice")
 
 
+def check_characters(text: str) -> None:
+    """PromptError (field "text") if `text` holds an unpaired surrogate: JSON's "\\ud800" alone
+    is not a character, and cannot be encoded, spoken or echoed back."""
+    if (surrogate := SURROGATE.search(text)) is not None:
+        raise PromptError(
+            f"Text has an unpaired surrogate (U+{ord(surrogate.group()):04X}) at character {surrogate.start() + 1}, "
+            "which is not a character. Send the text as valid UTF-8 (an emoji's two-part escape is fine).",
+            field="text")
+
+
 def validate_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
     """Return NFC-normalised, stripped `text`, or raise PromptError.
 
@@ -71,6 +82,7 @@ def validate_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
         raise PromptError(
             f"Text is {len(text):,} characters; the limit is {max_chars:,}. Split it into smaller parts.",
             field="text")
+    check_characters(text)
     unknown = [tag for tag in TAG_PATTERN.findall(text) if tag not in ALLOWED_TAGS]
     if unknown:
         raise PromptError(

@@ -205,11 +205,14 @@ class BatchScheduler:
         if self._error is not None:
             raise EngineFailed(f"warm-up failed: {self._error!r}") from self._error
 
-    def prepare(self, req: SynthesisRequest) -> list[Chunk]:
+    def prepare(self, req: SynthesisRequest, abandoned: threading.Event | None = None) -> list[Chunk]:
         """Validate a request and plan its chunks (CPU work: normalise, tokenise, plan; any
-        thread); PromptError says what to fix."""
+        thread); PromptError says what to fix. Once `abandoned` is set (its client went away)
+        it stops at the next chunk with JobCancelled, so dropped requests cost no more CPU."""
         chunks = []
         for chunk in self.engine.plan(req, self.limits):
+            if abandoned is not None and abandoned.is_set():
+                raise JobCancelled("abandoned while it was being prepared")
             ids = self.engine.prompt_ids(chunk)
             row = self.engine.row_params(chunk)
             need = len(ids) + row.max_new_tokens
@@ -455,6 +458,7 @@ class BatchScheduler:
             self._waiting.clear()
         for slot in list(self._rows):
             self._rows.pop(slot)
-        self.decoder.reset()
+        if self.decoder is not None:  # None after an unload: nothing to reset
+            self.decoder.reset()
         for job in jobs:
             job.close(reason)

@@ -11,7 +11,12 @@ default on CUDA; vLLM runs a first request), then serves until SIGTERM/SIGINT. O
 it stops accepting connections, answers requests that have no audio yet with 503
 (`Retry-After`), lets the ones already streaming finish (up to --shutdown-timeout seconds,
 after which they are cut), shuts the backend down (vLLM's engine processes too) and exits.
-The API key can also come from the environment variable RUMIK_API_KEY.
+The API key can also come from the environment variable RUMIK_API_KEY, the admin key
+(POST /v1/admin/unload; a key of its own) from RUMIK_ADMIN_KEY.
+
+Every connection has deadlines (headers, body, idle keep-alive) and one client address a
+share of them (`rumik_app.serve.connections`), so idle or slow sockets cannot take the server
+offline. X-Forwarded-For is trusted only from the proxies named by --forwarded-allow-ips.
 
 If vLLM's engine core dies (--backend vllm), requests without audio yet get 503 with
 `Retry-After`, /health says "failed", and the server shuts down the same way and exits with
@@ -33,11 +38,15 @@ from rumik_app.request import (
     DEFAULT_MAX_SECONDS, DEFAULT_MODEL, TINY_MAX_SECONDS, check_max_seconds, default_max_seconds,
 )
 from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
-from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S, MAX_SOCKET_MESSAGE_BYTES
+from rumik_app.serve.protocol import (
+    DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S, DEFAULT_KEEP_ALIVE_S, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SHUTDOWN_TIMEOUT_S, MAX_SOCKET_MESSAGE_BYTES,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 API_KEY_ENV = "RUMIK_API_KEY"
+ADMIN_KEY_ENV = "RUMIK_ADMIN_KEY"
 CONNECTION_HEADROOM = 32
 ENGINE_DIED_STATUS = 3  # exit status after vLLM's engine core died (2 stays "bad arguments or model")
 
@@ -68,6 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "idle ones included; beyond that an upgrade gets 503 + Retry-After")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
+    p.add_argument("--admin-key", default=os.environ.get(ADMIN_KEY_ENV),
+                   help=f"the key for /v1/admin/ routes, separate from the API keys (default: ${ADMIN_KEY_ENV}, else "
+                        "those routes are closed)")
+    add_connection_arguments(p)
     p.add_argument("--voice-map", help="other names for the voices, e.g. 'alloy=Ira,nova=Aisha', for clients that "
                                       "only send OpenAI's voice names (default: none; unknown names get 400)")
     p.add_argument("--served-model-name", help="model id in /v1/models (default: the last part of --model)")
@@ -80,6 +93,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.api_key is not None and not args.api_key.strip():
         p.error(f"the API key is empty (--api-key or ${API_KEY_ENV}); an empty key would let every request in. "
                 f"Set a long random one, or unset {API_KEY_ENV} to run without a key.")
+    if args.admin_key is not None and (not args.admin_key.strip() or args.admin_key == args.api_key):
+        p.error(f"the admin key (--admin-key or ${ADMIN_KEY_ENV}) must be non-empty and differ from the API key: "
+                "every API client would otherwise be an admin.")
+    check_connection_arguments(p, args)
     if args.idle_unload is not None and not args.idle_unload > 0:
         p.error("--idle-unload takes minutes > 0 (e.g. --idle-unload 15)")
     if args.idle_unload is not None and args.backend == "vllm":
@@ -96,6 +113,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """Deadlines per connection and shares per client address (rumik_app.serve.connections)."""
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT_S, metavar="SECONDS",
+                   help="a request's line and headers must arrive this soon after connecting (or after the last "
+                        "response), or the connection is closed")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
+                   help="a request's whole body must arrive this soon after its headers (408 otherwise)")
+    p.add_argument("--keep-alive-timeout", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",
+                   help="an idle kept-alive connection is closed after this long")
+    p.add_argument("--max-connections-per-client", type=int, default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT, metavar="N",
+                   help="HTTP connections one client address may hold (0: no limit); a new one closes the "
+                        "address's oldest idle one. Proxies named in --forwarded-allow-ips are exempt")
+    p.add_argument("--max-sessions-per-client", type=int, default=DEFAULT_MAX_SESSIONS_PER_CLIENT, metavar="N",
+                   help="WebSocket sessions one client address may hold open (0: no limit beyond --max-sessions)")
+    p.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                   help="comma-separated proxy addresses or networks (10.0.0.0/8) whose X-Forwarded-For names the "
+                        "client; default none: the peer's own address counts, whoever sends the header")
+
+
+def check_connection_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    timeouts = (args.header_timeout, args.body_timeout, args.keep_alive_timeout)
+    if not all(0 < value <= 3600 for value in timeouts):
+        p.error("--header-timeout, --body-timeout and --keep-alive-timeout take seconds above 0 and at most 3600")
+    if args.max_connections_per_client < 0 or args.max_sessions_per_client < 0:
+        p.error("--max-connections-per-client and --max-sessions-per-client take 0 (no limit) or more")
+
+
+def proxies(args: argparse.Namespace) -> tuple[str, ...]:
+    """The trusted proxies of --forwarded-allow-ips, as entries."""
+    return tuple(entry.strip() for entry in (args.forwarded_allow_ips or "").split(",") if entry.strip())
+
+
 def served_name(model: str) -> str:
     """`rumik-ai/rumik-oss-1` -> `rumik-oss-1`; `/models/rumik-oss-1/` -> `rumik-oss-1`."""
     return Path(model.rstrip("/\\")).name or model
@@ -107,6 +156,7 @@ def build_server(args: argparse.Namespace):
 
     from rumik_app.serve.adapters import load_adapter
     from rumik_app.serve.app import SpeechServer, create_app
+    from rumik_app.serve.connections import ConnectionPolicy, guarded_protocol
     from rumik_app.serve.openai.schema import parse_voice_map
 
     sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
@@ -118,14 +168,20 @@ def build_server(args: argparse.Namespace):
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_key,
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
-                     max_seconds=args.max_seconds or default_max_seconds(args.model))
+                     max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
+                     body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client)
     # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
     # request that can decode or wait, plus room for /health, /metrics and the ones being
-    # refused. (uvicorn does not count WebSockets here; --max-sessions bounds those.)
+    # refused. Idle ones make room (connections.py). (uvicorn does not count WebSockets here;
+    # --max-sessions bounds those.)
     concurrency = args.max_batch + args.max_queue + CONNECTION_HEADROOM
+    policy = ConnectionPolicy(header_timeout_s=args.header_timeout, max_per_client=args.max_connections_per_client,
+                              max_connections=concurrency, trusted=proxies(args))
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=args.shutdown_timeout, limit_concurrency=concurrency,
-                            ws_max_size=MAX_SOCKET_MESSAGE_BYTES)
+                            ws_max_size=MAX_SOCKET_MESSAGE_BYTES, http=guarded_protocol(policy),
+                            timeout_keep_alive=args.keep_alive_timeout, proxy_headers=bool(proxies(args)),
+                            forwarded_allow_ips=list(proxies(args)))
     server = SpeechServer(config, adapter)
     if hasattr(adapter, "on_engine_death"):  # vLLM: a dead engine core shuts the server down (main exits 3)
         adapter.on_engine_death = lambda: setattr(server, "should_exit", True)

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -47,6 +50,30 @@ ENGINE_WATCH_S = 1.0  # how often an idle vLLM adapter checks that its engine co
 # mode needs CUDA and is not wired in).
 VLLM_NO_UNLOAD = ("The vLLM backend does not unload its model (--idle-unload, POST /v1/admin/unload): its memory is "
                   "held until the server stops. Use --backend engine to unload when idle, or stop the server.")
+
+
+# Text preparation (normalise, tokenise, plan) runs on a few threads of its own, first come
+# first served: a client that sends text after text, each interrupting the last, cannot fill
+# the default executor, and a request whose client went away stops at its next chunk.
+PREPARE_WORKERS = 2
+
+
+@functools.cache
+def _prepare_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="rumik-prepare")
+
+
+async def prepare_off_loop(prepare: Callable[[SynthesisRequest, threading.Event], object], req: SynthesisRequest):
+    """`prepare(req, abandoned)` on the preparation threads; if the caller is cancelled (its
+    client hung up or interrupted it), `abandoned` is set and a job not yet started is dropped."""
+    abandoned = threading.Event()
+    future = _prepare_pool().submit(prepare, req, abandoned)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        abandoned.set()
+        future.cancel()
+        raise
 
 
 class SchedulerAdapter:
@@ -90,7 +117,7 @@ class SchedulerAdapter:
                 pass
 
         self.scheduler.check_admission()  # refuse a full queue before any work
-        chunks = await asyncio.to_thread(self.scheduler.prepare, req)  # normalise, tokenise, plan: off the loop
+        chunks = await prepare_off_loop(self.scheduler.prepare, req)  # normalise, tokenise, plan
         job = self.scheduler.submit(req, sink=sink, chunks=chunks)
         try:
             while True:
@@ -223,7 +250,7 @@ class AsyncEngineAdapter:
 
     async def stream(self, req: SynthesisRequest, info: dict | None = None) -> AsyncIterator[np.ndarray]:
         self._admit()  # cheap: a full queue is refused before any work
-        await asyncio.to_thread(self.engine.plan, req, self.limits)  # the bounds (PromptError), off the loop
+        await prepare_off_loop(lambda req, _abandoned: self.engine.plan(req, self.limits), req)  # the bounds
         self._loop = self._loop or asyncio.get_running_loop()
         self._in_flight += 1
         self._peak_in_flight = max(self._peak_in_flight, self._in_flight)

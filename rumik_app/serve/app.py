@@ -32,7 +32,10 @@ from rumik_app.serve.metrics import ServerMetrics
 from rumik_app.serve.openai import routes as openai_routes
 from rumik_app.serve.openai.schema import validation_error
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_SHUTDOWN_TIMEOUT_S, SpeechAdapter
+from rumik_app.serve.protocol import (
+    DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SHUTDOWN_TIMEOUT_S,
+    SpeechAdapter,
+)
 from rumik_app.serve.silk import routes as silk_routes
 from rumik_app.serve.sockets import SessionRegistry
 
@@ -44,15 +47,17 @@ ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, ops.router)
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
                voice_map: dict[str, str] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
-               max_seconds: float = DEFAULT_MAX_SECONDS) -> FastAPI:
+               max_seconds: float = DEFAULT_MAX_SECONDS, admin_key: str | None = None,
+               body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
+               max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `openai.schema.parse_voice_map`); max_sessions: WebSocket
-    sessions (Silk's and text-in's) open at once; max_seconds: the cap per chunk when a
-    request gives none."""
-    sessions = SessionRegistry(max_sessions)
+    sessions (Silk's and text-in's) open at once, max_sessions_per_client of them per client
+    address; max_seconds: the cap per chunk when a request gives none; admin_key: what
+    /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take."""
+    sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
-    ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
-                       keyed=api_key is not None)
+    ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -67,7 +72,8 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan, **closed)
     app.state.ctx, app.state.created = ctx, int(time.time())
     app.state.silk_tokens = silk_routes.TokenStore()
-    app.add_middleware(RequestGate, api_key=api_key, metrics=metrics)
+    app.add_middleware(RequestGate, api_key=api_key, metrics=metrics, admin_key=admin_key,
+                       body_timeout=body_timeout)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_body)
     app.add_exception_handler(StarletteHTTPException, _http_error)

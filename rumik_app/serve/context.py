@@ -23,7 +23,7 @@ from rumik_app.serve.sockets import SessionRegistry
 class ServeContext:
     """What every route of the server shares (`app.state.ctx`): the adapter, its metrics and
     sessions, the model names it answers to (the served name first), other voice names, the
-    length cap when a request gives none, and whether an API key guards the server."""
+    length cap when a request gives none."""
 
     adapter: SpeechAdapter
     metrics: ServerMetrics
@@ -31,7 +31,6 @@ class ServeContext:
     accepted: tuple[str, ...]
     voice_map: dict[str, str] | None = None
     default_max_seconds: float = DEFAULT_MAX_SECONDS
-    keyed: bool = False
 
     @property
     def model_name(self) -> str:

@@ -29,6 +29,12 @@ from rumik_app.request import RequestLimits, SynthesisRequest
 SEED_HEADER = "x-rumik-seed"  # every protocol's HTTP answer: the seed used (drawn when none was given)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
 DEFAULT_MAX_SESSIONS = 128  # --max-sessions: WebSocket sessions open at once (idle ones included)
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 32  # --max-sessions-per-client: of those, one client address's (a voice-agent host: raise it)
+# Deadlines per connection (rumik_app.serve.connections, .gate): a slow or idle client is closed.
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # --header-timeout: request line and headers, from connect or the last response
+DEFAULT_BODY_TIMEOUT_S = 30.0  # --body-timeout: a whole request body (at most 64 KB) once its headers are in
+DEFAULT_KEEP_ALIVE_S = 5.0  # --keep-alive-timeout: an idle kept-alive connection (uvicorn's default)
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 64  # --max-connections-per-client: HTTP connections of one client address
 # The largest message a client may send on a socket (uvicorn's ws_max_size): a text or
 # config frame is a few KB (text is at most SERVER_LIMITS.max_chars characters).
 MAX_SOCKET_MESSAGE_BYTES = 64 * 1024

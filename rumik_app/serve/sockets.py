@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from rumik_app.engine.serving import RETRY_AFTER_S, ShuttingDown
-from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS
+from rumik_app.serve.protocol import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Session:
 
     def __init__(self, ws: WebSocket, registry: "SessionRegistry"):
         self.ws, self.registry = ws, registry
+        self.address = client_address(ws)
         self.lock = asyncio.Lock()
         self.opened = time.monotonic()
         self.closed = False
@@ -104,8 +105,9 @@ class Session:
 class SessionRegistry:
     """Open sessions, at most `max_sessions`; their drain at shutdown (module docstring)."""
 
-    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS):
-        self.max_sessions = max_sessions
+    def __init__(self, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 max_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT):
+        self.max_sessions, self.max_per_client = max_sessions, max_per_client
         self.open: set[Session] = set()
         self.streaming = 0
         self.draining = False
@@ -113,11 +115,10 @@ class SessionRegistry:
     @contextlib.asynccontextmanager
     async def session(self, ws: WebSocket, subprotocol: str | None = None) -> AsyncIterator[Session]:
         """Accept `ws` as a session; before accepting, answer 503 if full or draining."""
-        if self.draining or len(self.open) >= self.max_sessions:
-            message = ("The server is shutting down; reconnect to another replica." if self.draining else
-                       f"All {self.max_sessions} WebSocket sessions are in use; retry in a few seconds.")
-            await deny(ws, 503, {"error": message, "message": message,
-                                 "code": "shutting_down" if self.draining else "overloaded"},
+        refusal = self._refusal(client_address(ws))
+        if refusal is not None:
+            status, message, code = refusal
+            await deny(ws, status, {"error": message, "message": message, "code": code},
                        headers={"Retry-After": str(RETRY_AFTER_S)})
             yield None
             return
@@ -130,6 +131,18 @@ class SessionRegistry:
             self.open.discard(session)
             await session.close()
 
+    def _refusal(self, address: str | None) -> tuple[int, str, str] | None:
+        """(status, message, code) when a new session from `address` must be refused, else None."""
+        if self.draining:
+            return 503, "The server is shutting down; reconnect to another replica.", "shutting_down"
+        if len(self.open) >= self.max_sessions:
+            return 503, f"All {self.max_sessions} WebSocket sessions are in use; retry in a few seconds.", "overloaded"
+        mine = sum(session.address == address for session in self.open)
+        if self.max_per_client and mine >= self.max_per_client:
+            return 429, (f"This address already has {mine} WebSocket sessions open, the most one client may hold "
+                         "(--max-sessions-per-client); close one, or reuse it for the next utterance."), "too_many_sessions"
+        return None
+
     async def drain(self, timeout: float) -> None:
         """Refuse new sessions and utterances, let streaming ones end, then close every session."""
         self.draining = True
@@ -139,6 +152,11 @@ class SessionRegistry:
         if self.streaming:
             log.warning("closing %d WebSocket utterances still streaming after %.0f s", self.streaming, timeout)
         await asyncio.gather(*(s.close(CLOSE_RESTART, "server restart") for s in list(self.open)))
+
+
+def client_address(ws: WebSocket) -> str | None:
+    """The client's address (a trusted proxy's X-Forwarded-For already applied by uvicorn)."""
+    return ws.client.host if ws.client else None
 
 
 async def deny(ws: WebSocket, status: int, body: dict, headers: dict | None = None) -> None:

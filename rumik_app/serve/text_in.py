@@ -36,6 +36,7 @@ and is dropped. A hang-up stops the sentence playing and frees its row.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from dataclasses import dataclass
@@ -44,8 +45,9 @@ import numpy as np
 from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
+from rumik_app.prompt import PromptError, check_characters
 from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
-from rumik_app.serve.errors import ApiError, engine_error
+from rumik_app.serve.errors import ApiError, engine_error, prompt_error
 from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session
@@ -58,6 +60,7 @@ DEFAULT_FORMAT = "wav"  # vLLM-Omni's default
 GRANULARITIES = ("sentence", "none")
 STREAM_KEYS = ("type", "stream_audio", "split_granularity")
 CHECK_TEXT = "Hello."  # a config is checked as a request with this text
+MAX_QUEUED_ITEMS = 64  # sentences and utterance ends in line per session (with the server's character bound)
 
 
 @dataclass(frozen=True)
@@ -126,30 +129,41 @@ class TextInSession:
         self.last_frame = time.monotonic()
 
     async def run(self) -> None:
+        """Serve the session until the client hangs up, times out or closes it (after session.close,
+        what is queued is spoken unless the client hangs up first)."""
         speaker = asyncio.create_task(self._speaker())
         try:
-            while True:
-                timeout = self._quiet_left()
-                try:
-                    message = await asyncio.wait_for(self.session.ws.receive(), timeout)
-                except TimeoutError:
-                    if self.busy or not self.units.empty():
-                        continue
-                    what = "Timeout waiting for session.config" if self.config is None else \
-                        f"Idle timeout: no message received for {IDLE_TIMEOUT_S:.0f} s"
-                    await self.session.send_json({"type": "error", "message": what, "code": "timeout"})
-                    return
-                if message["type"] == "websocket.disconnect":
-                    return
-                self.last_frame = time.monotonic()
-                if not await self._on_message(message):
-                    await self.units.put(None)  # session.close: speak what is queued, then end
-                    await speaker
-                    return
+            if await self._receive(speaker):  # session.close: speak what is queued, unless the client goes
+                await _first_of(speaker, asyncio.create_task(self._until_hang_up()))
         finally:
-            speaker.cancel()
+            speaker.cancel()  # a hang-up: the sentence playing stops, its row is freed, the queue is dropped
             await asyncio.gather(speaker, return_exceptions=True)
             await self.session.close(CLOSE_NORMAL)
+
+    async def _receive(self, speaker: asyncio.Task) -> bool:
+        """Handle frames until session.close (True), or a hang-up, a timeout or a gone client (False)."""
+        while True:
+            try:
+                message = await _first_of(speaker, asyncio.ensure_future(self.session.ws.receive()),
+                                          timeout=self._quiet_left())
+            except TimeoutError:
+                if self.busy or not self.units.empty():
+                    continue
+                what = "Timeout waiting for session.config" if self.config is None else \
+                    f"Idle timeout: no message received for {IDLE_TIMEOUT_S:.0f} s"
+                await self.session.send_json({"type": "error", "message": what, "code": "timeout"})
+                return False
+            if message is None or message["type"] == "websocket.disconnect":
+                return False  # None: the speaker ended, its client gone
+            self.last_frame = time.monotonic()
+            if not await self._on_message(message):
+                await self.units.put(None)  # session.close: the speaker ends after what is queued
+                return True
+
+    async def _until_hang_up(self) -> None:
+        """After session.close: read (and ignore) frames until the client hangs up."""
+        while (await self.session.ws.receive())["type"] != "websocket.disconnect":
+            pass
 
     def _quiet_left(self) -> float:
         limit = CONFIG_TIMEOUT_S if self.config is None else IDLE_TIMEOUT_S
@@ -193,8 +207,16 @@ class TextInSession:
             if not isinstance(text, str):
                 raise ApiError(400, "input.text needs \"text\": a string.", param="text", code="invalid_text")
             self._check_backlog(text)
+            try:
+                check_characters(text)  # before it is cut: a sentence is echoed back in audio.start
+            except PromptError as exc:
+                raise prompt_error(exc) from None
             if self.config.granularity == "sentence":
-                await self._queue(self.cutter.push(text))
+                trial = copy.copy(self.cutter)  # the cutter moves on only if its sentences fit in line
+                units = trial.push(text)
+                self._check_room(len(units))
+                self.cutter = trial
+                await self._queue(units)
             else:
                 self.cutter.buffer += text
             return True
@@ -211,6 +233,13 @@ class TextInSession:
                                 "dropped. Send it again once audio has played, or in smaller parts.",
                            code="text_backlog")
 
+    def _check_room(self, items: int) -> None:
+        """Every queued item (a sentence, an utterance's end) counts against MAX_QUEUED_ITEMS."""
+        if self.units.qsize() + items > MAX_QUEUED_ITEMS:
+            raise ApiError(400, f"More than {MAX_QUEUED_ITEMS} sentences and utterance ends would be in line to be "
+                                "spoken; this frame was dropped. Send it again once audio has played.",
+                           code="text_backlog")
+
     async def _queue(self, texts: list[str]) -> None:
         for text in texts:
             seed = self.config.seed_base + self.spoken
@@ -223,6 +252,7 @@ class TextInSession:
         """The end of an utterance: its last text, then session.done once it has played."""
         if self.config is None and not self.cutter.pending:
             return
+        self._check_room(2)  # at most the cutter's last unit and the end
         await self._queue(self.cutter.flush())
         await self.units.put(("done", self.utterance, self.sentences))
         self.utterance, self.sentences = self.utterance + 1, 0
@@ -231,8 +261,8 @@ class TextInSession:
         while (item := await self.units.get()) is not None:
             if isinstance(item, tuple):
                 _, utterance, total = item
-                await self.session.send_json({"type": "session.done", "utterance_index": utterance,
-                                              "total_sentences": total})
+                await self._send_json({"type": "session.done", "utterance_index": utterance,
+                                       "total_sentences": total})
                 continue
             self.queued_chars -= len(item.text)
             self.busy = True
@@ -251,9 +281,9 @@ class TextInSession:
             nonlocal opened
             if not opened:
                 opened = True
-                await self.session.send_json({"type": "audio.start", **ids, "sentence_text": unit.text,
-                                              "format": cfg.response_format, "sample_rate": self.adapter.sample_rate,
-                                              "channels": 1})
+                await self._send_json({"type": "audio.start", **ids, "sentence_text": unit.text,
+                                       "format": cfg.response_format, "sample_rate": self.adapter.sample_rate,
+                                       "channels": 1})
         failed = True
         try:
             job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx)
@@ -266,27 +296,56 @@ class TextInSession:
                     if cfg.stream_audio:
                         data = to_s16(piece).tobytes()
                         total += len(data)
-                        await self.session.send_audio(data)
+                        await self._send_audio(data)
                     else:
                         audio.append(piece)
             if not cfg.stream_audio:
                 data = _whole_file(audio, cfg.response_format, self.adapter.sample_rate)
                 total = len(data)
                 await start()
-                await self.session.send_audio(data)
+                await self._send_audio(data)
             failed = False
             self.metrics.request_done(200, cfg.response_format, time.perf_counter() - started)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ClientGone):
+            opened = False  # nobody to tell
             raise
         except Exception as exc:  # noqa: BLE001 - one error frame; the next sentence goes on
             error = exc if isinstance(exc, ApiError) else engine_error(exc)
             self.metrics.error(error.code)
             self.metrics.request_done(error.status, cfg.response_format)
             await start()
-            await self.session.send_json({"type": "error", "message": error.message, "code": error.code, **ids})
+            await self._send_json({"type": "error", "message": error.message, "code": error.code, **ids})
         finally:
             if opened:
-                await self.session.send_json({"type": "audio.done", **ids, "total_bytes": total, "error": failed})
+                await self._send_json({"type": "audio.done", **ids, "total_bytes": total, "error": failed})
+
+    async def _send_json(self, frame: dict) -> None:
+        if not await self.session.send_json(frame):
+            raise ClientGone
+
+    async def _send_audio(self, data: bytes) -> None:
+        if not await self.session.send_audio(data):
+            raise ClientGone
+
+
+class ClientGone(Exception):
+    """A send failed: the client hung up, so the speaker stops (and its queue is dropped)."""
+
+
+async def _first_of(speaker: asyncio.Task, other: asyncio.Future, timeout: float | None = None):
+    """`other`'s result, or None when the speaker ends first (a gone client); `other` is
+    cancelled unless it is the answer. TimeoutError past `timeout` seconds."""
+    try:
+        done, _ = await asyncio.wait({speaker, other}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not other.done():
+            other.cancel()
+            await asyncio.gather(other, return_exceptions=True)
+    if other in done:
+        return other.result()
+    if not done:
+        raise TimeoutError
+    return None
 
 
 def _whole_file(pieces: list[np.ndarray], fmt: str, sample_rate: int) -> bytes:

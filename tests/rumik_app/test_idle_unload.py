@@ -13,8 +13,10 @@ from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
 from tests.servers import ServerThread, wait_for
 
-KEY = "admin-key"
+KEY = "api-key"
+ADMIN_KEY = "admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SPEECH = {"model": "tiny", "input": "Hello again.", "voice": "Ira", "response_format": "pcm", "seed": 4,
           "max_seconds": 0.4}
 
@@ -39,33 +41,39 @@ def test_an_idle_server_unloads_and_the_next_request_reloads_and_answers_the_sam
         assert health["loaded"] is True or health["active"] == 0  # it may be idle again already
 
 
-def test_admin_unload_needs_the_key_and_refuses_while_busy(tiny_checkpoint):
-    server, engine = _server(tiny_checkpoint, api_key=KEY)
+def test_admin_unload_needs_the_admin_key_and_refuses_while_busy(tiny_checkpoint):
+    server, engine = _server(tiny_checkpoint, api_key=KEY, admin_key=ADMIN_KEY)
     with server:
         assert httpx.post(server.url + "/v1/admin/unload", timeout=10).status_code == 401
+        by_api_key = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
+        assert by_api_key.status_code == 401 and "--admin-key" in by_api_key.json()["error"]["message"]
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
             with client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
                 next(resp.iter_raw())  # a request is decoding now
-                refused = client.post("/v1/admin/unload")
+                refused = client.post("/v1/admin/unload", headers=ADMIN)
                 assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
             wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
-            done = client.post("/v1/admin/unload")
+            done = client.post("/v1/admin/unload", headers=ADMIN)
             assert done.status_code == 200 and done.json() == {"loaded": False}
             assert server.health()["loaded"] is False and not engine.loaded
             again = client.post("/v1/audio/speech", json=SPEECH)
             assert again.status_code == 200 and len(again.content) > 0 and server.health()["loaded"] is True
 
 
-def test_admin_unload_without_a_server_key_is_refused(tiny_checkpoint):
-    server, _ = _server(tiny_checkpoint)
+@pytest.mark.parametrize("options", [{}, {"api_key": KEY}], ids=["open server", "api key only"])
+def test_admin_routes_are_closed_without_an_admin_key(tiny_checkpoint, options):
+    server, engine = _server(tiny_checkpoint, **options)
     with server:
-        resp = httpx.post(server.url + "/v1/admin/unload", timeout=10)
-        assert resp.status_code == 403 and "--api-key" in resp.json()["error"]["message"]
+        resp = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
+        assert resp.status_code == 403 and "--admin-key" in resp.json()["error"]["message"]
+        assert engine.loaded
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--idle-unload", "0"], "--idle-unload takes minutes > 0"),
     (["--backend", "vllm", "--idle-unload", "5"], "The vLLM backend does not unload its model"),
+    (["--api-key", "same", "--admin-key", "same"], "must be non-empty and differ from the API key"),
+    (["--admin-key", " "], "must be non-empty and differ from the API key"),
 ])
 def test_the_flag_is_checked(flags, message, capsys):
     from rumik_app.serve.__main__ import parse_args

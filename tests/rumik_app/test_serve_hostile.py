@@ -82,15 +82,15 @@ def test_a_full_queue_is_refused_before_any_preparation_which_runs_off_the_event
     scheduler = BatchScheduler(engine, max_batch=1, max_queue=0, max_prompt_tokens=256)  # no room to wait
     prepared_on: list[str] = []
     real = scheduler.prepare
-    monkeypatch.setattr(scheduler, "prepare", lambda req: prepared_on.append(threading.current_thread().name)
-                        or real(req))
+    monkeypatch.setattr(scheduler, "prepare", lambda *args: prepared_on.append(threading.current_thread().name)
+                        or real(*args))
     with ServerThread(SchedulerAdapter(scheduler)) as srv:
         body = {"model": "tiny", "input": "Hello.", "voice": "Ira", "response_format": "pcm", "max_seconds": 0.16}
         assert httpx.post(srv.url + "/v1/audio/speech", json=body, timeout=60).status_code == 503
         assert prepared_on == []  # refused by the cheap check: nothing normalised, tokenised or planned
         scheduler.max_queue = 4
         assert httpx.post(srv.url + "/v1/audio/speech", json=body, timeout=60).status_code == 200
-    assert prepared_on and not prepared_on[0].startswith("speech-server")  # a worker thread, not the event loop
+    assert prepared_on and prepared_on[0].startswith("rumik-prepare")  # a preparation thread, not the event loop
 
 
 def test_an_empty_key_refuses_to_start_and_docs_close_with_a_key(monkeypatch, capsys, server, engine):
