@@ -6,6 +6,7 @@
     python app.py --host 0.0.0.0 --share            # reachable from other machines / a public link
     RUMIK_ADMIN_PASSWORD=... python app.py          # results and exports for the admin only
     python app.py --auth-file logins.txt            # a private deployment: USER:PASS lines, Gradio's login
+    python app.py --host 0.0.0.0 --forwarded-allow-ips 10.0.0.5   # behind your reverse proxy at 10.0.0.5
     .venv-vllm/bin/python app.py --backend vllm     # rumik-oss-1 on vLLM's engine (./setup.sh --vllm)
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
@@ -19,6 +20,16 @@ starts, with a banner giving the reason and the fix. Every action is an API endp
 Files: the data dir (ratings database, rated clips, exports) is never served; visitors get
 copies under random names from a separate served folder (`webapp.storage` has the layout).
 Results and exports need the admin password when one is set (`webapp.access`).
+
+Visitors (`webapp.guard`): each browser session and each client address may have only a few
+jobs waiting or running in the queue (`MAX_JOBS_PER_SESSION`, `MAX_JOBS_PER_ADDRESS`), so
+nobody fills the queue for everyone else. A client's
+address is the connection's, unless it comes from a proxy named by --forwarded-allow-ips: then
+the rightmost X-Forwarded-For entry that is not such a proxy. By default no proxy is believed
+(uvicorn's own default believes 127.0.0.1), so behind a reverse proxy name it, or every visitor
+shares the proxy's address (its queue share and its sign-in counts). On a Hugging Face Space
+(SPACE_ID set) the platform's proxies are believed: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
+100.64.0.0/10 and fc00::/7 (`webapp.guard.SPACE_PROXY_NETWORKS`).
 
 This file is the Gradio layer only; the work is in `webapp/`, `rumik_app/` and `evaluation/`.
 """
@@ -38,10 +49,10 @@ import gradio as gr
 from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import report_user_error
 from rumik_app.request import DEFAULT_MODEL
-from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, LoginCheck, LoginError, read_logins
+from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, GuessThrottle, LoginCheck, LoginError, read_logins
 from webapp.audio_judges import DEFAULT_SPEAKER_ENCODER, AudioJudges
 from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab
-from webapp.guard import VisitorGuard
+from webapp.guard import ProxyConfigError, QueueFairness, VisitorGuard, proxy_settings, trusted_proxies
 from webapp.rate_tab import RateHandlers, build_rate_tab
 from webapp.ratings import RatingStore
 from webapp.scoring import DEFAULT_ASR_MODEL, JudgeCatalog
@@ -55,7 +66,7 @@ log = logging.getLogger("app")
 TITLE = "rumik-oss-1: expressive Indic text-to-speech"
 DEFAULT_PORT = 7860
 DEFAULT_CONCURRENCY = 4  # light events (preview, submit, results)
-QUEUE_MAX_SIZE = 64
+QUEUE_MAX_SIZE = 64  # jobs waiting for everyone together; one visitor's share: webapp.guard.MAX_JOBS_PER_*
 MAX_UPLOAD = f"{MAX_CLIP_MB}mb"  # one upload: the Evaluate tab's clip limit (Gradio refuses more, unread)
 # Gradio keeps a copy of every file it hands out (GRADIO_TEMP_DIR); sweep hourly, drop after a day.
 CACHE_SWEEP_S, CACHE_MAX_AGE_S = 3600, 86400
@@ -118,11 +129,18 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
 
 
 def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_thread_lock: bool = False,
-           logins: list[tuple[str, str]] | None = None, allowed_hosts: tuple[str, ...] = ()):
-    """Queue (with concurrency limits) and serve the app; `logins` turn on Gradio's login page.
+           logins: list[tuple[str, str]] | None = None, allowed_hosts: tuple[str, ...] = (),
+           forwarded_allow_ips: str | None = None, throttle: GuessThrottle | None = None):
+    """Queue (with concurrency limits and per-visitor shares) and serve the app; `logins` turn
+    on Gradio's login page, their guessing slowed by `throttle` (default: a `GuessThrottle`;
+    the check is `demo.login_check`).
 
     In front of Gradio, `webapp.guard.VisitorGuard` refuses URL fetches, large bodies, foreign
-    Host headers and origins (`allowed_hosts` adds names to this machine's own).
+    Host headers and origins (`allowed_hosts` adds names to this machine's own), and
+    `webapp.guard.QueueFairness` gives each session and client address a share of the queue;
+    no route runs a queued function outside the queue (`api_open=False`). X-Forwarded-For is
+    believed from `forwarded_allow_ips` only (comma-separated addresses and networks; None:
+    nobody, or on a Space its proxies, `webapp.guard.trusted_proxies`).
 
     Gradio serves only the app's served folder (`allowed_paths`) and its own cache; the data
     dir's private files are checked against those folders again and also passed as
@@ -132,14 +150,19 @@ def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_t
     """
     layout, admin = demo.data_layout, demo.admin
     check_not_served(layout, served_roots(demo.served_folder))
-    demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX_SIZE)
-    return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                       allowed_paths=[str(demo.served_folder.root)],
-                       blocked_paths=[str(p) for p in layout.private_paths()],
-                       auth=LoginCheck(logins) if logins else None, auth_message="Sign in to use this rumik-oss-1 app.",
-                       run_history=False if admin.enabled else None,
-                       max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, quiet=prevent_thread_lock,
-                       app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
+    demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX_SIZE, api_open=False)
+    QueueFairness().install(demo)
+    demo.login_check = LoginCheck(logins, throttle) if logins else None
+    proxies = trusted_proxies(None) if forwarded_allow_ips is None else forwarded_allow_ips
+    with proxy_settings(proxies):
+        return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
+                           allowed_paths=[str(demo.served_folder.root)],
+                           blocked_paths=[str(p) for p in layout.private_paths()],
+                           auth=demo.login_check.acheck if logins else None,
+                           auth_message="Sign in to use this rumik-oss-1 app.",
+                           run_history=False if admin.enabled else None,
+                           max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS,
+                           quiet=prevent_thread_lock, app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
 
 
 def _theme() -> gr.themes.Base:
@@ -174,12 +197,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name this app is reached by besides this machine's own (repeatable; *.example.org "
                         "for a domain); requests naming any other host are refused (DNS rebinding)")
+    p.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                   help="your reverse proxies (comma-separated addresses or networks, e.g. 10.0.0.5,172.16.0.0/12): "
+                        "their X-Forwarded-For names the client. Default: nobody's, so no client picks its own "
+                        "address; on a Hugging Face Space the platform's private ranges")
     p.add_argument("--idle-unload", type=float, metavar="MINUTES",
                    help="unload the model after this many minutes without a visitor (frees the GPU; the next "
                         "synthesis reloads it); in-process engine only, not on ZeroGPU (it frees the GPU itself)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM (from .venv-vllm)
     args = p.parse_args(argv)
     args.engine_options = zerogpu.engine_options(engine_options(p, args))
+    try:
+        args.forwarded_allow_ips = trusted_proxies(args.forwarded_allow_ips)
+    except ProxyConfigError as exc:
+        p.error(str(exc))
     if args.idle_unload is not None and not args.idle_unload > 0:
         p.error("--idle-unload takes minutes > 0 (e.g. --idle-unload 15)")
     if args.idle_unload is not None and args.engine_options.get("backend") == "vllm":
@@ -202,13 +233,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""), flush=True)
     print(f"data dir {demo.data_layout.root} (not served); results and exports: "
           + ("admin password required" if admin.enabled else "open to every visitor")
-          + (f"; {len(logins)} login(s) required" if logins else ""), flush=True)
+          + (f"; {len(logins)} login(s) required" if logins else "")
+          + f"; X-Forwarded-For believed from {args.forwarded_allow_ips or 'no proxy'}", flush=True)
     if not admin.enabled and (args.share or args.host not in LOCAL_HOSTS):
         log.warning("the app is reachable from other machines and every visitor can see results and export all "
                     "ratings; set %s (or --admin-password) to keep them for the admin", ADMIN_PASSWORD_ENV)
     if args.idle_unload is not None and not zerogpu.on_zero_gpu():
         demo.registry.start_idle_unload(args.idle_unload)
-    launch(demo, args.host, args.port, args.share, logins=logins, allowed_hosts=tuple(args.allowed_host))
+    launch(demo, args.host, args.port, args.share, logins=logins, allowed_hosts=tuple(args.allowed_host),
+           forwarded_allow_ips=args.forwarded_allow_ips)
 
 
 if __name__ == "__main__":

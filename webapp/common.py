@@ -32,6 +32,9 @@ APP_MAX_TEXT_CHARS = APP_LIMITS.max_chars
 MIN_SECONDS = 0.5  # slider floor (the engine rounds up to whole 80 ms frames)
 # Generations running at once (one engine per system, each locked; a GPU does one at a time).
 SYNTH_CONCURRENCY = 1
+# Prompt previews computed at once (normalising 2,000 characters of amounts is CPU work): in
+# Gradio's queue, so they also count against a visitor's share of it (webapp.guard.QueueFairness).
+PREVIEW_CONCURRENCY = 2
 
 
 class UserError(RumikError, ValueError):

@@ -6,6 +6,8 @@ them. The UI streams audio while it is generated (`gr.Audio(streaming=True)` fed
 generator of WAV pieces), with an info line counting the seconds generated against the
 budget, and then offers the whole clip as a 24 kHz WAV download. A run first clears the
 previous clip, seed and download, so an error is never shown under an old result.
+The live prompt preview is queued like every other event, with a small limit of its own
+(`PREVIEW_CONCURRENCY`), so a visitor cannot run previews of long texts without bound.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from rumik_app.request import (
     default_max_seconds, wire_settings,
 )
 from webapp.common import (
-    APP_MAX_TEXT_CHARS, MIN_SECONDS, SYNTH_CONCURRENCY, checked_slider, error_line, user_errors,
+    APP_MAX_TEXT_CHARS, MIN_SECONDS, PREVIEW_CONCURRENCY, SYNTH_CONCURRENCY, checked_slider, error_line,
+    user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
@@ -269,9 +272,11 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                  queue=False, show_progress="hidden")
     mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
+    # In the queue with a small limit of its own (normalising a long text is CPU work, and a
+    # visitor's previews count against their share); always_last keeps one pending per page.
     gr.on([c.change for c in preview_inputs.values()], form_event(SynthForm, handlers.preview),
           inputs_kwargs=preview_inputs, outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden",
-          trigger_mode="always_last", queue=False)
+          trigger_mode="always_last", concurrency_id="preview", concurrency_limit=PREVIEW_CONCURRENCY)
     # Gradio's busy/error overlay on the player only: the info line beside it says what is happening.
     go.click(form_event(SynthForm, handlers.stream), inputs_kwargs=inputs, outputs=[audio, seed_used, download, info],
              api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY,

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from tests.app.campaign_fixtures import make_campaign
-from webapp.access import FREE_FAILURES, AccessDenied, AdminGate
+from webapp.access import FREE_FAILURES, SYNC_MAX_HOLD_S, AccessDenied, AdminGate, GuessThrottle, throttled_auth
 from webapp.campaign import cli
 from webapp.campaign.definition import raters_path
 from webapp.campaign.queues import RaterQueues
@@ -99,17 +99,27 @@ def test_campaign_login_roles(tmp_path):
     assert ADMIN_SECRET not in repr(login) and pw not in repr(login)
 
 
-def test_campaign_login_slows_guessing_without_hashing(tmp_path, monkeypatch):
+def test_campaign_login_holds_guessing_without_hashing_and_then_lets_the_right_password_in(tmp_path, monkeypatch):
     raters = RatersFile(tmp_path / "raters.json")
     pw = raters.add("asha")
-    login = CampaignLogin(raters, AdminGate(ADMIN_SECRET))
+    waits = []
+
+    async def asleep(seconds):  # records the event loop's waits instead of sleeping them
+        waits.append(seconds)
+
+    # A first wait longer than a worker thread may hold: the synchronous check refuses that try.
+    throttle = GuessThrottle(first_backoff_s=2 * SYNC_MAX_HOLD_S, asleep=asleep)
+    login = CampaignLogin(raters, AdminGate(ADMIN_SECRET), throttle)
     for _ in range(FREE_FAILURES):
         assert not login("asha", "guess")
     hashed = []
     monkeypatch.setattr(raters, "verify", lambda *a: hashed.append(a) or True)
-    assert not login("asha", pw) and hashed == []  # paused: refused before any scrypt work
+    assert not login("asha", pw) and hashed == []  # refused unchecked: before any scrypt work
     monkeypatch.undo()
-    assert login("admin", ADMIN_SECRET)  # the pause is per name
+    assert login("admin", ADMIN_SECRET)  # the wait is per name
+    # Gradio's path waits in the event loop instead: the right password gets in after its wait.
+    assert asyncio.run(throttled_auth(throttle, login.acheck)("asha", pw)) is True
+    assert waits and waits[0] > SYNC_MAX_HOLD_S
 
 
 def test_campaign_login_has_an_async_form_for_gradio(tmp_path):

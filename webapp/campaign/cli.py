@@ -37,6 +37,7 @@ from webapp.campaign.generate import DEFAULT_BATCH, ensure_assignment, generate_
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.raters import RatersFile
 from webapp.campaign.store import CampaignStore
+from webapp.guard import ProxyConfigError, trusted_proxies
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout
 
 DATA_DIR_ENV = "RUMIK_APP_DATA"
@@ -162,7 +163,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           + ("sign in as 'admin' with the admin password" if admin.enabled else
              f"off (no admin password: set ${ADMIN_PASSWORD_ENV}; results: `python -m webapp.campaign results`)"),
           flush=True)
-    launch_campaign(demo, admin, args.host, args.port, args.share, allowed_hosts=tuple(args.allowed_host))
+    launch_campaign(demo, admin, args.host, args.port, args.share, allowed_hosts=tuple(args.allowed_host),
+                    forwarded_allow_ips=args.forwarded_allow_ips)
     return 0
 
 
@@ -225,7 +227,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "*.example.org for a domain); other Host headers are refused (DNS rebinding)")
     s.add_argument("--admin-password", default=None,
                    help=f"the admin login's password (default: ${ADMIN_PASSWORD_ENV}; prefer the variable)")
+    s.add_argument("--forwarded-allow-ips", default=None, metavar="ADDRESSES",
+                   help="your reverse proxies (comma-separated addresses or networks): their X-Forwarded-For names "
+                        "the rater's address (sign-in counts, queue shares). Default: nobody's; on a Hugging Face "
+                        "Space the platform's private ranges")
     args = p.parse_args(argv)
+    if args.command == "serve":
+        try:
+            args.forwarded_allow_ips = trusted_proxies(args.forwarded_allow_ips)
+        except ProxyConfigError as exc:
+            s.error(str(exc))
     if args.command == "create":
         args.engine_options = engine_options(c, args)
     return args

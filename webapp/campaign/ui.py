@@ -35,7 +35,7 @@ from pathlib import Path
 import gradio as gr
 
 from evaluation import nova
-from webapp.access import AccessDenied, AdminGate
+from webapp.access import AccessDenied, AdminGate, throttled_auth
 from webapp.audio_judges import AudioJudges
 from webapp.campaign.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.export import export_campaign, results_for, write_charts
@@ -44,7 +44,7 @@ from webapp.campaign.queues import RaterQueues, ShownItem
 from webapp.campaign.raters import ADMIN_USER, CampaignLogin, ExpiringSessions, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
 from webapp.common import UserError, user_errors
-from webapp.guard import VisitorGuard
+from webapp.guard import QueueFairness, VisitorGuard, proxy_settings, trusted_proxies
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX
 from webapp.storage import DataLayout, ServedFolder, check_not_served, served_roots
 
@@ -268,13 +268,18 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
 
 
 def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int = 7870, share: bool = False,
-                    prevent_thread_lock: bool = False, allowed_hosts: tuple[str, ...] = ()):
+                    prevent_thread_lock: bool = False, allowed_hosts: tuple[str, ...] = (),
+                    forwarded_allow_ips: str | None = None):
     """Serve the campaign app behind the raters' and the admin's logins, and behind the
-    visitor guard (`webapp.guard`: no URL fetches, bounded bodies, our hosts and origins only)."""
+    visitor guard (`webapp.guard`: no URL fetches, bounded bodies, our hosts and origins only,
+    a share of the queue per session and address, X-Forwarded-For from `forwarded_allow_ips`
+    only: None = nobody, or on a Space its proxies). A sign-in's wait (`webapp.access`) is
+    awaited in the event loop, before the login's scrypt check runs on a thread."""
     layout, served = demo.data_layout, demo.served_folder
     check_not_served(layout, served_roots(served))
     login = CampaignLogin(RatersFile(raters_path(layout)), admin)
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_MAX_SIZE)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_MAX_SIZE, api_open=False)
+    QueueFairness().install(demo)
     app_kwargs = VisitorGuard.options(host, allowed_hosts, share)
 
     @contextlib.asynccontextmanager
@@ -283,9 +288,12 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
         yield
 
     app_kwargs["lifespan"] = sessions_end
-    return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                       allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
-                       auth=login.acheck, auth_message=f"Sign in with your rater name and password (admin: user "
-                                                f"'{ADMIN_USER}').",
-                       run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS, quiet=prevent_thread_lock,
-                       app_kwargs=app_kwargs)
+    demo.campaign_login = login
+    proxies = trusted_proxies(None) if forwarded_allow_ips is None else forwarded_allow_ips
+    with proxy_settings(proxies):
+        return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
+                           allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
+                           auth=throttled_auth(login.throttle, login.acheck),
+                           auth_message=f"Sign in with your rater name and password (admin: user '{ADMIN_USER}').",
+                           run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS,
+                           quiet=prevent_thread_lock, app_kwargs=app_kwargs)
