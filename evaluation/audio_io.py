@@ -6,6 +6,7 @@ gives one clear, per-clip message instead of a stack trace:
     from evaluation.audio_io import load_audio, check_audio, AudioLoadError
     samples = load_audio("clips/p01.mp3", max_seconds=300)   # float32 [N] mono at 24 kHz
     check_audio(samples, 24000)                     # raises AudioLoadError if silent/empty
+    read_header("clips/p01.flac", max_seconds=300)  # AudioHeader(frames, rate, channels), nothing decoded
 
 Decoding: soundfile (libsndfile: WAV, FLAC, OGG/Vorbis/Opus, MP3, AIFF, ...) first, then
 ffmpeg (if installed) for anything else (m4a, webm, ...). Multi-channel audio is averaged to
@@ -29,6 +30,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
 
@@ -99,6 +101,34 @@ def _check_header(path: Path, info, max_seconds: float) -> None:
                              "accepted. Mix it down to mono.")
     if 0 < info.frames < 2**62 and info.frames / info.samplerate > max_seconds:  # libsndfile: huge = unknown
         raise _too_long(path, info.frames / info.samplerate, max_seconds)
+
+
+@dataclass(frozen=True)
+class AudioHeader:
+    """What a clip's header declares: `frames` per channel (None when it does not say),
+    `sample_rate` (Hz) and `channels`."""
+
+    frames: int | None
+    sample_rate: int
+    channels: int
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.frames is None else self.frames / self.sample_rate
+
+
+def read_header(path: str | os.PathLike, max_seconds: float) -> AudioHeader | None:
+    """The clip's header as libsndfile reads it, nothing decoded: AudioLoadError when
+    `load_audio(path, max_seconds=...)` would refuse it from the header (rate, channels,
+    length), None when soundfile cannot read the header (load_audio would then try ffmpeg)."""
+    path = Path(path)
+    try:
+        info = sf.info(str(path))
+    except (sf.SoundFileError, RuntimeError, TypeError):
+        return None
+    _check_header(path, info, max_seconds)
+    frames = info.frames if 0 < info.frames < 2**62 else None  # libsndfile: huge = unknown
+    return AudioHeader(frames, int(info.samplerate), int(info.channels))
 
 
 def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:

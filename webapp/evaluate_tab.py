@@ -1,7 +1,8 @@
 """The Evaluate tab of `app.py`: score uploaded clips against reference texts.
 
 Library module (run the app with `python app.py`). Upload clips (WAV/FLAC/OGG/MP3), give
-references (typed or a CSV manifest), choose one of the ASR judges the app was started with
+references (typed, or a CSV or JSONL manifest, streamed and bounded: `webapp.manifest`),
+choose one of the ASR judges the app was started with
 (`app.py --asr-model`; `webapp.scoring.JudgeCatalog`) or paste transcripts, and get
 WER/CER/GCER per clip and corpus-pooled, NoVA verdicts where the
 reference carries one inline tag, a chart and a CSV. The work is in `webapp.scoring`.
@@ -28,10 +29,11 @@ from rumik_app.request import DEFAULT_VOICE
 from webapp.audio_judges import MAX_REFERENCE_SECONDS, AudioJudges, AudioRequest
 from webapp.common import UserError, checked_choice, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
-from webapp.scoring import MAX_TOTAL_SECONDS, PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, score_uploads
+from webapp.manifest import MAX_MANIFEST_ROWS
+from webapp.scoring import PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, score_uploads
 from webapp.systems import SYSTEM_ESPEAK, SystemUnavailable
 from webapp.storage import ServedFolder
-from webapp.uploads import MAX_CLIP_MB
+from webapp.uploads import MAX_CLIP_MB, MAX_TOTAL_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +170,15 @@ def build_evaluate_tab(handlers: EvaluateHandlers) -> None:
         f"Upload clips (WAV, FLAC, OGG or MP3, up to {MAX_CLIP_MB} MB each, {MAX_TOTAL_SECONDS / 60:.0f} min in all) "
         "and their reference texts. "
         "Typed references and transcripts: one line per clip in file-name order, or `name.wav | text`. "
+        f"A manifest (CSV with columns, or JSONL with keys, up to {MAX_MANIFEST_ROWS:,} rows) gives `file`, `text` "
+        "and optionally `language` and `transcript`; the same clip uploaded twice is scored once. "
         "A reference with one inline tag (`<laugh>`, `<chuckle>`, `<sigh>`) also gets a NoVA verdict; the "
         "transcript must then mark sounds too (e.g. `(laughs)` or `<laugh>`)."
     )
     with gr.Row():
         files = gr.File(label="Clips", file_count="multiple", type="filepath", elem_id="eval-files")
-        manifest = gr.File(label="Manifest CSV (optional): file, text[, language, transcript]", file_types=[".csv"],
-                           type="filepath")
+        manifest = gr.File(label="Manifest CSV or JSONL (optional): file, text[, language, transcript]",
+                           file_types=[".csv", ".jsonl"], type="filepath")
     with gr.Row():
         references = gr.Textbox(value="", label="References (if no manifest)", lines=4, max_length=REFERENCE_CHARS)
         transcripts = gr.Textbox(value="", label="Pasted transcripts (for 'Pasted transcripts')", lines=4,

@@ -6,7 +6,11 @@ hears it under shuffled blind labels, scores each clip 1-5 for expression (docs/
 rubric), gives a preference and, for a prompt with one inline tag, says which sound was
 heard and before which word. `webapp.ratings` stores it; the results view aggregates with
 `evaluation.indicemo` and `evaluation.nova`. Results and exports need the admin password
-when one is configured (`webapp.access`); files go where `webapp.storage` says.
+when one is configured (`webapp.access`); files go where `webapp.storage` says. A generated
+pair waits in the data dir's pending/ (`PendingClips`: bounded per client, keyed by
+`webapp.guard.address_key` so an IPv6 client counts as its /64, and overall; the oldest
+unrated pairs go first, their trials with them) and its clips move to clips/<trial id>/ when
+it is rated; rating a pair that was pruned gets PAIR_EXPIRED.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from webapp.common import (
     user_errors,
 )
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
-from webapp.storage import DataLayout
+from webapp.guard import address_key, client_address
+from webapp.storage import DataLayout, PendingClips
 from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, RatingForm, SideForm, form_event
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
@@ -56,6 +61,10 @@ RUBRIC = (
     "1 = flat or wrong emotion, 3 = recognisable but uneven, 5 = convincing throughout."
 )
 TAG_BRACKETS = re.compile(r"<[^<>\n]{1,40}>|\[[^\[\]\n]{1,40}\]")
+TRIAL_ID = re.compile(r"[0-9a-f]{16}")  # uuid4().hex[:16], as generate_pair makes them
+PAIR_EXPIRED = ("This pair expired before it was rated: unrated pairs are kept for a day at most, and the oldest "
+                "make way when one visitor (or everyone together) has too many waiting. Generate a new pair and "
+                "rate it.")
 
 
 @dataclass(frozen=True)
@@ -145,13 +154,16 @@ def export_id(system: str, label: str, auto: str, registry: SystemRegistry) -> s
 
 class RateHandlers:
     """The Compare & rate functions. Rated clips and exports are kept in the private data dir
-    (`layout`); visitors get copies under random names from the served folder. Results and
-    exports need the admin password when one is configured (`admin`)."""
+    (`layout`), unrated pairs in its pending/ area (`pending`, default: `PendingClips` with
+    the default quota); visitors get copies under random names from the served folder.
+    Results and exports need the admin password when one is configured (`admin`)."""
 
     def __init__(self, registry: SystemRegistry, synth: SynthHandlers, store: RatingStore, layout: DataLayout,
-                 admin: AdminGate | None = None):
+                 admin: AdminGate | None = None, pending: PendingClips | None = None):
         self.registry, self.synth, self.store, self.layout = registry, synth, store, layout
         self.admin = admin if admin is not None else AdminGate()
+        self.pending = pending if pending is not None else PendingClips(layout.pending_clips)
+        store.discard_unrated(self.pending.removed_on_start)
 
     def set_items(self, name: str):
         import gradio as gr
@@ -180,8 +192,9 @@ class RateHandlers:
     def draw(self, name: str):
         return self.load_item(name, "", random_pick=True)
 
-    def generate_pair(self, form: PairForm):
-        """Synthesise A and B, store the trial, return the clips under shuffled blind labels."""
+    def generate_pair(self, form: PairForm, request: gr.Request = None):
+        """Synthesise A and B into pending/ (counted against the client's address), store the
+        trial, return the clips under shuffled blind labels."""
         import gradio as gr
 
         with user_errors("Generating the pair"):
@@ -201,20 +214,9 @@ class RateHandlers:
                                     "1-128 letters, digits and . : _ - (no spaces)")
             order = [0, 1]
             secrets.SystemRandom().shuffle(order)
-            clips = []
-            for label, k in zip(LABELS, order):
-                system, req = built[k]
-                audio = system.synthesize(req)
-                path = audio.save(self.layout.rated_clip(trial_id, label))  # private archive of what was rated
-                settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
-                            "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,
-                            "max_seconds": float(max_seconds), "label": labels[k]}
-                clips.append(TrialClip(label, "AB"[k], ids[k], settings, audio.seed, sha256_file(path), str(path)))
-            trial = Trial(trial_id, prompt_id, text, delivery, clips)
-            self.store.add_trial(trial)
-            # The rater hears copies under random names: nothing in a URL reveals the side, the
-            # trial or the seed, and no other visitor can guess it.
-            served = [str(self.synth.served.copy(c.audio_path)) for c in clips]
+            trial = Trial(trial_id, prompt_id, text, delivery, [])
+            blind = [(built[k], "AB"[k], ids[k], labels[k]) for k in order]  # in the order of LABELS
+            served = self._make_pair(trial, blind, max_seconds, address_key(_address(request) or client_address()))
         req = trial.request
         info = f"Trial `{trial_id}` · prompt `{prompt_id}`" + (f" · target delivery **{delivery}**" if delivery else "")
         tag_updates = []
@@ -229,6 +231,47 @@ class RateHandlers:
         if req is None and TAG_BRACKETS.search(text):
             info += " · (more than one tag: the tag-placement question is skipped)"
         return (served[0], served[1], trial_id, info, None, None, *tag_updates, None, "")
+
+    def _make_pair(self, trial: Trial, blind: list, max_seconds: float, address: str) -> list[str]:
+        """Synthesise `blind` ((system, request), side, export id, label) per LABELS into
+        pending/, fill in and store `trial`, and admit the pair against `address` (the oldest
+        unrated pairs over a quota go, with their trials). Returns the served copies."""
+        folder = self.pending.start(trial.trial_id)
+        try:
+            for label, ((system, req), side, export, export_label) in zip(LABELS, blind):
+                audio = system.synthesize(req)
+                archived = self.layout.rated_clip(trial.trial_id, label)  # where it goes once rated
+                path = audio.save(folder / archived.name)
+                settings = {**req.to_dict(), "system": system.key, "system_label": system.label,
+                            "model": self.registry.model if system.key == SYSTEM_RUMIK else system.key,
+                            "max_seconds": float(max_seconds), "label": export_label}
+                trial.clips.append(TrialClip(label, side, export, settings, audio.seed, sha256_file(path),
+                                             str(archived)))
+            # The rater hears copies under random names: nothing in a URL reveals the side, the
+            # trial or the seed, and no other visitor can guess it.
+            served = [str(self.synth.served.copy(folder / Path(c.audio_path).name)) for c in trial.clips]
+            self.store.add_trial(trial)
+        except BaseException:
+            self.pending.abandon(trial.trial_id)
+            raise
+        self.store.discard_unrated(self.pending.admit(trial.trial_id, address))
+        return served
+
+    def _archive(self, sub: Submission) -> None:
+        """Move the rated pair's clips from pending/ to clips/<trial id>/ once the submission
+        checks out; UserError(PAIR_EXPIRED) if they were pruned unrated. An id this server never
+        made is left to the store's own message."""
+        trial_id = sub.trial_id
+        if not TRIAL_ID.fullmatch(trial_id) or self._archived(trial_id):
+            return
+        if not self.pending.is_pending(trial_id):
+            raise UserError(PAIR_EXPIRED)
+        self.store.check(sub)  # a submission that will not be stored archives nothing
+        if not self.pending.archive(trial_id, self.layout.rated_clips / trial_id) and not self._archived(trial_id):
+            raise UserError(PAIR_EXPIRED)
+
+    def _archived(self, trial_id: str) -> bool:
+        return all(self.layout.rated_clip(trial_id, label).is_file() for label in LABELS)
 
     def submit(self, form: RatingForm, request: gr.Request = None) -> str:
         """Store one rating (idempotent per rater and trial); returns a status line. Behind
@@ -251,6 +294,7 @@ class RateHandlers:
             from webapp.ratings import RatingError
 
             try:
+                self._archive(sub)
                 stored = self.store.submit(sub)
             except RatingError as exc:
                 raise UserError(str(exc)) from None

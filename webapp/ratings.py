@@ -4,7 +4,9 @@ Library module (no command line)::
 
     store = RatingStore("outputs/app/ratings.sqlite")
     store.add_trial(trial)                       # when a pair is generated
+    store.check(submission)                      # RatingError naming the fix; nothing stored
     stored = store.submit(submission)            # False: that submission id was already stored
+    store.discard_unrated(trial_ids)             # pairs pruned unrated (webapp.storage.PendingClips)
     store.export("outputs/app/export")           # IndicEmo judgments + NoVA prompts/transcripts
     md, numbers = store.results()                # aggregated with evaluation.indicemo / .nova
 
@@ -233,17 +235,33 @@ class RatingStore(SQLiteStore):
             return None
         return Trial(row[0], row[1], row[2], row[3], [TrialClip(**c) for c in json.loads(row[4])], row[5])
 
-    def submit(self, sub: Submission) -> bool:
-        """Store one submission in one transaction; False if its id was already stored."""
-        rater = sub.rater.strip()
-        if not rater:
+    def discard_unrated(self, trial_ids: list[str]) -> int:
+        """Delete trials that no submission rates (pairs whose clips were pruned unrated);
+        returns how many were deleted. A rated trial is never deleted."""
+        if not trial_ids:
+            return 0
+        with self._transaction() as con:
+            return sum(con.execute("DELETE FROM trials WHERE trial_id = ? AND NOT EXISTS "
+                                   "(SELECT 1 FROM submissions WHERE submissions.trial_id = ?)", (t, t)).rowcount
+                       for t in trial_ids)
+
+    def check(self, sub: Submission) -> Trial:
+        """The trial `sub` rates, with the submission checked as `submit` checks it (RatingError
+        naming the fix); nothing is stored."""
+        if not sub.rater.strip():
             raise RatingError("Enter your rater name before submitting.")
         trial = self.get_trial(sub.trial_id)
         if trial is None:
             raise RatingError("No generated pair to rate (or it is unknown to this server). Generate a pair first.")
+        _check_ratings(trial, {c.label: c for c in trial.clips}, {r.label: r for r in sub.ratings}, sub.preference)
+        return trial
+
+    def submit(self, sub: Submission) -> bool:
+        """Store one submission in one transaction; False if its id was already stored."""
+        rater = sub.rater.strip()
+        trial = self.check(sub)
         clips = {c.label: c for c in trial.clips}
         rated = {r.label: r for r in sub.ratings}
-        _check_ratings(trial, clips, rated, sub.preference)
         preferred = clips[sub.preference].system_id if sub.preference in clips else None
         with self._transaction() as con:
             if con.execute("SELECT 1 FROM submissions WHERE submission_id = ?", (sub.key(),)).fetchone():

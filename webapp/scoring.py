@@ -1,15 +1,15 @@
 """Scoring uploaded clips for the Evaluate tab: references, transcripts, WER/CER/GCER, NoVA, chart.
 
 Library module (no command line; no gradio). `score_uploads(...)` takes the uploaded file
-paths, the references (typed lines or a CSV manifest), an ASR judge spec or pasted
+paths, the references (typed lines or a CSV or JSONL manifest), an ASR judge spec or pasted
 transcripts, and returns one row per clip plus the corpus-pooled rates. Every problem with
 one clip (too large, unreadable, silent, no reference, transcription failed) becomes that
 clip's message; the other clips are still scored.
 
 References and pasted transcripts, typed: one line per clip in the order of the file names
-(sorted), or `name.wav | text` lines matched by file name. Manifest CSV columns: `file`
-(or `id`, `clip`, `path`), `text` (or `reference`), optional `language` and `transcript`
-(or `hyp`); files are matched by name or by name without extension.
+(sorted), or `name.wav | text` lines matched by file name; or a CSV or JSONL manifest, streamed
+and bounded (`webapp.manifest.read_manifest`: only the uploaded clips' rows are kept, the first
+row of a clip wins and the summary notes clips listed again).
 
 GCER uses `segmentation` ("grapheme", the default, or "unicode"; evaluation.metrics): the
 table's "GCER rules" column and the summary name the library and Unicode version behind it.
@@ -21,9 +21,14 @@ Judges are the operator's choice, never the visitor's: `JudgeCatalog` holds the 
 was started with (`app.py --asr-model`, plus pasted transcripts and pocketsphinx), a visitor
 picks one by its key, and anything else gets one message that says nothing about the
 machine. Loaded judges are kept in a small LRU; one evicted is freed (its lock taken first,
-so a running transcription finishes). One request scores at most MAX_CLIPS clips and
-MAX_TOTAL_SECONDS of audio; each clip is bounded from its header (`webapp.uploads.read_upload`,
-which also bounds the reference-voice upload: format, MAX_CLIP_MB, `load_audio(max_seconds=...)`).
+so a running transcription finishes). One request scores at most MAX_CLIPS clips. Before
+anything is decoded, every clip's header is read and repeats are marked (`webapp.uploads.plan_uploads`:
+the same upload path, or the same bytes under another name, is scored once and the repeat's
+row says where), and a run whose distinct clips declare more than MAX_TOTAL_SECONDS of audio
+or MAX_TOTAL_DECODE_SAMPLES to decode is refused (`webapp.uploads.check_budget`). Each clip
+is then bounded again while it is decoded (`webapp.uploads.read_upload`, which also bounds the
+reference-voice upload: format, MAX_CLIP_MB, `load_audio(max_seconds=...)`), and so is the
+run's running total.
 
 Audio judges (optional, `audio=AudioRequest(quality=True, speaker=True, ...)`, the judges
 from `webapp.audio_judges.AudioJudges`): DNSMOS OVRL/SIG/BAK and speaker similarity per clip,
@@ -32,7 +37,6 @@ whether or not it has a reference text, and their means with 95 % bootstrap CIs 
 
 from __future__ import annotations
 
-import csv
 import gc
 import logging
 import sys
@@ -49,15 +53,19 @@ from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
 from webapp import zerogpu
 from webapp.ratings import tag_request
-from webapp.uploads import UploadRefused, read_upload
+from webapp.manifest import name_index, read_manifest
+from webapp.uploads import (
+    MAX_CLIP_SECONDS,
+    MAX_CLIPS,
+    MAX_TOTAL_SECONDS,
+    UploadRefused,
+    check_budget,
+    plan_uploads,
+    read_upload,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_CLIP_SECONDS = 300.0
-MAX_CLIPS = 200
-# All clips of one request together: one visitor must not hold the ASR judge for hours
-# (Whisper-large on a CPU takes about real time).
-MAX_TOTAL_SECONDS = 1200.0
 PASTED = "pasted"
 POCKETSPHINX = "pocketsphinx"
 DEFAULT_ASR_MODEL = "openai/whisper-small"
@@ -106,6 +114,7 @@ class ScoreReport:
     judge: str
     segmentation: str = DEFAULT_SEGMENTATION  # GCER's clusters
     audio: object | None = None  # the audio judges of this run (`webapp.audio_judges.ClipJudge`), if any
+    notes: list[str] = field(default_factory=list)  # on the form: manifest rows listed twice, repeated uploads
 
     @property
     def audio_columns(self) -> list[str]:
@@ -126,7 +135,7 @@ class ScoreReport:
 
     def markdown(self) -> str:
         scored = [c for c in self.clips if c.scores]
-        lines = [f"**{len(scored)} of {len(self.clips)} clip(s) scored** with {self.judge}."]
+        lines = [f"**{len(scored)} of {len(self.clips)} clip(s) scored** with {self.judge}.", *self.notes]
         if scored:
             lines.append("Corpus (summed errors / summed reference length): " + ", ".join(
                 f"{self.metric_label(m)} {self.corpus[m]:.3f}" for m in METRICS))
@@ -159,11 +168,12 @@ def _split_lines(text: str | None) -> list[str]:
 
 def _match(lines: list[str], names: list[str], what: str) -> tuple[dict[str, str], str]:
     """Map typed lines to files: `name | text` lines by name, plain lines by order."""
+    index = name_index(names)
     keyed = {}
     plain = []
     for line in lines:
         left, sep, right = line.partition(NAME_SEPARATOR)
-        key = _find_name(left.strip(), names) if sep else None
+        key = index.get(left.strip()) if sep else None
         if key is not None:
             keyed[key] = right.strip()
         else:
@@ -177,35 +187,6 @@ def _match(lines: list[str], names: list[str], what: str) -> tuple[dict[str, str
                 f"or `name.wav | {what}` lines.")
         return dict(zip(names, plain)), ""
     return keyed, ""
-
-
-def _find_name(key: str, names: list[str]) -> str | None:
-    for name in names:
-        if key in (name, Path(name).stem):
-            return name
-    return None
-
-
-def read_manifest(path: str | Path, names: list[str]) -> dict[str, dict]:
-    """Manifest rows by uploaded file name; ValueError naming the missing column."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
-        raise ValueError("The manifest CSV has no rows.")
-    cols = {c.strip().lower(): c for c in rows[0] if c}
-    file_col = next((cols[c] for c in ("file", "id", "clip", "path", "filename") if c in cols), None)
-    text_col = next((cols[c] for c in ("text", "reference", "ref") if c in cols), None)
-    if file_col is None or text_col is None:
-        raise ValueError(f"The manifest needs a `file` and a `text` column; it has {', '.join(cols)}.")
-    lang_col = cols.get("language")
-    hyp_col = next((cols[c] for c in ("transcript", "hyp") if c in cols), None)
-    out = {}
-    for row in rows:
-        name = _find_name(Path(str(row[file_col]).strip()).name, names) or _find_name(str(row[file_col]).strip(), names)
-        if name is not None:
-            out[name] = {"text": row[text_col] or "", "language": (row.get(lang_col) or "") if lang_col else "",
-                         "transcript": row.get(hyp_col) if hyp_col else None}
-    return out
 
 
 def judge_spec(entry: str) -> str:
@@ -289,21 +270,26 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
         raise ValueError("Upload at least one clip (WAV, FLAC, OGG or MP3).")
     if len(paths) > MAX_CLIPS:
         raise ValueError(f"{len(paths)} clips uploaded; the limit is {MAX_CLIPS} per run. Split them up.")
-    names = [p.name for p in paths]
-    info, form_note = _form_info(names, references, manifest, judge, transcripts)
+    uploads = plan_uploads(paths)
+    check_budget(uploads)
+    names = [u.name for u in uploads]
+    info, form_note, notes = _form_info(names, references, manifest, judge, transcripts)
     model = None if judge == PASTED else catalog.get(judge)
     clip_judge = _clip_judge(audio, audio_judges)
     results, total_s = [], 0.0
-    for path, name in zip(paths, names):
-        meta = info.get(name, {})
+    for u in uploads:
+        path, name, meta = u.path, u.name, info.get(u.name, {})
         res = ClipResult(name, language=(meta.get("language") or language or "").strip(), reference=meta.get("text", ""))
         results.append(res)
+        if u.same_as is not None:
+            res.message = f"the same audio as `{u.same_as}`, uploaded again: scored once, in its first row."
+            continue
         try:
             samples = read_upload(path, MAX_CLIP_SECONDS, name)
         except UploadRefused as exc:
             res.message = str(exc)
             continue
-        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:
+        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:  # a header that understated its length
             res.message = (f"not scored: this run already holds {total_s / 60:.0f} min of audio, the most one run "
                            f"takes is {MAX_TOTAL_SECONDS / 60:.0f} min. Score the rest in another run.")
             continue
@@ -314,14 +300,20 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
     scored = [r.scores for r in results if r.scores]
     corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
               for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
-    return ScoreReport(results, corpus, "pasted transcripts" if model is None else judge, segmentation, clip_judge)
+    repeats = sum(u.same_as is not None for u in uploads)
+    if repeats:
+        notes.append(f"{repeats} upload(s) repeat an earlier clip's file or bytes; each distinct clip is scored once.")
+    return ScoreReport(results, corpus, "pasted transcripts" if model is None else judge, segmentation, clip_judge,
+                       notes)
 
 
 def _form_info(names: list[str], references: str, manifest: str | None, judge: str,
-               transcripts: str) -> tuple[dict[str, dict], str]:
-    """({file name: {"text", "language", "transcript"}}, a note on how the typed lines were matched)."""
+               transcripts: str) -> tuple[dict[str, dict], str, list[str]]:
+    """({file name: {"text", "language", "transcript"}}, a note on how the typed lines were
+    matched, the summary's notes on the manifest)."""
+    notes: list[str] = []
     if manifest:
-        info, form_note = read_manifest(manifest, names), ""
+        (info, notes), form_note = read_manifest(manifest, names), ""
     else:
         refs, form_note = _match(_split_lines(references), names, "reference")
         info = {n: {"text": t, "language": "", "transcript": None} for n, t in refs.items()}
@@ -330,7 +322,7 @@ def _form_info(names: list[str], references: str, manifest: str | None, judge: s
         form_note = form_note or note
         for n, t in hyps.items():
             info.setdefault(n, {"text": "", "language": "", "transcript": None})["transcript"] = t
-    return info, form_note
+    return info, form_note, notes
 
 
 def _clip_judge(audio, audio_judges):

@@ -7,11 +7,17 @@ Library module (no command line)::
     check_not_served(layout, served_roots(served))   # refuse to start if Gradio could serve a private file
     wav = served.write_wav(samples)             # <served>/<32 hex>.wav
     files = served.publish([zip_path, csv_path])     # <served>/<32 hex>/ratings_export.zip, ...
+    pending = PendingClips(layout.pending_clips)     # unrated pairs, bounded (PendingQuota)
+    folder = pending.start(trial_id)                 # write the pair's clips here, then:
+    dropped = pending.admit(trial_id, address)       # the trial ids pruned to make room (oldest first)
+    pending.archive(trial_id, layout.rated_clips / trial_id)   # once rated: moved, atomically
 
 Data dir (`--data-dir`, $RUMIK_APP_DATA), never served:
 
     ratings.sqlite, ratings.sqlite-wal, ratings.sqlite-shm   the ratings database (WAL mode)
     clips/<trial id>/clip-1.wav, clip-2.wav                  every rated clip, as rated
+    pending/<trial id>/clip-1.wav, clip-2.wav, pending.json  pairs generated but not rated yet
+                                                             (PendingClips: bounded, oldest first)
     exports/<UTC time>-<token>/                              every export an admin made
     campaigns/                                               annotation campaigns: definitions, clips,
                                                              manifests, raters file (webapp.campaign)
@@ -22,12 +28,21 @@ page needs (their synthesised clips, their blind pair, their downloads) under ra
 the newest `keep` entries and to `max_age_s`. Gradio copies every returned file into its own
 cache (GRADIO_TEMP_DIR, default /tmp/gradio) under a keyed hash of the content and serves it
 from there; `app.py` has Gradio delete those copies after a day.
+
+Unrated pairs (`PendingClips`): a generated A/B pair waits in pending/ until it is rated, then
+its clips move (renamed, so atomically) to clips/<trial id>/. Pending pairs are bounded per
+client address (a hash of it is kept, never the address) and overall, in bytes and in pairs,
+and by age (`PendingQuota`); the oldest go first, so generating without rating cannot fill
+the disk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 import secrets
 import shutil
 import struct
@@ -35,7 +50,9 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,7 +60,7 @@ import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.errors import RumikError
-from rumik_app.files import atomic_write
+from rumik_app.files import atomic_write, fsync_dir
 
 DEFAULT_DATA_DIR = "outputs/app"  # app.py's --data-dir and the campaign CLI's (both also read $RUMIK_APP_DATA)
 DATABASE_NAME = "ratings.sqlite"
@@ -72,6 +89,11 @@ class DataLayout:
         return self.root / "clips"
 
     @property
+    def pending_clips(self) -> Path:
+        """Generated pairs not rated yet (`PendingClips`)."""
+        return self.root / "pending"
+
+    @property
     def exports(self) -> Path:
         return self.root / "exports"
 
@@ -90,8 +112,8 @@ class DataLayout:
     def private_paths(self) -> list[Path]:
         """Everything that must stay outside every served folder."""
         db = self.database
-        return [db, *(db.with_name(db.name + s) for s in SQLITE_SIDE_FILES), self.rated_clips, self.exports,
-                self.root / "export", self.campaigns]  # export/: where exports went before this layout
+        return [db, *(db.with_name(db.name + s) for s in SQLITE_SIDE_FILES), self.rated_clips, self.pending_clips,
+                self.exports, self.root / "export", self.campaigns]  # export/: where exports went before this layout
 
     def __repr__(self) -> str:
         return f"DataLayout({str(self.root)!r})"
@@ -180,6 +202,166 @@ class ServedFolder:
             fresh = [p for p in items if _mtime(p) >= cutoff]
             for p in old + fresh[: max(0, len(fresh) - self.keep)]:
                 _remove(p)
+
+
+@dataclass(frozen=True)
+class PendingQuota:
+    """What unrated pairs may hold in pending/: per client address and overall, in bytes of
+    clips and in pairs, each for at most `max_age_s` seconds."""
+
+    client_bytes: int = 100 * 2**20  # ~35 pairs of two 30 s clips (24 kHz, 16-bit)
+    client_pairs: int = 20  # a rater rarely keeps more than a few pairs waiting
+    total_bytes: int = 2 * 2**30
+    total_pairs: int = 1000
+    max_age_s: float = 24 * 3600.0
+
+
+DEFAULT_PENDING_QUOTA = PendingQuota()
+PENDING_META = "pending.json"
+PENDING_KEY = re.compile(r"[0-9A-Za-z_-]{1,64}")  # a trial id: one folder name, nothing else
+
+
+@dataclass(frozen=True)
+class _Pending:
+    trial_id: str
+    client: str  # client_key() of the address that generated it
+    created: float  # time.time()
+    nbytes: int
+
+
+def client_key(address: str) -> str:
+    """What pending/ keeps of a client address: 64 bits of its sha256."""
+    return hashlib.sha256(address.encode("utf-8")).hexdigest()[:16]
+
+
+class PendingClips:
+    """Generated pairs that wait to be rated: <root>/<trial id>/ holds the clips and
+    PENDING_META (the client's key and the time). Bounded by `quota` (default:
+    DEFAULT_PENDING_QUOTA): admitting a pair removes the oldest pairs over its client's quota,
+    then over the overall one, and any past the age limit; a pair being written is never
+    removed. `archive` moves a rated pair's clips into the rated-clip store. One process
+    owns the folder (the app); a folder left half-written by a crash is removed on start."""
+
+    def __init__(self, root: str | os.PathLike, quota: PendingQuota | None = None, clock=time.time):
+        self.root = Path(root)
+        self.quota = quota if quota is not None else DEFAULT_PENDING_QUOTA
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._writing: set[str] = set()
+        self.removed_on_start: list[str] = []  # half-written pairs of a stopped app: their trials can go too
+        self._index: OrderedDict[str, _Pending] = self._scan()
+
+    def start(self, trial_id: str) -> Path:
+        """A new, empty folder for a pair about to be written (kept until `admit` or `abandon`)."""
+        _check_key(trial_id)
+        folder = self.root / trial_id
+        with self._lock:
+            self._writing.add(trial_id)
+        folder.mkdir(parents=True)
+        return folder
+
+    def abandon(self, trial_id: str) -> None:
+        """Remove a pair that was started but will not be admitted (its generation failed)."""
+        with self._lock:
+            self._writing.discard(trial_id)
+            _remove(self.root / trial_id)
+
+    def admit(self, trial_id: str, address: str) -> list[str]:
+        """Count a written pair against `address` and overall; remove the oldest pairs over the
+        quota (never this one) and those past its age. Returns the trial ids removed."""
+        folder = self.root / trial_id
+        entry = _Pending(trial_id, client_key(address), self.clock(), _clip_bytes(folder))
+        atomic_write(folder / PENDING_META, json.dumps({"client": entry.client, "created": entry.created}))
+        with self._lock:
+            self._writing.discard(trial_id)
+            self._index[trial_id] = entry
+            dropped = self._over_quota(entry)
+            for t in dropped:
+                del self._index[t]
+                _remove(self.root / t)
+        return dropped
+
+    def is_pending(self, trial_id: str) -> bool:
+        with self._lock:
+            return trial_id in self._index
+
+    def archive(self, trial_id: str, dest: str | os.PathLike) -> bool:
+        """Move a pending pair's clips into `dest` (each renamed into place, or copied
+        atomically across file systems); False if it is not pending (unknown, removed, or
+        archived already)."""
+        dest = Path(dest)
+        with self._lock:
+            if self._index.pop(trial_id, None) is None:
+                return False
+            folder = self.root / trial_id
+            dest.mkdir(parents=True, exist_ok=True)
+            for clip in sorted(folder.glob("*.wav")):
+                _move_atomic(clip, dest / clip.name)
+            fsync_dir(dest)
+            _remove(folder)
+        return True
+
+    def usage(self, address: str | None = None) -> tuple[int, int]:
+        """(bytes, pairs) pending for `address`, or for everyone."""
+        key = None if address is None else client_key(address)
+        with self._lock:
+            mine = [e for e in self._index.values() if key is None or e.client == key]
+        return sum(e.nbytes for e in mine), len(mine)
+
+    def _over_quota(self, new: _Pending) -> list[str]:
+        """Trial ids to remove, oldest first: past the age limit, then over `new`'s client's
+        quota, then over the overall one."""
+        q, now = self.quota, self.clock()
+        others = [e for t, e in self._index.items() if t != new.trial_id]  # oldest first
+        drop = [e for e in others if now - e.created > q.max_age_s]
+        gone = {e.trial_id for e in drop}
+        mine = [e for e in others if e.trial_id not in gone and e.client == new.client]
+        drop += _oldest_over(mine, new, q.client_bytes, q.client_pairs)
+        gone = {e.trial_id for e in drop}
+        drop += _oldest_over([e for e in others if e.trial_id not in gone], new, q.total_bytes, q.total_pairs)
+        return [e.trial_id for e in drop]
+
+    def _scan(self) -> OrderedDict[str, _Pending]:
+        """The pending pairs on disk, oldest first; folders without their metadata are removed."""
+        found = []
+        for folder in self.root.iterdir() if self.root.is_dir() else ():
+            try:
+                meta = json.loads((folder / PENDING_META).read_text(encoding="utf-8"))
+                found.append(_Pending(folder.name, str(meta["client"]), float(meta["created"]), _clip_bytes(folder)))
+            except (OSError, ValueError, KeyError, TypeError):
+                _remove(folder)  # written halfway when the app stopped
+                self.removed_on_start.append(folder.name)
+        return OrderedDict((e.trial_id, e) for e in sorted(found, key=lambda e: e.created))
+
+
+def _oldest_over(entries: list[_Pending], new: _Pending, max_bytes: int, max_pairs: int) -> list[_Pending]:
+    """The oldest of `entries` (oldest first) to remove so that the rest and `new` fit."""
+    nbytes, count, out = sum(e.nbytes for e in entries) + new.nbytes, len(entries) + 1, []
+    for e in entries:
+        if nbytes <= max_bytes and count <= max_pairs:
+            break
+        out.append(e)
+        nbytes, count = nbytes - e.nbytes, count - 1
+    return out
+
+
+def _check_key(trial_id: str) -> None:
+    if not PENDING_KEY.fullmatch(trial_id):
+        raise ValueError(f"not a trial id: {trial_id[:80]!r}")
+
+
+def _clip_bytes(folder: Path) -> int:
+    """Bytes of a pending pair's clips (its metadata is a few dozen bytes more)."""
+    return sum(p.stat().st_size for p in folder.glob("*.wav"))
+
+
+def _move_atomic(src: Path, dst: Path) -> None:
+    """Rename `src` to `dst` (atomic); across file systems, an atomic copy, then `src` removed."""
+    try:
+        os.replace(src, dst)
+    except OSError:
+        _copy_atomic(src, dst)
+        src.unlink()
 
 
 def served_roots(served: ServedFolder | None = None) -> list[Path]:

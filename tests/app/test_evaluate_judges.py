@@ -29,7 +29,8 @@ from rumik_app.audio import SAMPLE_RATE
 from tests.app.conftest import ROOT
 from tests.evaluation.conftest import CLIPS, espeak_wav
 from webapp.audio_judges import HEADERS, MAX_REFERENCE_SECONDS, UNAVAILABLE, AudioJudges, AudioRequest
-from webapp.scoring import MAX_CLIP_SECONDS, TABLE_HEADERS, score_uploads
+from webapp.scoring import TABLE_HEADERS, score_uploads
+from webapp.uploads import MAX_CLIP_SECONDS
 
 AUDIO_HEADERS = [HEADERS[c] for c in ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "speaker_sim")]
 

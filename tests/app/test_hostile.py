@@ -21,7 +21,8 @@ from gradio_client.exceptions import AppError
 
 from tests.app.test_file_access import fetch
 from tests.evaluation.test_audio_bombs import constant_flac, one_hertz_wav
-from webapp.scoring import MAX_CLIP_SECONDS, UNKNOWN_JUDGE, score_uploads
+from webapp.scoring import UNKNOWN_JUDGE, score_uploads
+from webapp.uploads import MAX_CLIP_SECONDS
 
 SHORT = 0.5
 
