@@ -24,15 +24,8 @@ from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.config import RumikOSSConfig
-from rumik_app.request import (
-    DEFAULT_MAX_NEW_TOKENS, LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds,
-)
-from rumik_app.text.chunking import MAX_CHUNK_SECONDS, split_text
-from rumik_app.text.languages import expected_seconds
-
-# A chunk's expected speech may use at most this share of its token budget, so normal
-# variation in speaking rate does not run into max_new_tokens.
-CHUNK_BUDGET_SHARE = 0.8
+from rumik_app.engine.planning import plan_request
+from rumik_app.request import LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds
 
 # progress(tokens done, token budget), called once per frame by synthesize / synthesize_many.
 Progress = Callable[[int, int], None]
@@ -128,31 +121,9 @@ class BaseEngine:
 
     def plan(self, req: SynthesisRequest, limits: RequestLimits = LIBRARY_LIMITS) -> list[SynthesisRequest]:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
-        of expected speech (docs/ARCHITECTURE.md §5). `max_new_tokens` caps each chunk.
-
-        Chunks keep voice, description and sampling settings; chunk i uses seed + i. The text
-        is normalised first (`req.spoken_text()`), so chunking and the expected durations see
-        the spoken words; the chunk requests carry that text with `normalize=False`.
-        limits: a front end's bounds (PromptError past them): typed and spoken characters,
-        and audio seconds summed over the chunks.
-        """
-        text = req.spoken_text(limits.max_chars)
-        limits.check_spoken(req.text, text)
-        chunks = self._chunks(req, text)
-        limits.check_budget([c.max_new_tokens for c in chunks], self.layout.tokens_per_second)
-        return chunks
-
-    def _chunks(self, req: SynthesisRequest, text: str) -> list[SynthesisRequest]:
-        seed = resolve_seed(req.seed)
-        # Chunk size follows the default budget (or a larger one the caller set), never a
-        # smaller one: max_new_tokens below the default truncates each chunk as asked,
-        # rather than shredding the text into many tiny chunks.
-        budget = max(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS)
-        limit = min(MAX_CHUNK_SECONDS, CHUNK_BUDGET_SHARE * budget / self.layout.tokens_per_second)
-        if expected_seconds(text, req.language, req.pace) <= limit:
-            return [req.with_(text=text, seed=seed, normalize=False)]
-        chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)
-        return [req.with_(text=chunk, seed=seed + index, normalize=False) for index, chunk in enumerate(chunks)]
+        of expected speech (`rumik_app.engine.planning.plan_request`, docs/ARCHITECTURE.md §5).
+        `max_new_tokens` caps each chunk; chunk i uses seed + i; limits: a front end's bounds."""
+        return plan_request(req, self.layout, limits)
 
     def assembler(self, plan: Sequence[SynthesisRequest], stats: dict | None = None,
                   first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES) -> StreamAssembler:
