@@ -33,6 +33,7 @@ from rumik_app.prompt import (
     MAX_TEXT_CHARS, PromptError, build_prompt, format_description, normalize_voice, validate_text,
 )
 from rumik_app.text.languages import get_language
+from rumik_app.text.lexicon import Lexicon, apply_lexicons, check_lexicons
 from rumik_app.text.normalize import normalize_text
 
 DEFAULT_MODEL = "rumik-ai/rumik-oss-1"  # hub id of the released checkpoint
@@ -365,6 +366,8 @@ class SynthesisRequest(SamplingSettings):
     normalize: read numbers, money, dates, times and abbreviations as words
         (`rumik_app.text.normalize_text`) before building the prompt; False sends the
         text as typed. The one switch for the engine, CLI, app and runner.
+    lexicons: `rumik_app.text.lexicon.Lexicon`s whose aliases replace their graphemes before
+        normalisation (entries beat the built-in abbreviations; an alias's numbers are read).
     The sampling settings (temperature, top_k, top_p, repetition_penalty, min_new_tokens,
     max_new_tokens; keyword-only) are `SamplingSettings`'.
     """
@@ -380,11 +383,15 @@ class SynthesisRequest(SamplingSettings):
     language: str | None = setting(None, check_language, "ISO code or name: speaking rates and number words",
                                    wire=False)
     normalize: bool = True
+    lexicons: tuple[Lexicon, ...] = setting((), check_lexicons, "pronunciation lexicons: aliases said instead of "
+                                            "their graphemes, applied before normalisation", wire=False)
 
     def spoken_text(self, max_chars: int = MAX_TEXT_CHARS) -> str:
         """The text the model reads: validated (the limit applies to the text as typed), then
-        normalised unless `normalize` is False. Raises PromptError on bad text."""
+        its lexicons' aliases applied (`rumik_app.text.lexicon`), then normalised unless
+        `normalize` is False. Raises PromptError on bad text."""
         text = validate_text(self.text, max_chars=max_chars)
+        text = apply_lexicons(text, self.lexicons, self.language) if self.lexicons else text
         return normalize_text(text, self.language) if self.normalize else text
 
     def prompt(self, max_chars: int = MAX_TEXT_CHARS, **kwargs) -> str:
@@ -402,7 +409,7 @@ class SynthesisRequest(SamplingSettings):
 # What a front end may hand `build_request` (None = not given): the request's own fields, the
 # wire sampling settings, and max_seconds (the length cap in seconds, instead of max_new_tokens).
 REQUEST_FIELDS = ("text", "voice", "tone", "accent", "pace", "description", "seed", "language", "normalize",
-                  "max_seconds", "max_new_tokens", "min_new_tokens")
+                  "lexicons", "max_seconds", "max_new_tokens", "min_new_tokens")
 
 
 def build_request(values: Mapping[str, object], voices: Sequence[str] | None = None,
@@ -439,7 +446,7 @@ def build_request(values: Mapping[str, object], voices: Sequence[str] | None = N
         seconds = check_max_seconds(seconds)  # checked even where max_new_tokens, given too, wins
         options.setdefault("max_new_tokens", (tokens_for or tokens_for_seconds)(seconds))
     req = SynthesisRequest(text, voice, **condition, seed=given.get("seed"), language=given.get("language") or None,
-                           normalize=bool(given.get("normalize", True)), **options)
+                           normalize=bool(given.get("normalize", True)), lexicons=given.get("lexicons"), **options)
     return req.with_(seed=resolve_seed(req.seed))
 
 

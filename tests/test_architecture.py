@@ -49,8 +49,9 @@ TABLED = ("rumik_app", "rumik_vllm")  # the packages whose every module §1's ta
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.
 LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_app.errors", "rumik_app.files",
                  "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli_args", "rumik_app.text",
-                 "rumik_app.text.chunking", "rumik_app.model.tokens", "rumik_app.engine.serving", "rumik_app.engine.planning",
-                 "rumik_app.serve.protocol", "rumik_app.serve.adapters", "training.config")
+                 "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens", "rumik_app.engine.serving",
+                 "rumik_app.engine.planning", "rumik_app.engine.script", "rumik_app.serve.protocol",
+                 "rumik_app.serve.adapters", "training.config")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 

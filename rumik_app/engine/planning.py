@@ -41,7 +41,7 @@ def _chunks(req: SynthesisRequest, text: str, tokens_per_second: float) -> list[
     # rather than shredding the text into many tiny chunks.
     budget = max(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS)
     limit = min(MAX_CHUNK_SECONDS, CHUNK_BUDGET_SHARE * budget / tokens_per_second)
-    spoken = {"normalize": False, **({"lexicons": ()} if getattr(req, "lexicons", ()) else {})}
+    spoken = {"normalize": False, **({"lexicons": ()} if req.lexicons else {})}  # applied once, above
     if expected_seconds(text, req.language, req.pace) <= limit:
         return [req.with_(text=text, seed=seed, **spoken)]
     chunks = split_text(text, max_seconds=limit, language=req.language, pace=req.pace)

@@ -47,6 +47,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 API_KEY_ENV = "RUMIK_API_KEY"
 ADMIN_KEY_ENV = "RUMIK_ADMIN_KEY"
+MIN_KEY_CHARS = 16  # keys read from --api-keys-file
 CONNECTION_HEADROOM = 32
 ENGINE_DIED_STATUS = 3  # exit status after vLLM's engine core died (2 stays "bad arguments or model")
 
@@ -77,6 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "idle ones included; beyond that an upgrade gets 503 + Retry-After")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on /v1 routes (default: ${API_KEY_ENV}, else open)")
+    p.add_argument("--api-keys-file", metavar="FILE",
+                   help="more API keys, one per line (# comments), beside --api-key: each key owns its own lexicons")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where the server keeps what clients store (lexicons, per API key); default: in memory")
     p.add_argument("--admin-key", default=os.environ.get(ADMIN_KEY_ENV),
                    help=f"the key for /v1/admin/ routes, separate from the API keys (default: ${ADMIN_KEY_ENV}, else "
                         "those routes are closed)")
@@ -93,7 +98,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.api_key is not None and not args.api_key.strip():
         p.error(f"the API key is empty (--api-key or ${API_KEY_ENV}); an empty key would let every request in. "
                 f"Set a long random one, or unset {API_KEY_ENV} to run without a key.")
-    if args.admin_key is not None and (not args.admin_key.strip() or args.admin_key == args.api_key):
+    args.api_keys = api_keys(p, args)
+    if args.admin_key is not None and (not args.admin_key.strip() or args.admin_key in (args.api_keys or ())):
         p.error(f"the admin key (--admin-key or ${ADMIN_KEY_ENV}) must be non-empty and differ from the API key: "
                 "every API client would otherwise be an admin.")
     check_connection_arguments(p, args)
@@ -140,6 +146,22 @@ def check_connection_arguments(p: argparse.ArgumentParser, args: argparse.Namesp
         p.error("--max-connections-per-client and --max-sessions-per-client take 0 (no limit) or more")
 
 
+def api_keys(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--api-key and the keys of --api-keys-file (None: no key, an open server)."""
+    keys = [args.api_key] if args.api_key is not None else []
+    if args.api_keys_file:
+        try:
+            lines = Path(args.api_keys_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            p.error(f"--api-keys-file: cannot read {args.api_keys_file}: {exc}")
+        listed = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if not listed or any(len(key) < MIN_KEY_CHARS for key in listed):
+            p.error(f"--api-keys-file {args.api_keys_file}: one key per line, each at least {MIN_KEY_CHARS} "
+                    "characters (use long random ones).")
+        keys += listed
+    return tuple(keys) or None
+
+
 def proxies(args: argparse.Namespace) -> tuple[str, ...]:
     """The trusted proxies of --forwarded-allow-ips, as entries."""
     return tuple(entry.strip() for entry in (args.forwarded_allow_ips or "").split(",") if entry.strip())
@@ -166,7 +188,7 @@ def build_server(args: argparse.Namespace):
                            **args.engine_options)
     name = args.served_model_name or served_name(args.model)
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
-    app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_key,
+    app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_keys, data_dir=args.data_dir,
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
                      max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
                      body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client)

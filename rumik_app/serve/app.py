@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -25,9 +27,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rumik_app.request import DEFAULT_MAX_SECONDS, check_max_seconds
+from rumik_app.serve import lexicons as lexicon_routes
 from rumik_app.serve import ops, text_in
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.gate import RequestGate
+from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
 from rumik_app.serve.openai import routes as openai_routes
 from rumik_app.serve.openai.schema import validation_error
@@ -41,23 +45,28 @@ from rumik_app.serve.sockets import SessionRegistry
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, ops.router)
+ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, lexicon_routes.router, ops.router)
 
 
-def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (), api_key: str | None = None,
+def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (),
+               api_key: str | Sequence[str] | None = None,
                shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
                voice_map: dict[str, str] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
                max_seconds: float = DEFAULT_MAX_SECONDS, admin_key: str | None = None,
                body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
-               max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT) -> FastAPI:
+               max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+               data_dir: str | Path | None = None) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `openai.schema.parse_voice_map`); max_sessions: WebSocket
     sessions (Silk's and text-in's) open at once, max_sessions_per_client of them per client
     address; max_seconds: the cap per chunk when a request gives none; admin_key: what
-    /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take."""
+    /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take;
+    api_key: one key or several (each owns its own lexicons); data_dir: where lexicons are kept
+    (None: in memory)."""
     sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
-    ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds))
+    ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
+                       lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -11,9 +11,10 @@ and the length cap when a request gives none (--max-seconds).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rumik_app.request import DEFAULT_MAX_SECONDS, SynthesisRequest, build_request
+from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
 from rumik_app.serve.protocol import SpeechAdapter
 from rumik_app.serve.sockets import SessionRegistry
@@ -23,7 +24,7 @@ from rumik_app.serve.sockets import SessionRegistry
 class ServeContext:
     """What every route of the server shares (`app.state.ctx`): the adapter, its metrics and
     sessions, the model names it answers to (the served name first), other voice names, the
-    length cap when a request gives none."""
+    length cap when a request gives none, and the API keys' lexicons."""
 
     adapter: SpeechAdapter
     metrics: ServerMetrics
@@ -31,6 +32,7 @@ class ServeContext:
     accepted: tuple[str, ...]
     voice_map: dict[str, str] | None = None
     default_max_seconds: float = DEFAULT_MAX_SECONDS
+    lexicons: LexiconStore = field(default_factory=LexiconStore)
 
     @property
     def model_name(self) -> str:

@@ -14,13 +14,15 @@ refused upgrade gets the HTTP 401. Rumik's routes get their errors in Rumik's bo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import secrets
+from collections.abc import Sequence
 
 from rumik_app.asgi import declared_length, header, read_body, replay, send_json
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.metrics import ServerMetrics
-from rumik_app.serve.protocol import DEFAULT_BODY_TIMEOUT_S
+from rumik_app.serve.protocol import DEFAULT_BODY_TIMEOUT_S, MAX_LEXICON_BODY_BYTES, OPEN_OWNER
 
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
 # else in this API takes a body.
@@ -28,21 +30,40 @@ MAX_BODY_BYTES = 64 * 1024
 SILK_PREFIX = "/v1/tts"  # Rumik's hosted-API routes (rumik_app.serve.silk): errors in its body shape
 SILK_SOCKET = "/v1/tts/ws"  # its socket carries a token minted with the key, not the key itself
 ADMIN_PREFIX = "/v1/admin/"  # operators' actions: the admin key only
+# Routes whose bodies may be larger than a speech request's: a lexicon upload (serve.lexicons).
+LARGE_BODIES = {"/v1/lexicons": MAX_LEXICON_BODY_BYTES}
 
 
-def key_error(authorization: str | None, api_key: str | None, flag: str = "--api-key") -> ApiError | None:
-    """The 401 for an Authorization header that does not carry `api_key` (None: it does, or no
-    key is set); `flag` names the option that sets the key."""
+def key_error(authorization: str | None, api_key: str | Sequence[str] | None,
+              flag: str = "--api-key") -> ApiError | None:
+    """The 401 for an Authorization header that carries none of the keys `api_key` (one key or
+    several; None: no key is set, everyone passes); `flag` names the option that sets them."""
     if api_key is None:
         return None
-    scheme, _, given = (authorization or "").partition(" ")
     if not authorization:
         return ApiError(401, "You didn't provide an API key. Send it as the header 'Authorization: Bearer KEY' "
                              "(the openai client: api_key=KEY).", code="missing_api_key")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+    if matching_key(authorization, api_key) is None:
         return ApiError(401, f"Incorrect API key provided. Use the key the server was started with ({flag}).",
                         code="invalid_api_key")
     return None
+
+
+def matching_key(authorization: str | None, keys: str | Sequence[str]) -> str | None:
+    """The key (of `keys`) that `Authorization: Bearer KEY` carries, or None; constant time per key."""
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    found = None
+    for key in (keys,) if isinstance(keys, str) else keys:
+        if secrets.compare_digest(given.strip().encode(), key.encode()):
+            found = key
+    return found
+
+
+def owner_id(key: str | None) -> str:
+    """Who owns what a request stores (lexicons): a hash of its API key, never the key itself."""
+    return OPEN_OWNER if key is None else "key_" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def admin_error(authorization: str | None, admin_key: str | None) -> ApiError | None:
@@ -57,9 +78,11 @@ def admin_error(authorization: str | None, admin_key: str | None) -> ApiError | 
 class RequestGate:
     """The key and body checks in front of the app (see the module docstring)."""
 
-    def __init__(self, app, api_key: str | None, metrics: ServerMetrics, max_body: int = MAX_BODY_BYTES,
-                 admin_key: str | None = None, body_timeout: float = DEFAULT_BODY_TIMEOUT_S):
-        self.app, self.api_key, self.metrics, self.max_body = app, api_key, metrics, max_body
+    def __init__(self, app, api_key: str | Sequence[str] | None, metrics: ServerMetrics,
+                 max_body: int = MAX_BODY_BYTES, admin_key: str | None = None,
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT_S):
+        self.app, self.metrics, self.max_body = app, metrics, max_body
+        self.api_key = (api_key,) if isinstance(api_key, str) else (tuple(api_key) if api_key else None)
         self.admin_key, self.body_timeout = admin_key, body_timeout
 
     async def __call__(self, scope, receive, send) -> None:
@@ -71,11 +94,11 @@ class RequestGate:
         if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
             try:
                 async with asyncio.timeout(self.body_timeout):
-                    body = await read_body(receive, self.max_body)
+                    body = await read_body(receive, self._body_cap(scope))
             except TimeoutError:
                 refused = self._too_slow()
             else:
-                refused = self._too_large() if body is None else None
+                refused = self._too_large(scope) if body is None else None
                 receive = receive if body is None else replay(body, receive)
         if refused is not None:
             self.metrics.error(refused.code)
@@ -89,6 +112,8 @@ class RequestGate:
         refused = None
         if path.startswith("/v1") and path != SILK_SOCKET:
             refused = key_error(header(scope, b"authorization"), self.api_key)
+            if refused is None:
+                self._mark_owner(scope, header(scope, b"authorization"))
         if refused is None:
             return await self.app(scope, receive, send)
         self.metrics.error(refused.code)
@@ -110,14 +135,25 @@ class RequestGate:
             error = key_error(authorization, self.api_key)
             if error is not None:
                 return error
+            self._mark_owner(scope, authorization)
         length = declared_length(scope)
-        return self._too_large() if length is not None and length > self.max_body else None
+        return self._too_large(scope) if length is not None and length > self._body_cap(scope) else None
+
+    def _mark_owner(self, scope, authorization: str | None) -> None:
+        key = matching_key(authorization, self.api_key) if self.api_key else None
+        scope.setdefault("state", {})["owner"] = owner_id(key)
+
+    def _body_cap(self, scope) -> int:
+        path = scope["path"].rstrip("/")
+        return next((cap for prefix, cap in LARGE_BODIES.items() if path == prefix or path.startswith(prefix + "/")),
+                    self.max_body)
 
     def _too_slow(self) -> ApiError:
         return ApiError(408, f"The request body did not arrive within {self.body_timeout:g} s of its headers; send it "
                              "at once (a speech request is a few KB).", code="request_timeout",
                         headers={"Connection": "close"})
 
-    def _too_large(self) -> ApiError:
-        return ApiError(413, f"The request body is larger than {self.max_body // 1024} KB; a speech request is a few "
-                             "KB.", code="request_too_large")
+    def _too_large(self, scope) -> ApiError:
+        cap = self._body_cap(scope)
+        what = "a speech request is a few KB" if cap == self.max_body else "split the upload"
+        return ApiError(413, f"The request body is larger than {cap // 1024} KB; {what}.", code="request_too_large")

@@ -38,6 +38,8 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 64  # --max-connections-per-client: HTTP co
 # The largest message a client may send on a socket (uvicorn's ws_max_size): a text or
 # config frame is a few KB (text is at most SERVER_LIMITS.max_chars characters).
 MAX_SOCKET_MESSAGE_BYTES = 64 * 1024
+OPEN_OWNER = "open"  # who owns stored things (lexicons) on a server without API keys
+MAX_LEXICON_BODY_BYTES = 1 << 20  # a lexicon upload (rumik_app.serve.lexicons): the largest allowed, with room
 
 
 @runtime_checkable

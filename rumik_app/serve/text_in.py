@@ -50,6 +50,7 @@ from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
 from rumik_app.serve.errors import ApiError, engine_error, prompt_error
 from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
 from rumik_app.serve.context import ServeContext
+from rumik_app.serve.protocol import OPEN_OWNER
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session
 from rumik_app.text.chunking import SentenceCutter
 
@@ -85,8 +86,8 @@ class Unit:
     config: StreamConfig
 
 
-def parse_config(data: dict, ctx: ServeContext) -> StreamConfig:
-    """StreamConfig from a session.config frame; ApiError names the bad field."""
+def parse_config(data: dict, ctx: ServeContext, owner: str = OPEN_OWNER) -> StreamConfig:
+    """StreamConfig from a session.config frame (`owner`'s lexicons by id); ApiError names the bad field."""
     fields = {k: v for k, v in data.items() if k not in STREAM_KEYS}
     if "speaker" in fields:
         fields.setdefault("voice", fields.pop("speaker"))
@@ -109,7 +110,7 @@ def parse_config(data: dict, ctx: ServeContext) -> StreamConfig:
         raise ApiError(400, "stream_audio needs response_format \"pcm\" (raw audio as it is generated); with "
                             f"{fmt!r}, leave stream_audio false to get one {fmt} file per sentence.",
                        param="response_format")
-    job = speech_job(body, ctx)  # every field checked now, on a stand-in text (the seed is drawn here)
+    job = speech_job(body, ctx, owner)  # every field checked now, on a stand-in text (the seed is drawn here)
     return StreamConfig(fields, stream_audio, granularity, fmt, job.request.seed)
 
 
@@ -118,6 +119,7 @@ class TextInSession:
 
     def __init__(self, session: Session, ctx: ServeContext):
         self.session, self.ctx, self.adapter, self.metrics = session, ctx, ctx.adapter, ctx.metrics
+        self.owner = session.ws.scope.get("state", {}).get("owner", OPEN_OWNER)  # set by RequestGate
         self.config: StreamConfig | None = None
         self.cutter = SentenceCutter()
         self.units: asyncio.Queue = asyncio.Queue()
@@ -193,7 +195,7 @@ class TextInSession:
             if self.cutter.pending or self.sentences:
                 raise ApiError(400, "An utterance is open: send input.done first, then the new session.config.",
                                code="utterance_open")
-            self.config = parse_config(data, self.ctx)
+            self.config = parse_config(data, self.ctx, self.owner)
             self.spoken = 0  # a new config starts a new seed sequence
             return True
         if kind == "session.close":
@@ -286,7 +288,7 @@ class TextInSession:
                                        "channels": 1})
         failed = True
         try:
-            job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx)
+            job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx, self.owner)
             async with self.session.utterance():
                 audio = []
                 async for piece in self.adapter.stream(job.request, {}):

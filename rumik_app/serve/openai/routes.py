@@ -30,6 +30,7 @@ from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.errors import engine_error
+from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
 from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.context import ServeContext
@@ -46,7 +47,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     ctx: ServeContext = request.app.state.ctx
     started = time.perf_counter()
     check_model(body.model, ctx.accepted)
-    job = speech_job(body, ctx)
+    job = speech_job(body, ctx, owner_of(request))
     info: dict = {}
     pieces = ctx.adapter.stream(job.request, info)
     try:

@@ -37,6 +37,7 @@ from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 from rumik_app.serve.errors import ApiError, prompt_error
 from rumik_app.serve.fields import SamplingFields, sampling_values
+from rumik_app.serve.protocol import OPEN_OWNER
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
@@ -45,7 +46,7 @@ SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
-EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language")
+EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language", "lexicon")
 
 
 class VoiceRef(BaseModel):
@@ -73,6 +74,7 @@ class SpeechRequest(SamplingFields):
     max_seconds: float | None = None
     normalize: bool = True
     language: str | None = None
+    lexicon: str | list[str] | None = None  # ids of this API key's lexicons (POST /v1/lexicons)
 
 
 @dataclass
@@ -152,13 +154,15 @@ def request_fields(body: SpeechRequest, voice_map: dict[str, str] | None = None)
             "normalize": body.normalize, "language": body.language, **sampling_values(body)}
 
 
-def speech_job(body: SpeechRequest, ctx: ServeContext) -> SpeechJob:
+def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) -> SpeechJob:
     """Check the format and every field, and build the request (`ctx.build`: this server's
-    voices, limits and default length); ApiError names the field by its name in this API."""
+    voices, limits and default length; `owner`'s lexicons by id); ApiError names the field by
+    its name in this API."""
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
+    lexicons = ctx.lexicons.resolve(owner, body.lexicon)
     try:
-        request = ctx.build(request_fields(body, ctx.voice_map))
+        request = ctx.build({**request_fields(body, ctx.voice_map), "lexicons": lexicons or None})
     except PromptError as exc:
         raise prompt_error(exc) from None
     return SpeechJob(request, fmt, sse)

@@ -1,0 +1,546 @@
+"""Pronunciation lexicons (issue 38, "Say it right"): words said the way their owners say them.
+
+    from rumik_app.text.lexicon import Lexicon, LexiconEntry, apply_lexicons, load_lexicon, to_pls
+    banks = Lexicon("banks", (LexiconEntry("SBI", "एस बी आई", languages=("hi",)),
+                              LexiconEntry("HDFC", "एच डी एफ सी")))
+    apply_lexicons("मेरा SBI खाता <laugh>", [banks], "hi")   # 'मेरा एस बी आई खाता <laugh>'
+    lexicon = load_lexicon("brands.pls")                     # .pls/.xml, .tsv or .json
+    read_lexicon(to_pls(lexicon)) == lexicon                 # to_tsv, to_json: the same entries
+
+This model reads text, not phonemes, so a pronunciation is an *alias*: the text to say
+instead (W3C PLS `<alias>`, SSML `<sub>`). Lexicons apply before normalisation
+(docs/ARCHITECTURE.md §11): an alias may hold numbers ("T20" -> "टी 20", read "टी बीस"), and an
+entry beats the normaliser's abbreviations ("Dr." -> "डॉक्टर", not "Doctor").
+
+Matching, left to right: at each position the longest grapheme (in characters) wins; on a tie
+the first lexicon listed, then its first entry. Text is compared extended grapheme cluster by
+cluster (`regex`'s `\\X`), so an entry never matches part of one: "क" matches neither in "क्ष"
+nor in "कि". Case-insensitive (each cluster case-folded) unless `case_sensitive`. `whole_word`
+(default): the match is neither preceded nor followed by a word character (a letter, mark or
+digit of any script, "_", ZWJ, ZWNJ). Aliases are not matched again; inline tags (`<laugh>`)
+are never touched and no match spans one. Language scope: an entry with `languages` applies
+when the request's language is one of them; with no language (normalize_text then decides
+per clause), when the text's main script (most letters, Indic before Latin) is the script of
+one of them, so a "mr" entry then applies to any Devanagari text. Others apply everywhere.
+
+Formats (each reads back to the same entries; an error names the line, lexeme or entry):
+- PLS 1.0: `<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon"
+  alphabet="ipa" xml:lang="hi-IN"><lexeme><grapheme>SBI</grapheme><alias>एस बी आई</alias>
+  </lexeme></lexicon>`. A lexeme may give several graphemes (an entry each); its alias is the
+  one with prefer="true", else the first; a lexeme with a `<phoneme>` and no alias is refused.
+  xml:lang scopes every entry ("mul" or "und": every language); per lexeme, attributes in
+  xmlns:rumik="urn:x-rumik:lexicon" override: `rumik:languages="hi,mr"`,
+  `rumik:case-sensitive="true"`, `rumik:whole-word="false"`; `<meta name="name" content=..>`
+  names it. Parsed by defusedxml only: no DTD, no entities, at most MAX_XML_DEPTH levels.
+- TSV (UTF-8), an entry a line: `grapheme<TAB>alias[<TAB>languages[<TAB>flags]]`; languages
+  comma-separated codes or names (empty: all); flags comma-separated: `case-sensitive`,
+  `inside-words` (not whole-word). An optional first line `grapheme<TAB>alias...` is a header;
+  blank lines are skipped; no comments (a grapheme may start with "#"). Carries no name.
+- JSON: `{"name": "banks", "entries": [{"grapheme": "SBI", "alias": "एस बी आई", "languages":
+  ["hi"], "case_sensitive": false, "whole_word": true}]}`; only grapheme and alias are
+  required; unknown keys are refused.
+
+Bounds (PromptError, field "lexicon", naming the limit and the fix): MAX_ENTRIES per lexicon,
+MAX_GRAPHEME_CHARS, MAX_ALIAS_CHARS, MAX_LEXICON_BYTES per document or file (checked before
+parsing), MAX_LEXICONS per request, and MAX_SPOKEN_CHARS for the text with its aliases.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from xml.sax.saxutils import escape, quoteattr
+
+import regex
+
+from rumik_app.errors import PromptError
+from rumik_app.prompt import MAX_TEXT_CHARS, TAG_PATTERN
+from rumik_app.text.languages import INDIC_SCRIPTS, LANGUAGE_BY_CODE, SCRIPT_RANGES, get_language
+
+MAX_ENTRIES = 5_000
+MAX_GRAPHEME_CHARS = 100
+MAX_ALIAS_CHARS = 300
+MAX_NAME_CHARS = 100
+MAX_LEXICON_BYTES = 1_000_000
+MAX_LEXICONS = 8
+MAX_XML_DEPTH = 32  # a lexicon needs 3 (lexicon > lexeme > grapheme); <metadata> may nest a little
+MAX_SPOKEN_CHARS = 4 * MAX_TEXT_CHARS  # the text with its aliases (as LIBRARY_LIMITS' spoken bound)
+
+Format = Literal["pls", "tsv", "json"]
+SUFFIX_FORMATS: dict[str, Format] = {".pls": "pls", ".xml": "pls", ".tsv": "tsv", ".json": "json"}
+DEFAULT_NAME = "lexicon"
+PLS_NS = "http://www.w3.org/2005/01/pronunciation-lexicon"
+RUMIK_NS = "urn:x-rumik:lexicon"
+TSV_HEADER = ("grapheme", "alias", "languages", "flags")
+TSV_FLAGS = ("case-sensitive", "inside-words")
+JSON_KEYS = ("grapheme", "alias", "languages", "case_sensitive", "whole_word")
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+_CLUSTER = regex.compile(r"\X")
+_END = ""  # the trie key of the entries ending at a node (no cluster is empty)
+
+
+def _error(message: str) -> PromptError:
+    return PromptError(message, field="lexicon")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 42 else text[:40] + "…'"
+
+
+def _clean(value: object, what: str, limit: int, label: str) -> str:
+    """`value` NFC'd and stripped, or PromptError: not text, empty, too long, control or bracket characters."""
+    if not isinstance(value, str):
+        raise _error(f"{label}: the {what} must be text, not {type(value).__name__}.")
+    text = unicodedata.normalize("NFC", value).strip()
+    if not text:
+        fix = {"grapheme": "give the word to replace", "alias": "give the text to say instead"}.get(what, "name it")
+        raise _error(f"{label}: the {what} is empty; {fix}.")
+    if len(text) > limit:
+        raise _error(f"{label}: the {what} is {len(text):,} characters; the limit is {limit:,}. Shorten it.")
+    for i, ch in enumerate(text, 1):
+        if unicodedata.category(ch) in ("Cc", "Cs", "Co", "Zl", "Zp") or (ord(ch) & 0xFFFE) == 0xFFFE:
+            raise _error(f"{label}: the {what} has the control or non-text character U+{ord(ch):04X} at position "
+                         f"{i}; write it on one line in plain characters.")
+    if "<" in text or ">" in text:
+        raise _error(f"{label}: the {what} has '<' or '>'; inline tags (<laugh>, <chuckle>, <sigh>) belong in the "
+                     "text and angle brackets nowhere else, so remove them.")
+    return text
+
+
+def _languages(value: object, label: str) -> tuple[str, ...]:
+    """Canonical codes without repeats, from codes or names: a list, or a string "hi,mr"."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+        raise _error(f'{label}: languages must be a list of language codes such as ["hi", "mr"].')
+    try:
+        return tuple(dict.fromkeys(get_language(v).code for v in items if v.strip()))
+    except PromptError as exc:
+        raise _error(f"{label}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class LexiconEntry:
+    """One pronunciation: say `alias` where the text has `grapheme` (checked and NFC'd when made)."""
+
+    grapheme: str
+    alias: str
+    languages: tuple[str, ...] = ()
+    case_sensitive: bool = False
+    whole_word: bool = True
+
+    def __post_init__(self) -> None:
+        label = f"Lexicon entry {_shown(self.grapheme)}"
+        grapheme = _clean(self.grapheme, "grapheme", MAX_GRAPHEME_CHARS, label)
+        if unicodedata.category(grapheme[0])[0] == "M":
+            raise _error(f"{label}: the grapheme starts with a combining mark, which belongs to the letter before "
+                         "it; start it with a letter.")
+        object.__setattr__(self, "grapheme", grapheme)
+        object.__setattr__(self, "alias", _clean(self.alias, "alias", MAX_ALIAS_CHARS, label))
+        object.__setattr__(self, "languages", _languages(self.languages, label))
+        for flag in ("case_sensitive", "whole_word"):
+            if not isinstance(getattr(self, flag), bool):
+                raise _error(f"{label}: {flag} must be true or false, not {_shown(getattr(self, flag))}.")
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """A named, ordered set of at most MAX_ENTRIES entries; hashable, so a request can carry it."""
+
+    name: str
+    entries: tuple[LexiconEntry, ...] = ()
+
+    def __post_init__(self) -> None:
+        name = _clean(self.name, "name", MAX_NAME_CHARS, "Lexicon")
+        if isinstance(self.entries, (str, bytes, Mapping)) or not isinstance(self.entries, Iterable):
+            raise _error(f"Lexicon {name!r}: entries must be a list of LexiconEntry.")
+        entries = tuple(self.entries)
+        if len(entries) > MAX_ENTRIES:
+            raise _too_many(name)
+        if any(not isinstance(e, LexiconEntry) for e in entries):
+            raise _error(f"Lexicon {name!r}: entries must be LexiconEntry objects (read_lexicon makes them).")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "entries", entries)
+
+    def __hash__(self) -> int:  # cheap for thousands of entries; equal lexicons still hash alike
+        return hash((self.name, len(self.entries), self.entries[:4]))
+
+
+def _too_many(name: str) -> PromptError:
+    return _error(f"Lexicon {name!r} has more than {MAX_ENTRIES:,} entries (the limit per lexicon). Split it into "
+                  f"several lexicons (up to {MAX_LEXICONS} per request) or drop entries you do not need.")
+
+
+def check_lexicons(value: object) -> tuple[Lexicon, ...]:
+    """A request's lexicons from None, a Lexicon, or a list of Lexicons or JSON-format dicts
+    (`lexicon_from_dict`, so `SynthesisRequest(**req.to_dict())` works); at most MAX_LEXICONS."""
+    if value is None:
+        return ()
+    if isinstance(value, (Lexicon, Mapping)):
+        value = (value,)
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _error("Lexicons must be a list of lexicons; read_lexicon makes one from PLS, TSV or JSON.")
+    items = tuple(value)
+    if len(items) > MAX_LEXICONS:
+        raise _error(f"A request may use at most {MAX_LEXICONS} lexicons; this one has {len(items)}. Merge some "
+                     f"(a lexicon holds up to {MAX_ENTRIES:,} entries).")
+    lexicons = tuple(lexicon_from_dict(x) if isinstance(x, Mapping) else x for x in items)
+    if any(not isinstance(lex, Lexicon) for lex in lexicons):
+        raise _error('Lexicons must be Lexicon objects or {"name": ..., "entries": [...]} objects.')
+    return lexicons
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+
+def read_lexicon(data: str | bytes, fmt: Format | None = None, name: str | None = None) -> Lexicon:
+    """A Lexicon from a PLS, TSV or JSON document (fmt None: `sniff_format`). Named `name`,
+    else the document's own name (JSON "name", PLS meta), else DEFAULT_NAME."""
+    return _read(data, fmt, name, DEFAULT_NAME)
+
+
+def load_lexicon(path: str | Path, fmt: Format | None = None, name: str | None = None) -> Lexicon:
+    """A Lexicon from a file, at most MAX_LEXICON_BYTES read: format by suffix (.pls .xml .tsv
+    .json, else sniffed); named `name`, else the document's own name, else the file's stem."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_LEXICON_BYTES + 1)
+    except OSError as exc:
+        raise _error(f"Cannot read lexicon file {str(path)!r}: {exc.strerror or exc}. Check the path.") from None
+    fallback = path.stem[:MAX_NAME_CHARS] or DEFAULT_NAME
+    return _read(data, fmt or SUFFIX_FORMATS.get(path.suffix.lower()), name, fallback)
+
+
+def sniff_format(data: str | bytes) -> Format:
+    """"pls" when the document starts with "<" (or a UTF-16 mark), "json" with "{" or "[", else "tsv"."""
+    if isinstance(data, bytes) and data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "pls"  # only XML says its own encoding
+    head = (data[:64].decode("utf-8", "ignore") if isinstance(data, bytes) else data[:64]).lstrip("\ufeff \t\r\n")
+    return "pls" if head.startswith("<") else "json" if head.startswith(("{", "[")) else "tsv"
+
+
+def _read(data: str | bytes, fmt: str | None, name: str | None, fallback: str) -> Lexicon:
+    if not isinstance(data, (str, bytes)):
+        raise _error(f"A lexicon document is text or bytes, not {type(data).__name__}.")
+    if isinstance(data, bytes) or len(data) > MAX_LEXICON_BYTES:  # UTF-8 has at least a byte a character
+        size = len(data)
+    else:
+        size = len(data.encode("utf-8", "surrogatepass"))
+    if size > MAX_LEXICON_BYTES:
+        raise _error(f"The lexicon is over {MAX_LEXICON_BYTES:,} bytes (the limit, 1 MB); split it into several "
+                     f"lexicons (up to {MAX_LEXICONS} per request).")
+    fmt = fmt or sniff_format(data)
+    if fmt == "json":
+        return lexicon_from_dict(_json(_text(data)), name, fallback)
+    if fmt == "tsv":
+        return _collect(_tsv_rows(_text(data)), name or fallback)
+    if fmt == "pls":
+        root, ns = _parse_pls(data)
+        own = next((m.get("content") for m in root.iterfind(f"{ns}meta") if m.get("name") == "name"), None)
+        return _collect(_pls_rows(root, ns), name or own or fallback)
+    raise _error(f"Unknown lexicon format {fmt!r}: use 'pls', 'tsv' or 'json'.")
+
+
+def _text(data: str | bytes) -> str:
+    if isinstance(data, str):
+        return data.lstrip("\ufeff")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _error("The lexicon is not UTF-8 text; save it as UTF-8.") from None
+
+
+def _collect(rows: Iterable[tuple[str, dict]], name: str) -> Lexicon:
+    """A Lexicon from (where, fields) rows; the first bad row's error says where it is."""
+    entries: list[LexiconEntry] = []
+    for where, row in rows:
+        if len(entries) == MAX_ENTRIES:
+            raise _too_many(name)
+        try:
+            entries.append(LexiconEntry(**row))
+        except PromptError as exc:
+            raise _error(f"Lexicon {name!r}, {where}: {exc}") from None
+    if not entries:
+        raise _error(f"Lexicon {name!r} has no entries; check its format (PLS, TSV or JSON: see "
+                     "rumik_app.text.lexicon).")
+    return Lexicon(name, tuple(entries))
+
+
+def _tsv_rows(text: str) -> Iterator[tuple[str, dict]]:
+    first = True
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = line.split("\t")
+        header, first = first and [c.strip().lower() for c in cells[:2]] == ["grapheme", "alias"], False
+        if header:
+            continue
+        if not 2 <= len(cells) <= 4:
+            raise _error(f"TSV line {number} has {len(cells)} column(s); write grapheme<TAB>alias[<TAB>languages"
+                         "[<TAB>flags]], separated by tabs (not spaces).")
+        grapheme, alias, languages, flags = (*cells, "", "")[:4]
+        names = [f.strip().lower() for f in flags.split(",") if f.strip()]
+        if unknown := [f for f in names if f not in TSV_FLAGS]:
+            raise _error(f"TSV line {number}: unknown flag {_shown(unknown[0])}; flags are {', '.join(TSV_FLAGS)}.")
+        yield f"line {number}", {"grapheme": grapheme, "alias": alias, "languages": languages,
+                                 "case_sensitive": "case-sensitive" in names, "whole_word": "inside-words" not in names}
+
+
+def _json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _error(f"The lexicon is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from None
+    except RecursionError:
+        raise _error('The JSON lexicon nests too deeply; a lexicon is {"name": ..., "entries": [...]}.') from None
+
+
+def lexicon_from_dict(obj: object, name: str | None = None, fallback: str = DEFAULT_NAME) -> Lexicon:
+    """A Lexicon from the JSON format's object (a request body may carry one inline)."""
+    shape = 'write {"name": "...", "entries": [{"grapheme": "SBI", "alias": "एस बी आई"}]}'
+    if not isinstance(obj, Mapping):
+        raise _error(f"A JSON lexicon is an object: {shape}.")
+    if unknown := sorted(set(obj) - {"name", "entries"}, key=str):
+        raise _error(f"A JSON lexicon has no key {_shown(unknown[0])}: {shape}.")
+    if not isinstance(items := obj.get("entries"), (list, tuple)):
+        raise _error(f"A JSON lexicon needs a list of entries: {shape}.")
+    return _collect(_json_rows(items), name or obj.get("name") or fallback)
+
+
+def _json_rows(items: Sequence[object]) -> Iterator[tuple[str, dict]]:
+    for number, item in enumerate(items, 1):
+        if not isinstance(item, Mapping):
+            raise _error(f'JSON lexicon entry {number} is not an object with "grapheme" and "alias".')
+        if unknown := sorted(set(item) - set(JSON_KEYS), key=str):
+            raise _error(f"JSON lexicon entry {number} has an unknown key {_shown(unknown[0])}; the keys are "
+                         f"{', '.join(JSON_KEYS)}.")
+        if missing := [k for k in ("grapheme", "alias") if k not in item]:
+            raise _error(f"JSON lexicon entry {number} has no {missing[0]!r}; an entry needs a grapheme and an alias.")
+        yield f"entry {number}", dict(item)
+
+
+class _Reader:
+    """A file over `data` that reads slices (io.StringIO would copy a text at 4 bytes a character)."""
+
+    def __init__(self, data: str | bytes):
+        self.data, self.position = data, 0
+
+    def read(self, size: int = -1) -> str | bytes:
+        chunk = self.data[self.position:None if size < 0 else self.position + size]
+        self.position += len(chunk)
+        return chunk
+
+
+def _parse_pls(data: str | bytes):
+    """(root element, namespace prefix) of a PLS document, parsed by defusedxml: no DTD, no entities."""
+    from xml.etree.ElementTree import ParseError
+
+    from defusedxml import DefusedXmlException
+    from defusedxml.ElementTree import iterparse
+
+    depth, root = 0, None
+    try:
+        for event, element in iterparse(_Reader(data), events=("start", "end"), forbid_dtd=True):
+            depth += 1 if event == "start" else -1
+            if depth > MAX_XML_DEPTH:
+                raise _error(f"The PLS lexicon nests elements more than {MAX_XML_DEPTH} deep; a lexicon needs 3 "
+                             "(lexicon > lexeme > grapheme, alias).")
+            root = element if root is None else root
+    except DefusedXmlException:
+        raise _error("The PLS lexicon declares a DTD or entities, which are refused (they can blow a small file up "
+                     "to gigabytes or read local files); remove <!DOCTYPE ...> and write the characters.") from None
+    except ParseError as exc:
+        raise _error(f"The PLS lexicon is not well-formed XML: {exc}.") from None
+    if root.tag not in (f"{{{PLS_NS}}}lexicon", "lexicon"):
+        raise _error(f'This is not a PLS lexicon: the root element must be <lexicon xmlns="{PLS_NS}">.')
+    if root.get("version", "1.0") != "1.0":
+        raise _error(f'PLS version {_shown(root.get("version"))} is not supported; write version="1.0".')
+    return root, root.tag[:-len("lexicon")]
+
+
+def _pls_rows(root, ns: str) -> Iterator[tuple[str, dict]]:
+    tag = root.get(_XML_LANG) or ""
+    primary = tag.replace("_", "-").split("-")[0].strip().lower()
+    if primary not in ("mul", "und", "zxx", "") and primary not in LANGUAGE_BY_CODE:
+        raise _error(f"The PLS lexicon's xml:lang {_shown(tag)} is not a language this model speaks; use one of "
+                     f"its codes ({', '.join(LANGUAGE_BY_CODE)}) or \"mul\" for every language.")
+    languages = (primary,) if primary in LANGUAGE_BY_CODE else ()
+    for number, lexeme in enumerate(root.iterfind(f"{ns}lexeme"), 1):
+        yield from _lexeme_rows(lexeme, f"lexeme {number}", ns, languages)
+
+
+def _lexeme_rows(lexeme, where: str, ns: str, languages: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
+    graphemes = ["".join(g.itertext()) for g in lexeme.iterfind(f"{ns}grapheme")]
+    aliases = lexeme.findall(f"{ns}alias")
+    if not graphemes:
+        raise _error(f"PLS {where} has no <grapheme>; each lexeme needs the written word.")
+    if not aliases:
+        fix = ("gives a <phoneme> but no <alias>: this model reads text, not phonemes, so write the pronunciation "
+               "as an <alias> (the text to say instead)") if lexeme.find(f"{ns}phoneme") is not None else \
+            "has no <alias> (the text to say instead)"
+        raise _error(f"PLS {where} ({_shown(graphemes[0].strip())}) {fix}.")
+    alias = "".join(next((a for a in aliases if a.get("prefer") == "true"), aliases[0]).itertext())
+    fields = {"alias": alias, "languages": lexeme.get(f"{{{RUMIK_NS}}}languages", languages)}
+    for attribute, default in (("case-sensitive", "false"), ("whole-word", "true")):
+        if (value := lexeme.get(f"{{{RUMIK_NS}}}{attribute}", default)) not in ("true", "false"):
+            raise _error(f'PLS {where}: rumik:{attribute} is {_shown(value)}; write "true" or "false".')
+        fields[attribute.replace("-", "_")] = value == "true"
+    for grapheme in graphemes:
+        yield where, {"grapheme": grapheme, **fields}
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+
+def lexicon_to_dict(lexicon: Lexicon) -> dict:
+    """The JSON format's object (`lexicon_from_dict` reads it back)."""
+    return {"name": lexicon.name, "entries": [
+        {"grapheme": e.grapheme, "alias": e.alias, "languages": list(e.languages), "case_sensitive": e.case_sensitive,
+         "whole_word": e.whole_word} for e in lexicon.entries]}
+
+
+def to_json(lexicon: Lexicon) -> str:
+    """JSON with an entry a line."""
+    entries = ",\n".join("  " + json.dumps(e, ensure_ascii=False) for e in lexicon_to_dict(lexicon)["entries"])
+    return f'{{"name": {json.dumps(lexicon.name, ensure_ascii=False)}, "entries": [\n{entries}\n]}}\n'
+
+
+def to_tsv(lexicon: Lexicon) -> str:
+    """TSV with a header; trailing empty columns left out. It carries no name (a file's is its stem)."""
+    rows = ["\t".join(TSV_HEADER)]
+    for e in lexicon.entries:
+        flags = ",".join(f for f, on in zip(TSV_FLAGS, (e.case_sensitive, not e.whole_word)) if on)
+        cells = [e.grapheme, e.alias, ",".join(e.languages), flags]
+        rows.append("\t".join(cells[:4 if flags else 3 if e.languages else 2]))
+    return "\n".join(rows) + "\n"
+
+
+def to_pls(lexicon: Lexicon) -> str:
+    """PLS 1.0: xml:lang is the entries' one shared language, else "mul" and rumik:languages per lexeme."""
+    scopes = {e.languages for e in lexicon.entries}
+    shared = next(iter(scopes)) if len(scopes) == 1 and len(next(iter(scopes))) == 1 else ()
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>',
+             f'<lexicon version="1.0" xmlns="{PLS_NS}" xmlns:rumik="{RUMIK_NS}" alphabet="ipa" '
+             f'xml:lang="{shared[0] if shared else "mul"}">',
+             f'  <meta name="name" content={quoteattr(lexicon.name)}/>']
+    for e in lexicon.entries:
+        attributes = f" rumik:languages={quoteattr(','.join(e.languages))}" if e.languages != shared else ""
+        attributes += ' rumik:case-sensitive="true"' * e.case_sensitive
+        attributes += ' rumik:whole-word="false"' * (not e.whole_word)
+        lines.append(f"  <lexeme{attributes}><grapheme>{escape(e.grapheme)}</grapheme>"
+                     f"<alias>{escape(e.alias)}</alias></lexeme>")
+    return "\n".join([*lines, "</lexicon>"]) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Applying
+
+def apply_lexicons(text: str, lexicons: Sequence[Lexicon], language: str | None = None,
+                   max_chars: int = MAX_SPOKEN_CHARS) -> str:
+    """`text` with each matched grapheme replaced by its alias (see the module docstring), inline
+    tags untouched. language: the request's code or name; None: the text's script decides
+    scoped entries. PromptError when lexicons are invalid or the result exceeds `max_chars`."""
+    lexicons = check_lexicons(lexicons)
+    if not text or not any(lex.entries for lex in lexicons):
+        return text
+    text = unicodedata.normalize("NFC", text)
+    code = get_language(language).code if language else None
+    scoped = any(e.languages for lex in lexicons for e in lex.entries)
+    matcher = _matcher(lexicons, code if scoped else None, _main_script(text) if scoped and not code else None)
+    out: list[str] = []
+    budget, position = max(max_chars - len(text), 0), 0  # what the aliases may add
+    for tag in [*TAG_PATTERN.finditer(text), None]:
+        budget = matcher.apply(text[position:tag.start() if tag else len(text)], out, budget)
+        if budget < 0:
+            raise _error(f"With the lexicons' aliases this text grows past {max_chars:,} characters (the limit); "
+                         "shorten the text or the aliases.")
+        out.append(tag.group() if tag else "")
+        position = tag.end() if tag else position
+    return "".join(out)
+
+
+_SCRIPT_CHARS = {script: regex.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in ranges) + "]")
+                 for script, ranges in SCRIPT_RANGES.items()}
+
+
+def _main_script(text: str) -> str | None:
+    """The script with most characters, Indic before Latin (as normalize_text decides a clause)."""
+    text = TAG_PATTERN.sub(" ", text)
+    counts = {script: n for script, chars in _SCRIPT_CHARS.items() if (n := len(chars.findall(text)))}
+    pool = {s: n for s, n in counts.items() if s in INDIC_SCRIPTS} or counts
+    return max(pool, key=pool.get) if pool else None
+
+
+def _in_scope(entry: LexiconEntry, code: str | None, script: str | None) -> bool:
+    if not entry.languages:
+        return True
+    if code is not None:
+        return code in entry.languages
+    return any(LANGUAGE_BY_CODE[c].script == script for c in entry.languages)
+
+
+@functools.lru_cache(maxsize=16)
+def _matcher(lexicons: tuple[Lexicon, ...], code: str | None, script: str | None) -> _Matcher:
+    return _Matcher(e for lex in lexicons for e in lex.entries if _in_scope(e, code, script))
+
+
+def _is_word(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    return category[0] in "LMN" or category == "Pc" or ch in "\u200c\u200d"
+
+
+class _Matcher:
+    """A trie over case-folded grapheme clusters; a node's entries in priority order."""
+
+    def __init__(self, entries: Iterable[LexiconEntry]):
+        self.root: dict = {}
+        for entry in entries:
+            node = self.root
+            for cluster in _CLUSTER.findall(entry.grapheme):
+                node = node.setdefault(cluster.casefold(), {})
+            node.setdefault(_END, []).append(entry)
+
+    def apply(self, text: str, out: list[str], budget: int) -> int:
+        """Append `text` with aliases to `out`; returns how much more the result may grow (< 0: too much)."""
+        clusters = _CLUSTER.findall(text)
+        keys = [c.casefold() for c in clusters]
+        starts = list(itertools.accumulate(map(len, clusters), initial=0))
+        i = 0
+        while i < len(clusters):
+            found = self._longest(text, keys, starts, i) if keys[i] in self.root else None
+            if found is None:
+                out.append(clusters[i])
+                i += 1
+                continue
+            entry, j = found
+            out.append(entry.alias)
+            budget -= len(entry.alias) - (starts[j] - starts[i])
+            if budget < 0:
+                return budget
+            i = j
+        return budget
+
+    def _longest(self, text: str, keys: list[str], starts: list[int], i: int) -> tuple[LexiconEntry, int] | None:
+        """The entry matching at cluster i, longest first, and the cluster after it; None if none."""
+        node, ends = self.root, []
+        for j in range(i, len(keys)):
+            if (node := node.get(keys[j])) is None:
+                break
+            if _END in node:
+                ends.append((j + 1, node[_END]))
+        for j, entries in reversed(ends):
+            a, b = starts[i], starts[j]
+            for entry in entries:
+                if entry.case_sensitive and text[a:b] != entry.grapheme:
+                    continue
+                if entry.whole_word and ((a > 0 and _is_word(text[a - 1])) or (b < len(text) and _is_word(text[b]))):
+                    continue
+                return entry, j
+        return None
