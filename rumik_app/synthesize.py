@@ -32,10 +32,13 @@ import numpy as np
 from rumik_app.audio import Audio
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
+from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
+from rumik_app.prompt import PromptError
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, build_request,
-    default_max_seconds, setting_type, tokens_for_seconds, wire_settings,
+    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, build_request,
+    default_max_seconds, resolve_seed, setting_type, tokens_for_seconds, wire_settings,
 )
+from rumik_app.text.ssml import is_ssml
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
 TINY_NOTE = ("note: --model tiny has random weights, so this audio is noise: it exercises the pipeline only. "
@@ -46,7 +49,19 @@ BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s of audio [
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
-    p.add_argument("--text", required=True, help="text to speak; inline <laugh> <chuckle> <sigh> allowed")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="text to speak; inline <laugh> <chuckle> <sigh> allowed; text that starts "
+                                       "with <speak> is SSML (break, say-as, sub, prosody rate, voice, lang, p, s)")
+    source.add_argument("--dialogue", metavar="SCRIPT", help="a dialogue script file: one 'Name: text' or "
+                                                             "'Name (sad, slow): text' line per turn, one clip out")
+    p.add_argument("--gap", type=float, default=None, metavar="SECONDS",
+                   help="silence between dialogue turns (default 0.3)")
+    p.add_argument("--lexicon", action="append", metavar="FILE",
+                   help="a pronunciation lexicon (.pls, .tsv or .json): aliases said instead of their graphemes, "
+                        "before normalisation; repeatable")
+    p.add_argument("--print-prompt", action="store_true",
+                   help="print the exact prompt of every chunk (and dialogue turn or SSML part) and exit; reads only "
+                        "the checkpoint's config, no weights")
     p.add_argument("--voice", default="Ira")
     p.add_argument("--tone", help="happy | sad | angry | excited | professional")
     p.add_argument("--accent", help="Hindi | Telugu | Tamil | Kannada | Bengali | Punjabi | Indian English")
@@ -64,9 +79,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no summary lines (errors and warnings still print)")
-    p.add_argument("--out", required=True, help="output .wav path")
+    p.add_argument("--out", help="output .wav path (required unless --print-prompt)")
     add_engine_arguments(p)  # --device --dtype --compile --backend and vLLM's flags
     args = p.parse_args(argv)
+    if args.out is None and not args.print_prompt:
+        p.error("--out is required (or --print-prompt to see the prompts without synthesising)")
     args.engine_options = engine_options(p, args)
     return args
 
@@ -84,9 +101,30 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def request_fields(args: argparse.Namespace) -> dict:
-    """The flags as `build_request` fields (None: not given)."""
+    """The flags as `build_request` fields (None: not given); --dialogue's file is the text."""
+    from rumik_app.text.lexicon import load_lexicon
+
     names = (*REQUEST_FLAGS, *(spec.name for spec in wire_settings()))
-    return {"normalize": not args.no_normalize, **{name: getattr(args, name) for name in names}}
+    fields = {"normalize": not args.no_normalize, **{name: getattr(args, name) for name in names}}
+    if args.dialogue is not None:
+        fields["text"] = _read_script(args.dialogue)
+    fields["lexicons"] = tuple(load_lexicon(path) for path in args.lexicon or ()) or None
+    return fields
+
+
+MAX_SCRIPT_BYTES = 1 << 20  # a dialogue script file (its text is bounded again as turns)
+
+
+def _read_script(path: str) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_SCRIPT_BYTES + 1)
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise PromptError(f"--dialogue {path} is larger than {MAX_SCRIPT_BYTES // 1024} KB; split the script.",
+                          field="text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PromptError(f"--dialogue {path} is not UTF-8 text; save it as UTF-8.", field="text") from None
 
 
 class AudioProgress:
@@ -118,58 +156,109 @@ class AudioProgress:
             self.bar.close()
 
 
-def run(args: argparse.Namespace) -> Audio:
+def run(args: argparse.Namespace) -> Audio | None:
     from rumik_app.checkpoint.load import resolve_checkpoint
     from rumik_app.engine.loading import load_engine
+    from rumik_app.engine.script import build_script
     from rumik_app.model.config import RumikOSSConfig
-    from rumik_app.prompt import validate_text
 
-    # Checked twice: every field now, before fetching or loading a 7 GB model; then the voice
-    # against the checkpoint's own (a fine-tuned one may have other voices), with the same seed.
+    # Checked twice: every field now, before fetching or loading a 7 GB model (a script's turns
+    # and SSML once the checkpoint's voices are known); then the voice against the checkpoint's
+    # own (a fine-tuned one may have other voices), with the same seed.
     fields = request_fields(args)
     fields["max_seconds"] = default_max_seconds(args.model) if args.max_seconds is None else args.max_seconds
-    fields["seed"] = build_request(fields).seed
+    scripted = args.dialogue is not None or is_ssml(fields["text"])
+    fields["seed"] = resolve_seed(fields["seed"]) if scripted else build_request(fields).seed
     path = resolve_checkpoint(args.model)
     config = RumikOSSConfig.from_file(path)
     layout = config.layout  # the checkpoint's own frames: tokens per second of audio
-    req = build_request(fields, voices=config.speakers,
-                        tokens_for=lambda seconds: tokens_for_seconds(seconds, layout.frame_rate_hz,
-                                                                      layout.num_quantizers))
+    build = {"voices": config.speakers,
+             "tokens_for": lambda seconds: tokens_for_seconds(seconds, layout.frame_rate_hz, layout.num_quantizers)}
+    gap = DEFAULT_GAP_SECONDS if args.gap is None else args.gap
+    script = build_script(fields, dialogue=args.dialogue is not None, gap_s=gap, **build) if scripted else None
+    req = None if script else build_request(fields, **build)
+    if args.print_prompt:
+        print_prompts(script or [Part(req)], config)
+        return None
+    if script and args.stream:
+        raise PromptError("--stream speaks one request; a dialogue or SSML document is synthesised whole (drop "
+                          "--stream).", field="text")
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
-    spoken = req.spoken_text()
     say = (lambda line: None) if args.quiet else print
+    audio = synthesize_script_cli(engine, script, say) if script else synthesize_one(engine, req, args, say)
+    audio.save(args.out)
+    report(audio, args, say)
+    warn_if_capped(audio.info.get("finish_reasons") or [], fields["max_seconds"])
+    if args.model == TINY_MODEL:
+        say(TINY_NOTE)
+    return audio
+
+
+def print_prompts(parts, config) -> None:
+    """Each part's chunks' exact prompts (BOS as [BOS]), with a header line per part when there are several."""
+    from rumik_app.engine.planning import plan_request
+
+    for index, part in enumerate(parts):
+        if part.request is None:
+            print(f"# part {index + 1}: {part.pause_after_s:g} s of silence")
+            continue
+        if len(parts) > 1:
+            who = f" ({part.speaker})" if part.speaker else ""
+            print(f"# part {index + 1}{who}, seed {part.request.seed}, then {part.pause_after_s:g} s of silence")
+        for chunk in plan_request(part.request, config.layout):
+            print("[BOS]" + chunk.prompt(voices=config.speakers))
+
+
+def synthesize_script_cli(engine, parts, say) -> Audio:
+    """A dialogue or SSML script through `synthesize_script`, one line per part."""
+    from rumik_app.engine.script import synthesize_script
+
+    with AudioProgress(sys.stderr.isatty(), f"generating {len(parts)} parts side by side",
+                       engine.layout.tokens_per_second) as bar:
+        result = synthesize_script(engine, parts, progress=bar)
+    for span in result.spans:
+        if span["text"]:
+            say(f"  {span['start']:7.2f}-{span['end']:7.2f} s  {span['speaker'] or ''}: {span['text'][:60]}"
+                f"  (seed {span['seed']})")
+    audio = result.audio()
+    audio.info["finish_reasons"] = [reason for span in result.spans for reason in span["finish_reasons"]]
+    return audio
+
+
+def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say) -> Audio:
+    """One request: the whole clip, or through the streaming path (--stream: time to first audio)."""
+    from rumik_app.prompt import validate_text
+
+    spoken = req.spoken_text()
     if spoken != validate_text(args.text):
         say(f"reading: {spoken}")
     chunks = len(engine.plan(req))
     desc = "generating" if chunks == 1 or args.stream else f"generating {chunks} chunks side by side"
     start = time.perf_counter()
     with AudioProgress(sys.stderr.isatty() and not args.quiet, desc, engine.layout.tokens_per_second) as bar:
-        if args.stream:
-            pieces, first, stats = [], None, {}
-            for piece in engine.stream(req, stats=stats):
-                first = first if first is not None else time.perf_counter() - start
-                pieces.append(piece)
-                bar(stats["tokens"], stats["max_tokens"])
-            elapsed = time.perf_counter() - start
-            audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
-            audio.info = {"seconds": elapsed, "first_audio_s": first, "tokens": stats["tokens"],
-                          "finish_reasons": stats["finish_reasons"]}
-        else:
-            audio = engine.synthesize(req, progress=bar)
-            elapsed = audio.info["seconds"]
-    audio.save(args.out)
-    tokens = audio.info["tokens"]
-    say(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {req.seed}")
+        if not args.stream:
+            return engine.synthesize(req, progress=bar)
+        pieces, first, stats = [], None, {}
+        for piece in engine.stream(req, stats=stats):
+            first = first if first is not None else time.perf_counter() - start
+            pieces.append(piece)
+            bar(stats["tokens"], stats["max_tokens"])
+        audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
+        audio.info = {"seconds": time.perf_counter() - start, "first_audio_s": first, "tokens": stats["tokens"],
+                      "finish_reasons": stats["finish_reasons"]}
+        return audio
+
+
+def report(audio: Audio, args: argparse.Namespace, say) -> None:
+    """The summary lines: the file, the seed, tokens/s and the real-time factor."""
+    tokens, elapsed = audio.info["tokens"], audio.info["seconds"]
+    say(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {audio.seed}")
+    first = audio.info.get("first_audio_s") if args.stream else None
     say(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
         f"real-time factor {elapsed / max(audio.duration, 1e-9):.2f} ({audio.duration / max(elapsed, 1e-9):.2f}x "
-        "real time)"
-        + (f", first audio after {audio.info['first_audio_s']:.2f} s" if args.stream and audio.info.get("first_audio_s") else ""))
-    warn_if_capped(audio.info.get("finish_reasons") or [], fields["max_seconds"])
-    if args.model == TINY_MODEL:
-        say(TINY_NOTE)
-    return audio
+        "real time)" + (f", first audio after {first:.2f} s" if first else ""))
 
 
 def warn_if_capped(finish_reasons: list[str], max_seconds: float) -> None:

@@ -20,11 +20,13 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 
+from rumik_app.engine.script import DEFAULT_GAP_SECONDS
 from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_names, wire_settings
 
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
+SAY_IT_RIGHT_FIELDS = ("lexicon", "dialogue", "dialogue_gap")  # SynthForm's inputs since issue 38, last in the API
 
 
 def form_event(form_type: type, handler: Callable) -> Callable:
@@ -69,11 +71,11 @@ def choice(value: object) -> str | None:
     return text or None
 
 
-def flag(value: object) -> bool:
-    """A checkbox value from the UI or the API (None/missing = the default, on)."""
+def flag(value: object, default: bool = True) -> bool:
+    """A checkbox value from the UI or the API (None/missing = `default`)."""
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "off", "")
-    return True if value is None else bool(value)
+    return default if value is None else bool(value)
 
 
 def seed_value(value: object) -> object:
@@ -111,6 +113,9 @@ class SynthForm:
     language: str | None = None
     normalize: object = True
     sampling: Mapping[str, object] = field(default_factory=dict)
+    lexicon: str | None = None
+    dialogue: object = False
+    dialogue_gap: object = DEFAULT_GAP_SECONDS
 
     @classmethod
     def from_inputs(cls, **values) -> "SynthForm":
@@ -123,7 +128,12 @@ class SynthForm:
         """The API's parameters and their defaults: the fields, a sampling setting each."""
         defaults = _defaults(cls)
         del defaults["sampling"]
-        return {**defaults, **{spec.name: spec.default for spec in wire_settings()}}
+        since = {name: defaults.pop(name) for name in SAY_IT_RIGHT_FIELDS}  # declared after the sampling settings
+        return {**defaults, **{spec.name: spec.default for spec in wire_settings()}, **since}
+
+    @property
+    def is_dialogue(self) -> bool:
+        return flag(self.dialogue, default=False)
 
     def request_fields(self) -> dict:
         """The form as `build_request`'s fields, the description mode applied."""

@@ -8,16 +8,25 @@ budget, and then offers the whole clip as a 24 kHz WAV download. A run first cle
 previous clip, seed and download, so an error is never shown under an old result.
 The live prompt preview is queued like every other event, with a small limit of its own
 (`PREVIEW_CONCURRENCY`), so a visitor cannot run previews of long texts without bound.
+
+Say it right (issue 38, `webapp.scripts`): a visitor may upload a pronunciation lexicon (PLS,
+TSV or JSON), an input of their own events only, applied to their requests and shown in the
+preview; text starting with `<speak>` is SSML and, with *Dialogue* on, the text is a script of
+`Name (tone, pace): text` lines. Both are scripts (`rumik_app.engine.script`): spoken whole,
+their parts joined with exact pauses, the info line listing each part's span; the player gets a
+script in one piece. Only rumik engines speak scripts; espeak-ng refuses them (it reads lexicons).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, Audio
+from rumik_app.engine.script import Part
 from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES
 from rumik_app.request import (
@@ -25,11 +34,16 @@ from rumik_app.request import (
     default_max_seconds, wire_settings,
 )
 from webapp.common import (
-    APP_MAX_TEXT_CHARS, MIN_SECONDS, PREVIEW_CONCURRENCY, SYNTH_CONCURRENCY, checked_slider, error_line,
+    APP_MAX_TEXT_CHARS, MIN_SECONDS, PREVIEW_CONCURRENCY, SYNTH_CONCURRENCY, UserError, checked_slider, error_line,
     user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
+from webapp.scripts import (
+    DEFAULT_GAP, KIND_DIALOGUE, KIND_NAMES, LEXICON_SUFFIXES, MAX_GAP_SECONDS, NEEDS_ENGINE, NEEDS_ENGINE_FIX,
+    STREAM_NOTE, check_gap, read_lexicon_upload, script_kind, script_parts, script_prompts, script_summary,
+    spans_table,
+)
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
 
@@ -39,6 +53,13 @@ NONE_CHOICE = ("(none)", "")
 API_SETTINGS = ("temperature", "top_k", "top_p")  # sampling settings at their first API positions
 TEXT_ELEM_ID = "tts-text"
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
+SEED_PLACEHOLDER_TEXT = "…"  # a script's fields are checked (and its seed drawn) with this in place of the script
+SAY_IT_RIGHT_NOTE = (
+    "**Lexicon**: a PLS (.pls, .xml), TSV (`word<TAB>say it as`) or JSON file of words and how to say them, "
+    "for your requests only; the preview shows the text with its aliases. **SSML**: text starting with "
+    "`<speak>` (`<break time=\"500ms\"/>`, `<say-as>`, `<sub alias>`, `<prosody rate>`, `<voice name>`, "
+    "`<lang>`, `<p>`, `<s>`). **Dialogue**: one turn a line, `Name (tone, pace): text`, where Name is a voice "
+    f"({', '.join(VOICES)}) and tone, pace and accent are optional. " + STREAM_NOTE)
 TEXT_LIMIT_NOTE = (f"Long text is split at sentence ends and joined. The app takes {APP_MAX_TEXT_CHARS:,} characters "
                    "(about two minutes of speech) so one visitor cannot hold the shared model for long; the CLI and "
                    f"the Python API take up to {MAX_TEXT_CHARS:,}.")
@@ -62,6 +83,17 @@ INSERT_TAG_JS = """
 """
 
 
+@dataclass
+class Job:
+    """What one synthesis event does: one request, or a script (SSML, dialogue) of parts."""
+
+    chosen: LoadedSystem
+    seed: int
+    request: SynthesisRequest | None = None
+    kind: str | None = None  # webapp.scripts.KIND_SSML or KIND_DIALOGUE for a script
+    parts: list[Part] | None = None
+
+
 class SynthHandlers:
     """The Synthesise tab's functions; each raises gr.Error with one readable message."""
 
@@ -71,21 +103,49 @@ class SynthHandlers:
     def build(self, form: SynthForm) -> tuple[LoadedSystem, SynthesisRequest]:
         """Check everything: every field before any model is loaded (so they are checked even if
         the model is missing), then the voice against the chosen system's and the request's size
-        against the app's limits (numbers can multiply a text). The same seed both times."""
-        fields = form.request_fields()
+        against the app's limits (numbers can multiply a text). The same seed both times.
+        The visitor's lexicon (if uploaded) is read first and carried by the request."""
+        fields = _fields(form)
         fields["seed"] = build_request(fields, limits=APP_LIMITS).seed
         chosen = self.registry.get(form.system)
         req = build_request(fields, voices=chosen.voices, limits=APP_LIMITS, tokens_for=chosen.max_new_tokens_for)
         chosen.check_size(req, APP_LIMITS)
         return chosen, req
 
+    def prepare(self, form: SynthForm) -> Job:
+        """The job a form asks for: a request (`build`), or a script when Dialogue is on or the
+        text is SSML. A script's fields and the script itself are checked before any model is
+        loaded (against the published voices if the system is not loaded yet), then again
+        against the loaded system's voices; its totals are checked when it is planned."""
+        kind = script_kind(form.text, form.is_dialogue)
+        if kind is None:
+            chosen, req = self.build(form)
+            return Job(chosen, req.seed, request=req)
+        gap = check_gap(form.dialogue_gap) if kind == KIND_DIALOGUE else DEFAULT_GAP
+        key = self.registry.resolve_key(form.system)
+        _refuse_scripts(key, kind)
+        fields = _fields(form)
+        fields["seed"] = build_request({**fields, "text": SEED_PLACEHOLDER_TEXT}, limits=APP_LIMITS).seed
+        if self.registry.status(key).state != "ready":  # checked before a model loads for it
+            script_parts(kind, fields, VOICES, gap)
+        chosen = self.registry.get(key)
+        _refuse_scripts(key, kind, chosen)
+        parts = script_parts(kind, fields, chosen.voices, gap, limits=APP_LIMITS, tokens_for=chosen.max_new_tokens_for)
+        return Job(chosen, fields["seed"], kind=kind, parts=parts)
+
     def synthesize(self, form: SynthForm) -> str:
         """Non-streaming synthesis (the `/synthesize` API): path of a 24 kHz 16-bit WAV.
-        normalize: read numbers, money, dates and times as words (False: the text as typed)."""
+        normalize: read numbers, money, dates and times as words (False: the text as typed).
+        lexicon: a PLS, TSV or JSON pronunciation lexicon for this request. Text starting with
+        <speak> is SSML; dialogue: the text is `Name (tone, pace): text` lines, dialogue_gap
+        seconds of silence between the turns (0 to 2)."""
         with user_errors("Synthesis"):
-            chosen, req = self.build(form)
-            audio = chosen.synthesize(req)
-            return str(self.served.write_wav(audio.samples))
+            job = self.prepare(form)
+            if job.parts is not None:
+                samples = job.chosen.synthesize_script(job.parts, APP_LIMITS).samples
+            else:
+                samples = job.chosen.synthesize(job.request).samples
+            return str(self.served.write_wav(samples))
 
     def stream(self, form: SynthForm) -> Iterator[tuple]:
         """UI synthesis: yields (audio piece as WAV bytes, seed used as text, download path, info).
@@ -101,7 +161,11 @@ class SynthHandlers:
         yield gr.update(value=None), "", gr.update(value=None, interactive=False), "Checking the request…"
         try:
             with user_errors("Synthesis"):
-                chosen, req = self.build(form)
+                job = self.prepare(form)
+            if job.parts is not None:
+                yield from self._stream_script(job)
+                return
+            chosen, req = job.chosen, job.request
             yield gr.skip(), str(req.seed), gr.skip(), f"Generating with {chosen.label}, seed {req.seed}…"
             stats: dict = {}
             pieces: list[np.ndarray] = []
@@ -116,6 +180,20 @@ class SynthHandlers:
             yield gr.skip(), gr.skip(), gr.skip(), error_line("Not synthesised", exc)
             raise
         yield gr.skip(), str(req.seed), str(path), _info(chosen, req, samples, stats)
+
+    def _stream_script(self, job: Job) -> Iterator[tuple]:
+        """A script for the player: made whole (its parts share the engine's batches), then one piece."""
+        import gradio as gr
+
+        spoken = sum(part.request is not None for part in job.parts)
+        yield (gr.skip(), str(job.seed), gr.skip(),
+               f"Generating the {KIND_NAMES[job.kind]} ({spoken} parts) with {job.chosen.label}, seed {job.seed}; "
+               "it plays when all of it is made…")
+        with user_errors("Synthesis"):
+            result = job.chosen.synthesize_script(job.parts, APP_LIMITS)
+            path = self.served.write_wav(result.samples)
+        yield (Audio(result.samples).to_wav_bytes(), str(job.seed), str(path),
+               _script_info(job, result.samples, result.spans, result.info))
 
     def default_seconds(self, system: str | None) -> float:
         """The Max seconds slider's default for a system: short for random-weight `tiny`."""
@@ -137,18 +215,44 @@ class SynthHandlers:
         try:
             key = self.registry.resolve_key(form.system)
             voices = _ready_voices(self.registry, key)
-            req = build_request(form.request_fields(), voices=voices, limits=APP_LIMITS)
-            prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
+            kind = script_kind(form.text, form.is_dialogue)
+            fields = _fields(form)
+            if kind is None:
+                req = build_request(fields, voices=voices, limits=APP_LIMITS)
+                prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
+            else:
+                _refuse_scripts(key, kind)
+                gap = check_gap(form.dialogue_gap) if kind == KIND_DIALOGUE else DEFAULT_GAP
+                parts = script_parts(kind, fields, voices, gap)
+                prompt = script_prompts(parts, voices, APP_MAX_TEXT_CHARS)
+                notes.append(script_summary(kind, parts))
         except RumikError as exc:  # the problem, in the project's words, instead of a failure
             return f"⚠ {exc}", "\n\n".join(n for n in notes if n)
         except Exception:  # noqa: BLE001 - no library message or path reaches a visitor
             log.exception("prompt preview failed")
             return "⚠ The preview is not available right now.", "\n\n".join(n for n in notes if n)
+        if fields.get("lexicons"):
+            notes.append(f"Your lexicon `{fields['lexicons'][0].name}` ({len(fields['lexicons'][0].entries):,} "
+                         "entries) applies to your requests: the prompt shows its aliases.")
         if key == SYSTEM_ESPEAK:
             notes.append("The espeak-ng baseline does not read this prompt: it speaks the text with its own voice.")
         elif key == SYSTEM_TINY:
             notes.append("tiny has random weights: it reads this prompt but its audio is noise.")
         return prompt, "\n\n".join(n for n in notes if n)
+
+
+def _fields(form: SynthForm) -> dict:
+    """`build_request`'s fields of a form, with the visitor's uploaded lexicon (if any) read."""
+    lexicons = read_lexicon_upload(form.lexicon)
+    return {**form.request_fields(), "lexicons": lexicons or None}
+
+
+def _refuse_scripts(key: str, kind: str, chosen: LoadedSystem | None = None) -> None:
+    """UserError unless the system speaks scripts (rumik engines: rumik-oss-1, tiny)."""
+    if key == SYSTEM_ESPEAK or (chosen is not None and chosen.engine is None):
+        label = chosen.label if chosen is not None else "espeak-ng (classical baseline)"
+        what = "Dialogue" if kind == KIND_DIALOGUE else "SSML"
+        raise UserError(NEEDS_ENGINE.format(what=what, label=label, fix=NEEDS_ENGINE_FIX[kind]))
 
 
 def _ready_voices(registry: SystemRegistry, key: str) -> tuple[str, ...]:
@@ -192,6 +296,44 @@ def _info(chosen: LoadedSystem, req: SynthesisRequest, samples: np.ndarray, stat
     return line
 
 
+def _script_info(job: Job, samples: np.ndarray, spans: list[dict], info: dict) -> str:
+    """The info line after a script: length, seeds, system, tokens, and a table of its parts' spans."""
+    seconds = len(samples) / SAMPLE_RATE
+    spoken = sum(span["voice"] is not None for span in spans)
+    line = (f"{seconds:.2f} s of audio · {KIND_NAMES[job.kind]}, {spoken} parts · seed {job.seed} (part k: seed + k) "
+            f"· {job.chosen.label} · {info.get('tokens', 0)} tokens")
+    reasons = sorted({reason for span in spans for reason in span["finish_reasons"]})
+    if reasons:
+        line += " · finished by " + ", ".join(reasons)
+    line += "\n\n" + spans_table(spans)
+    if FINISH_AT_CAP in reasons:
+        line += ("\n\n⚠ A part stopped at the *Max seconds* cap instead of ending by itself: its speech may be cut "
+                 "off. Raise *Max seconds* (under Generation).")
+    return line
+
+
+def lexicon_upload():
+    """The lexicon upload, handed on as its path: the handler's own check (`read_lexicon_upload`)
+    gives the one message for a wrong type or size (Gradio's type check would refuse it before
+    the handler, with its own words, and fail the live preview's event too). The page's file
+    picker still offers only LEXICON_SUFFIXES."""
+    import gradio as gr
+
+    component = gr.File(label="Pronunciation lexicon (optional): PLS, TSV or JSON, for your requests only",
+                        file_types=list(LEXICON_SUFFIXES), file_count="single", type="filepath",
+                        elem_id="lexicon-file", height=90)
+
+    def path_of(payload):
+        if payload is None:
+            return None
+        files = getattr(payload, "root", None)
+        first = files[0] if isinstance(files, list) and files else payload
+        return getattr(first, "path", None)
+
+    component.preprocess = path_of
+    return component
+
+
 def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
     """Lay out the Synthesise tab inside an open `gr.Blocks`/`gr.Tab` and wire its events."""
     import gradio as gr
@@ -218,6 +360,14 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             preview = gr.Textbox(label="Prompt the model receives (read-only)", value=first_prompt, interactive=False,
                                  lines=2, elem_id="prompt-preview")
             notes = gr.Markdown(first_notes, elem_id="prompt-notes")
+            with gr.Accordion("Say it right: pronunciation lexicon, SSML, dialogue", open=False):
+                gr.Markdown(SAY_IT_RIGHT_NOTE, elem_id="say-it-right-note")
+                lexicon = lexicon_upload()
+                with gr.Row():
+                    dialogue = gr.Checkbox(value=False, label="Dialogue", elem_id="dialogue",
+                                           info="The text is a script: `Name (tone, pace): text`, one turn a line.")
+                    gap = checked_slider(0.0, MAX_GAP_SECONDS, value=DEFAULT_GAP, step=0.05, elem_id="dialogue-gap",
+                                         label="Gap between turns (seconds)")
         with gr.Column(scale=2):
             system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
             voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", info="All four voices are female-presenting.",
@@ -262,9 +412,10 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     first = {name: sliders.pop(name) for name in API_SETTINGS}
     inputs = dict(text=text, voice=voice, tone=tone, accent=accent, pace=pace, description=description, seed=seed,
                   **first, max_seconds=max_seconds, system=system, description_mode=mode, language=language,
-                  normalize=normalize, **sliders)
+                  normalize=normalize, **sliders, lexicon=lexicon, dialogue=dialogue, dialogue_gap=gap)
     preview_inputs = {name: inputs[name] for name in ("text", "voice", "tone", "accent", "pace", "description",
-                                                      "description_mode", "system", "language", "normalize")}
+                                                      "description_mode", "system", "language", "normalize",
+                                                      "lexicon", "dialogue", "dialogue_gap")}
     for button, tag in zip(tag_buttons, ALLOWED_TAGS):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")

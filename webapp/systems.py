@@ -8,6 +8,7 @@ Library module for `app.py` (no command line)::
     system = registry.get("tiny")           # raises SystemUnavailable with reason and fix
     for piece in system.stream(request, stats):   # float32 pieces at 24 kHz
         ...
+    script = system.synthesize_script(parts, APP_LIMITS)   # SSML or dialogue: rumik engines only
 
 Every model loads once per process, whoever asks first (a module-level cache guarded by a
 lock per entry), and a failed load is remembered so visitors do not retry a 7 GB download
@@ -28,9 +29,9 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from rumik_app.errors import RumikError
 from rumik_app.prompt import VOICES
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, RequestLimits, SynthesisRequest
 from webapp import zerogpu
+
+if TYPE_CHECKING:
+    from rumik_app.engine.script import Part, ScriptAudio
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,7 @@ class LoadedSystem:
         if self.engine is not None:  # the GPU handlers (identity off a ZeroGPU Space)
             self._stream_on_gpu = zerogpu.gpu_task(self._engine_stream, self.audio_budget_s)
             self._synthesize_on_gpu = zerogpu.gpu_task(self.synthesizer.synthesize, self.audio_budget_s)
+            self._script_on_gpu = zerogpu.gpu_task(self._engine_script, self.script_budget_s)
 
     def audio_budget_s(self, req: SynthesisRequest, *_) -> float:
         """The most audio `req` may make, in seconds (every planned chunk's token budget)."""
@@ -87,6 +92,10 @@ class LoadedSystem:
             return req.max_new_tokens / 100.0
         lay = self.engine.layout
         return sum(c.max_new_tokens for c in self.engine.plan(req)) / (lay.frame_rate_hz * lay.num_quantizers)
+
+    def script_budget_s(self, parts: Sequence[Part], *_) -> float:
+        """The most speech a script may make, in seconds (its pauses are silence: no GPU work)."""
+        return sum(self.audio_budget_s(part.request) for part in parts if part.request is not None)
 
     @property
     def voices(self) -> tuple[str, ...]:
@@ -138,6 +147,20 @@ class LoadedSystem:
         if audio.seed is None:
             audio.seed = req.seed
         return audio
+
+    def synthesize_script(self, parts: Sequence[Part], limits: RequestLimits) -> ScriptAudio:
+        """A script (SSML, a dialogue: `rumik_app.engine.script`) spoken whole, its parts joined
+        with exact pauses; checked against `limits` part by part and summed. Rumik engines only."""
+        if self.engine is None:
+            raise SystemUnavailable(f"{self.label} cannot speak scripts (SSML, dialogue); choose rumik-oss-1.")
+        with self.lock:
+            self._ready()
+            return self._script_on_gpu(parts, limits)
+
+    def _engine_script(self, parts: Sequence[Part], limits: RequestLimits) -> ScriptAudio:
+        from rumik_app.engine.script import synthesize_script
+
+        return synthesize_script(self.engine, parts, limits=limits)
 
     def _ready(self) -> None:
         """Under the lock: note the use, and reload an engine the idle unloader put away."""

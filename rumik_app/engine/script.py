@@ -34,17 +34,21 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.prompt import PromptError
-from rumik_app.request import LIBRARY_LIMITS, RANDOM_SEED, RequestLimits, SynthesisRequest, resolve_seed
-from rumik_app.text.dialogue import Turn
-from rumik_app.text.ssml import SsmlSegment
+from rumik_app.engine.planning import plan_request
+from rumik_app.model.tokens import TokenLayout
+from rumik_app.prompt import VOICES, PromptError
+from rumik_app.request import (
+    LIBRARY_LIMITS, RANDOM_SEED, RequestLimits, SynthesisRequest, build_request, resolve_seed,
+)
+from rumik_app.text.dialogue import Turn, parse_dialogue
+from rumik_app.text.ssml import SsmlSegment, is_ssml, parse_ssml
 
 if TYPE_CHECKING:  # only for annotations: this module loads no torch, so a CLI may import it before --help
     from rumik_app.engine.base import BaseEngine, Progress
@@ -135,6 +139,29 @@ def dialogue_parts(turns: Sequence[Turn], base: SynthesisRequest, gap_s: float =
     return seeded_parts(parts, base.seed if base_seed is None else base_seed)
 
 
+def build_script(values: Mapping[str, object], dialogue: bool = False, gap_s: float = DEFAULT_GAP_SECONDS,
+                 voices: Sequence[str] | None = None, limits: RequestLimits | None = None,
+                 speakers: Mapping[str, object] | None = None, **build) -> list[Part] | None:
+    """The script a front end's fields ask for, or None for one plain request (`build_request`):
+    with `dialogue` the text is a dialogue script; text that starts with `<speak>` is SSML. The
+    other fields (voice, seed, sampling, lexicons, ...) make the base every part starts from;
+    `build` goes to `build_request` (default_max_seconds, tokens_for). PromptError names the problem."""
+    text = str(values.get("text") or "")
+    if not dialogue and not is_ssml(text):
+        return None
+    max_chars = (limits or LIBRARY_LIMITS).max_chars
+    if dialogue:
+        turns = parse_dialogue(text, speakers=speakers, voices=tuple(voices or VOICES), max_chars=max_chars)
+        base = build_request({**values, "text": turns[0].text}, voices=voices, limits=limits, **build)
+        return dialogue_parts(turns, base, gap_s)
+    segments = parse_ssml(text, language=values.get("language"), voices=tuple(voices) if voices else None)
+    first = next((segment.text for segment in segments if segment.text.strip()), None)
+    if first is None:
+        raise PromptError("SSML: the document has no text to say; put words inside <speak>.", field="text")
+    base = build_request({**values, "text": first}, voices=voices, limits=limits, **build)
+    return ssml_parts(segments, base)
+
+
 def ssml_parts(segments: Sequence[SsmlSegment], base: SynthesisRequest, base_seed: int | None = None) -> list[Part]:
     """An SSML document's script: segment k is `base` with the segment's text and its voice,
     language and pace where it sets them (a pace drops base's free-form description), then
@@ -160,10 +187,12 @@ def _label(part: Part, index: int) -> str:
     return part.label or f"Part {index + 1}" + (f" ({part.speaker})" if part.speaker else "")
 
 
-def plan_script(engine: BaseEngine, parts: Sequence[Part],
+def plan_script(layout: TokenLayout, parts: Sequence[Part],
                 limits: RequestLimits = LIBRARY_LIMITS) -> tuple[list[Part], list[list[SynthesisRequest]]]:
     """(the parts with their seeds drawn, each part's chunk plan), checked against `limits`
-    part by part and summed over the parts; PromptError names the part."""
+    part by part and summed over the parts; PromptError names the part. Text only: layout is
+    the checkpoint's (`engine.layout`, `config.layout`), so a server checks a script before
+    any part takes a row."""
     if not parts:
         raise PromptError("The script is empty: give at least one part.", field="text")
     if len(parts) > MAX_PARTS:
@@ -175,10 +204,10 @@ def plan_script(engine: BaseEngine, parts: Sequence[Part],
     plans = []
     for index, part in enumerate(seeded):
         try:
-            plans.append([] if part.request is None else engine.plan(part.request, limits))
+            plans.append([] if part.request is None else plan_request(part.request, layout, limits))
         except PromptError as exc:
             raise PromptError(f"{_label(part, index)}: {exc}", field=exc.field) from None
-    _check_totals(seeded, plans, limits, engine.layout.tokens_per_second)
+    _check_totals(seeded, plans, limits, layout.tokens_per_second)
     return seeded, plans
 
 
@@ -210,7 +239,7 @@ def synthesize_script(engine: BaseEngine, parts: Sequence[Part], limits: Request
     progress: as `synthesize_many`'s, over the whole script. batch_size: rows per batch
     (default the engine's `synth_batch_size`)."""
     start = time.perf_counter()
-    parts, plans = plan_script(engine, parts, limits)
+    parts, plans = plan_script(engine.layout, parts, limits)
     spoken = iter(engine.synthesize_many([p.request for p in parts if p.request is not None],
                                          batch_size=batch_size, progress=progress))
     audios = [None if part.request is None else next(spoken) for part in parts]

@@ -84,6 +84,7 @@ class SchedulerAdapter:
     def __init__(self, scheduler):
         self.scheduler = scheduler
         self.engine = scheduler.engine
+        self.layout = self.engine.layout
         self.sample_rate = self.engine.sample_rate
         self.voices = tuple(self.engine.voices)
         self.max_batch = scheduler.max_batch
@@ -179,6 +180,7 @@ class AsyncEngineAdapter:
     def __init__(self, engine, max_batch: int | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  owns_engine: bool = False, limits: RequestLimits = SERVER_LIMITS):
         self.engine = engine
+        self.layout = engine.layout
         self.limits = limits
         self.sample_rate = int(engine.sample_rate)
         self.voices = tuple(engine.voices)

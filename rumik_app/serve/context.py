@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part, build_script, plan_script
 from rumik_app.request import DEFAULT_MAX_SECONDS, SynthesisRequest, build_request
 from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
@@ -37,6 +38,17 @@ class ServeContext:
     @property
     def model_name(self) -> str:
         return self.accepted[0]
+
+    def build_script(self, fields: Mapping[str, object], dialogue: bool = False,
+                     gap_s: float = DEFAULT_GAP_SECONDS) -> list[Part] | None:
+        """The checked script of a dialogue (the text is its script) or an SSML document (the
+        text starts with `<speak>`), planned against this server's limits before any part takes
+        a row; None for plain text (`build`). PromptError names the problem."""
+        adapter = self.adapter
+        parts = build_script(fields, dialogue=dialogue, gap_s=gap_s, voices=adapter.voices, limits=adapter.limits,
+                             speakers=self.voice_map, default_max_seconds=self.default_max_seconds,
+                             tokens_for=adapter.max_new_tokens_for)
+        return None if parts is None else plan_script(adapter.layout, parts, adapter.limits)[0]
 
     def build(self, fields: Mapping[str, object]) -> SynthesisRequest:
         """The checked request for a protocol's fields (as `build_request` names them), against

@@ -17,7 +17,7 @@ from rumik_app.prompt import PromptError
 
 log = logging.getLogger(__name__)
 # A request field under its name in OpenAI's API, where the two differ.
-API_PARAMS = {"text": "input", "description": "instructions"}
+API_PARAMS = {"text": "input", "description": "instructions", "pause": "dialogue_gap", "speakers": "input"}
 
 
 class ApiError(Exception):

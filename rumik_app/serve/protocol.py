@@ -24,6 +24,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from rumik_app.engine.serving import ServingStats
+from rumik_app.model.tokens import TokenLayout
 from rumik_app.request import RequestLimits, SynthesisRequest
 
 SEED_HEADER = "x-rumik-seed"  # every protocol's HTTP answer: the seed used (drawn when none was given)
@@ -51,6 +52,7 @@ class SpeechAdapter(Protocol):
     voices: tuple[str, ...]
     max_batch: int
     limits: RequestLimits  # how much one request may ask for (typed/spoken characters, audio seconds)
+    layout: TokenLayout  # the checkpoint's audio tokens: what a script is planned with before it takes rows
 
     async def start(self) -> None: ...
 

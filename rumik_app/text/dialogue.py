@@ -184,8 +184,7 @@ def speaker_table(speakers: Mapping[str, object] | None,
 def _start_turn(number: int, name: str, settings: str, text: str,
                 table: dict[str, tuple[str, Speaker]], extra: str) -> dict:
     if name.lower() not in table:
-        raise _error(number, f"unknown speaker {name!r}. Use a voice ({extra}) or a name given as a speaker"
-                             " (e.g. speakers={'Host': 'Ira'}).")
+        raise _error(number, f"unknown speaker {name!r}. Start the line with a voice's name ({extra}).")
     shown, speaker = table[name.lower()]
     chosen = {f: getattr(speaker, f) for f in SETTINGS} | parse_settings(settings, number, shown)
     return {"speaker": shown, "voice": speaker.voice, "lines": [text] if text else [], "line": number, **chosen}

@@ -126,7 +126,14 @@ def test_every_backend_event_has_an_api_name(app_server):
 
     assert names("/synthesize") == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature",
                                     "top_k", "top_p", "max_seconds", "system", "normalize",
-                                    "repetition_penalty"]  # new settings come last
+                                    "repetition_penalty",  # new settings come last:
+                                    "lexicon", "dialogue", "dialogue_gap"]  # issue 38, Say it right
+    assert names("/synthesize_stream") == ["text", "voice", "tone", "accent", "pace", "description", "seed",
+                                           "temperature", "top_k", "top_p", "max_seconds", "system",
+                                           "description_mode", "language", "normalize", "repetition_penalty",
+                                           "lexicon", "dialogue", "dialogue_gap"]
+    assert names("/prompt_preview") == ["text", "voice", "tone", "accent", "pace", "description", "description_mode",
+                                        "system", "language", "normalize", "lexicon", "dialogue", "dialogue_gap"]
     side = ["system", "voice", "tone", "accent", "pace", "seed", "temperature", "label"]
     assert names("/generate_pair") == ["text", "prompt_id", "target_delivery", *(f"{n}_a" for n in side),
                                        *(f"{n}_b" for n in side), "max_seconds"]

@@ -95,7 +95,9 @@ class _FakeVLLMEngine:
     sample_rate, voices = 24_000, ("Ira",)
 
     def __init__(self, **kwargs):
-        self.kwargs = kwargs
+        from types import SimpleNamespace
+
+        self.kwargs, self.layout = kwargs, SimpleNamespace(tokens_per_second=100.0)
 
     def close(self) -> None:
         pass

@@ -230,20 +230,20 @@ def test_silence_only_parts(tiny_engine):
 
 def test_script_limits_are_summed_over_parts(tiny_engine, rows_per_call):
     parts = [Part(BASE.with_(text="one two three four"), "Ira"), Part(BASE.with_(text="five six seven"), "Zoya")]
-    plan_script(tiny_engine, parts, RequestLimits(32, 64))  # each part and the sum fit
+    plan_script(tiny_engine.layout, parts, RequestLimits(32, 64))  # each part and the sum fit
     with pytest.raises(PromptError, match="Part 1 \\(Ira\\): Text is 18 characters; the limit is 10"):
-        plan_script(tiny_engine, parts, RequestLimits(10, 40))
+        plan_script(tiny_engine.layout, parts, RequestLimits(10, 40))
     with pytest.raises(PromptError, match="32 characters of text; the limit is 30"):
-        plan_script(tiny_engine, parts, RequestLimits(30, 60))
+        plan_script(tiny_engine.layout, parts, RequestLimits(30, 60))
     money = [Part(BASE.with_(text=f"₹99,99,999 {k}")) for k in range(2)]
     spoken = sum(len(tiny_engine.plan(part.request)[0].text) for part in money)
-    plan_script(tiny_engine, money, RequestLimits(100, spoken))
+    plan_script(tiny_engine.layout, money, RequestLimits(100, spoken))
     with pytest.raises(PromptError, match=f"reads as {spoken} characters"):
-        plan_script(tiny_engine, money, RequestLimits(100, spoken - 1))
+        plan_script(tiny_engine.layout, money, RequestLimits(100, spoken - 1))
     seconds = 40 / tiny_engine.layout.tokens_per_second  # one part's budget
-    plan_script(tiny_engine, parts, RequestLimits(100, 200, 2 * seconds))
+    plan_script(tiny_engine.layout, parts, RequestLimits(100, 200, 2 * seconds))
     with pytest.raises(PromptError, match="pauses"):
-        plan_script(tiny_engine, [parts[0], Part(parts[1].request, pause_after_s=1.0)],
+        plan_script(tiny_engine.layout, [parts[0], Part(parts[1].request, pause_after_s=1.0)],
                     RequestLimits(100, 200, 2 * seconds + 0.5))
     with pytest.raises(PromptError, match="empty"):
         synthesize_script(tiny_engine, [])
@@ -263,5 +263,5 @@ def test_script_module_is_light():
 
 def test_unseeded_parts_draw_seeds_that_are_reported(tiny_engine):
     parts = [Part(BASE.with_(text="first", seed=None)), Part(BASE.with_(text="second", seed=None))]
-    seeded, _ = plan_script(tiny_engine, parts)
+    seeded, _ = plan_script(tiny_engine.layout, parts)
     assert all(isinstance(p.request.seed, int) for p in seeded)

@@ -33,6 +33,7 @@ from rumik_app.serve.errors import engine_error
 from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
 from rumik_app.serve.protocol import SEED_HEADER
+from rumik_app.serve.scripts import script_stream
 from rumik_app.serve.context import ServeContext
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     check_model(body.model, ctx.accepted)
     job = speech_job(body, ctx, owner_of(request))
     info: dict = {}
-    pieces = ctx.adapter.stream(job.request, info)
+    pieces = script_stream(ctx.adapter, job.parts, info) if job.parts else ctx.adapter.stream(job.request, info)
     try:
         first = await _first_piece(pieces, request)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one readable error body

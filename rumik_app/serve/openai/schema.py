@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.prompt import PromptError, normalize_voice
 from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
@@ -46,7 +47,8 @@ SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
-EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language", "lexicon")
+EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language", "lexicon",
+                "dialogue", "dialogue_gap")
 
 
 class VoiceRef(BaseModel):
@@ -75,15 +77,18 @@ class SpeechRequest(SamplingFields):
     normalize: bool = True
     language: str | None = None
     lexicon: str | list[str] | None = None  # ids of this API key's lexicons (POST /v1/lexicons)
+    dialogue: bool = False  # input is a script: "Name (tone, pace): text" per line, one clip out
+    dialogue_gap: float | None = None  # seconds of silence between turns (default 0.3)
 
 
 @dataclass
 class SpeechJob:
     """A checked request: what to synthesise and how to send it."""
 
-    request: SynthesisRequest
+    request: SynthesisRequest  # a script's: its first spoken part (its seed is the script's base)
     response_format: str
     sse: bool
+    parts: list[Part] | None = None  # a dialogue or SSML script (rumik_app.serve.scripts)
 
 
 def check_model(name: str, accepted: Sequence[str]) -> None:
@@ -161,11 +166,14 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
     lexicons = ctx.lexicons.resolve(owner, body.lexicon)
+    values = {**request_fields(body, ctx.voice_map), "lexicons": lexicons or None}
     try:
-        request = ctx.build({**request_fields(body, ctx.voice_map), "lexicons": lexicons or None})
+        gap = DEFAULT_GAP_SECONDS if body.dialogue_gap is None else body.dialogue_gap
+        parts = ctx.build_script(values, dialogue=body.dialogue, gap_s=gap)
+        request = ctx.build(values) if parts is None else next(p.request for p in parts if p.request is not None)
     except PromptError as exc:
         raise prompt_error(exc) from None
-    return SpeechJob(request, fmt, sse)
+    return SpeechJob(request, fmt, sse, parts)
 
 
 def validation_error(errors: Sequence[dict]) -> ApiError:

@@ -1,0 +1,59 @@
+"""Dialogue and SSML on the speech server: a script's parts streamed in order with their pauses.
+
+    parts = ctx.build_script(fields, dialogue=True, gap_s=0.3)    # None: one plain request
+    async for piece in script_stream(ctx.adapter, parts, info):   # float32 [n] at adapter.sample_rate
+        send(piece)
+
+Every part is an ordinary request on `SpeechAdapter.stream` (the rows every route uses), so
+parts share decode steps with each other and with other clients: up to `adapter.max_batch`
+parts generate at once, in order, while the audio goes out in order; a part's pause is sent as
+zeros after it. Abandoning the iteration (a hang-up) cancels every part, freeing their rows.
+`info` sums the parts' token counts, as one request's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+
+from rumik_app.engine.script import Part
+from rumik_app.serve.protocol import SpeechAdapter
+
+_END = object()
+
+
+async def script_stream(adapter: SpeechAdapter, parts: Sequence[Part], info: dict | None = None
+                        ) -> AsyncIterator[np.ndarray]:
+    """The script's audio in order (see the module docstring); the first part's errors (bad
+    input, a full queue) raise before any audio, as `adapter.stream`'s do."""
+    slots = asyncio.Semaphore(max(1, adapter.max_batch))
+    queues = [asyncio.Queue() for _ in parts]
+    infos = [{} for _ in parts]
+
+    async def run(index: int, part: Part) -> None:
+        async with slots:
+            try:
+                async for piece in adapter.stream(part.request, infos[index]):
+                    queues[index].put_nowait(piece)
+                queues[index].put_nowait(_END)
+            except Exception as exc:  # noqa: BLE001 - handed to the reader, which raises it in order
+                queues[index].put_nowait(exc)
+
+    tasks = [asyncio.create_task(run(i, part)) for i, part in enumerate(parts) if part.request is not None]
+    try:
+        for index, part in enumerate(parts):
+            while part.request is not None and (item := await queues[index].get()) is not _END:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+            if samples := round(part.pause_after_s * adapter.sample_rate):
+                yield np.zeros(samples, dtype=np.float32)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if info is not None:
+            info["tokens"] = sum(int(part_info.get("tokens", 0)) for part_info in infos)
+            info["prompt_tokens"] = sum(int(part_info.get("prompt_tokens", 0)) for part_info in infos)

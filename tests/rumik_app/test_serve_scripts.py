@@ -1,0 +1,106 @@
+"""Dialogue and SSML on the speech server (issue 38), through the `openai` client.
+
+Each part is an ordinary request on the scheduler's rows: a dialogue equals its turns spoken
+alone with seeds base + k, joined with exact silences; the turns share decode steps; SSML's
+breaks are exact zeros; bad scripts are one 400; a hang-up frees every part's row.
+
+Run: .venv/bin/python -m pytest tests/rumik_app/test_serve_scripts.py -q
+"""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+
+from rumik_app.engine.local import TTSEngine
+from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
+from tests.servers import ServerThread, wait_for
+from tests.sockets import active, gauge
+
+KEY = "script-key"
+RATE = 24_000
+SCRIPT = "Ira (happy): Hello there, how are you?\nAisha (sad, slow): Not so well today.\nIra: Oh no."
+COMMON = {"response_format": "pcm", "max_seconds": 0.4}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    return TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+
+
+@pytest.fixture
+def server(engine):
+    adapter = SchedulerAdapter(BatchScheduler(engine, max_batch=4, max_queue=16, max_prompt_tokens=256))
+    with ServerThread(adapter, api_key=KEY, max_seconds=0.4) as srv:
+        yield srv
+
+
+def client(server) -> OpenAI:
+    return OpenAI(api_key=KEY, base_url=server.url + "/v1", max_retries=0)
+
+
+def pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2")
+
+
+def alone(server, text: str, voice: str, seed: int, **settings) -> np.ndarray:
+    resp = httpx.post(server.url + "/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "tiny", "input": text, "voice": voice, "seed": seed, **COMMON, **settings})
+    assert resp.status_code == 200, resp.text
+    return pcm(resp.content)
+
+
+def test_a_dialogue_is_its_turns_alone_joined_by_exact_gaps_and_they_share_steps(server):
+    audio = client(server).audio.speech.create(model="tiny", voice="Ira", input=SCRIPT, extra_body={
+        "dialogue": True, "dialogue_gap": 0.25, "seed": 40, **COMMON}).content
+    peak = server.health()["peak_active"]
+    gap = np.zeros(round(0.25 * RATE), dtype="<i2")
+    expected = np.concatenate([
+        alone(server, "Hello there, how are you?", "Ira", 40, tone="happy"), gap,
+        alone(server, "Not so well today.", "Aisha", 41, tone="sad", pace="slow"), gap,
+        alone(server, "Oh no.", "Ira", 42)])
+    assert np.array_equal(pcm(audio), expected)
+    assert peak >= 2  # the turns were decoded side by side, not one after another
+
+
+def test_ssml_breaks_are_exact_silence_between_its_parts(server):
+    ssml = '<speak>Hello there. <break time="500ms"/> <prosody rate="slow">Bye now.</prosody></speak>'
+    resp = httpx.post(server.url + "/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "tiny", "input": ssml, "voice": "Zoya", "seed": 9, **COMMON})
+    assert resp.status_code == 200, resp.text
+    expected = np.concatenate([alone(server, "Hello there.", "Zoya", 9), np.zeros(RATE // 2, dtype="<i2"),
+                               alone(server, "Bye now.", "Zoya", 10, pace="slow")])
+    assert np.array_equal(pcm(resp.content), expected)
+    assert resp.headers["x-rumik-seed"] == "9"
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"input": "<speak>Hi <audio src='x.wav'/></speak>"}, "audio"),
+    ({"input": "<speak><prosody pitch='high'>Hi</prosody></speak>"}, "pitch"),
+    ({"input": "Bob: hello", "dialogue": True}, "Bob"),
+    ({"input": "Ira (sleepy): hello", "dialogue": True}, "sleepy"),
+    ({"input": "Ira: hello", "dialogue": True, "dialogue_gap": 99}, "dialogue_gap"),
+])
+def test_bad_scripts_get_one_400_that_names_the_problem(server, body, words):
+    resp = httpx.post(server.url + "/v1/audio/speech", timeout=30, headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "tiny", "voice": "Ira", **body})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert words in error["message"] or error["param"] == words
+
+
+def test_a_hang_up_mid_dialogue_frees_every_turns_row(server):
+    turns = ["Ira", "Aisha", "Siya", "Zoya"]
+    script = "\n".join(f"{voice}: A line that tiny never ends, number {i}." for i, voice in enumerate(turns))
+    budget = len(turns) * 3000  # tokens: 30 s per turn, which tiny's random weights rarely end sooner
+    before = gauge(server.url, "rumik_generated_tokens_total")
+    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        with http.stream("POST", server.url + "/v1/audio/speech", json={
+                "model": "tiny", "voice": "Ira", "input": script, "dialogue": True, "seed": 1,
+                "response_format": "pcm", "max_seconds": 30}) as resp:
+            next(resp.iter_raw())  # the first turn is playing; then the client hangs up
+    wait_for(lambda: active(server.url) == 0, what="every turn's row to be freed")
+    assert gauge(server.url, "rumik_generated_tokens_total") - before < budget / 2  # the turns were cut short
