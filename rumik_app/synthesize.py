@@ -102,7 +102,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 def request_fields(args: argparse.Namespace) -> dict:
     """The flags as `build_request` fields (None: not given); --dialogue's file is the text."""
-    from rumik_app.text.lexicon import load_lexicon
+    from rumik_app.text.lexicon_io import load_lexicon
 
     names = (*REQUEST_FLAGS, *(spec.name for spec in wire_settings()))
     fields = {"normalize": not args.no_normalize, **{name: getattr(args, name) for name in names}}

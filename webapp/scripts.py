@@ -34,7 +34,8 @@ from pathlib import Path
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part, build_script
 from rumik_app.errors import PromptError
 from rumik_app.request import APP_LIMITS, RequestLimits
-from rumik_app.text.lexicon import MAX_LEXICON_BYTES, SUFFIX_FORMATS, Lexicon, load_lexicon
+from rumik_app.text.lexicon import MAX_LEXICON_BYTES, Lexicon
+from rumik_app.text.lexicon_io import SUFFIX_FORMATS, load_lexicon
 from rumik_app.text.ssml import is_ssml
 
 LEXICON_SUFFIXES = tuple(SUFFIX_FORMATS)  # .pls .xml .tsv .json

@@ -31,7 +31,8 @@ from rumik_app.errors import PromptError
 from rumik_app.files import atomic_write
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.protocol import OPEN_OWNER
-from rumik_app.text.lexicon import Lexicon, read_lexicon, to_json, to_pls, to_tsv
+from rumik_app.text.lexicon import Lexicon
+from rumik_app.text.lexicon_io import read_lexicon, to_json, to_pls, to_tsv
 
 MAX_LEXICONS_PER_OWNER = 32
 MAX_LEXICONS_PER_REQUEST = 8

@@ -24,6 +24,11 @@ from rumik_app.serve.protocol import SpeechAdapter
 _END = object()
 
 
+def first_request(parts: Sequence[Part]):
+    """A script's first spoken request: its seed is the script's base (the seed header)."""
+    return next(part.request for part in parts if part.request is not None)
+
+
 async def script_stream(adapter: SpeechAdapter, parts: Sequence[Part], info: dict | None = None
                         ) -> AsyncIterator[np.ndarray]:
     """The script's audio in order (see the module docstring); the first part's errors (bad

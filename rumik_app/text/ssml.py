@@ -15,7 +15,7 @@ silence after it. Supported; anything else is one PromptError that lists this ta
     <speak version xml:lang>  the root; xml:lang "hi-IN" -> code "hi" (also on <lang>, <p>, <s>)
     <break time strength>     cuts the text; time ("300ms", "1.5s") wins over strength: none 0 (no cut),
                               x-weak 0.25 s, weak 0.5, medium 0.75 (a bare <break/>), strong 1.0, x-strong 1.25
-    <say-as interpret-as format>  words by the normaliser's rules (`rules`, `numwords`) in the segment's
+    <say-as interpret-as format>  (`say_as`) words by the normaliser's rules (`rules`, `numwords`) in the segment's
                               xml:lang, else the script's language as `normalize_text` decides: cardinal,
                               ordinal, digits, characters = spell-out (letters or aksharas one by one, Latin
                               upper-cased, digits as words), date (format dmy (default), mdy, ymd, dm, md),
@@ -41,10 +41,8 @@ from __future__ import annotations
 import functools
 import io
 import re
-import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from decimal import InvalidOperation
 from xml.etree.ElementTree import Element, ParseError
 
 from defusedxml import DefusedXmlException
@@ -52,12 +50,9 @@ from defusedxml.ElementTree import iterparse
 
 from rumik_app.errors import PromptError
 from rumik_app.prompt import MAX_TEXT_CHARS, check_characters, normalize_voice
-from rumik_app.text import data
-from rumik_app.text import numwords as nw
 from rumik_app.text.languages import INDIC_SCRIPTS, SENTENCE_END, dominant_script, get_language, script_counts
 from rumik_app.text.normalize import LANGUAGE_SCRIPT, SCRIPT_DEFAULT_LANGUAGE
-from rumik_app.text.numwords import Unsupported
-from rumik_app.text.rules import HANDLERS, PATTERNS, NotThis
+from rumik_app.text.say_as import SayAs, check_say_as, render_say_as
 
 MAX_SSML_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -65,13 +60,10 @@ MAX_ELEMENTS = 1000
 MAX_BREAKS = 100
 MAX_BREAK_S = 10.0
 MAX_TOTAL_PAUSE_S = 60.0
-MAX_SAY_AS_CHARS = 200
 SCRIPT_SAMPLE = 4000  # characters whose script decides a say-as language without xml:lang
 BREAK_STRENGTH_S = {"none": 0.0, "x-weak": 0.25, "weak": 0.5, "medium": 0.75, "strong": 1.0, "x-strong": 1.25}
 RATE_PACE = {"x-slow": "slow", "slow": "slow", "medium": "steady", "fast": "fast", "x-fast": "fast"}
 RATE_PERCENT = (50.0, 200.0)
-DATE_FORMATS = ("dmy", "mdy", "ymd", "dm", "md")
-CURRENCY_FORMATS = ("INR", "USD", "EUR", "GBP")
 INLINE = ("laugh", "chuckle", "sigh")
 SUPPORTED: dict[str, tuple[str, ...]] = {
     "speak": ("version", "xml:lang"), "break": ("time", "strength"), "say-as": ("interpret-as", "format"),
@@ -86,19 +78,8 @@ _START = re.compile(r"\s*(?:<\?xml[^>]*\?>\s*)?<speak[\s>/]")
 _XML_DECL = re.compile(r"\s*<\?xml[^>]*\?>")
 _TIME = re.compile(r"(\d{1,6}(?:\.\d+)?)\s*(ms|s)")
 _PERCENT = re.compile(r"(\d{1,4}(?:\.\d+)?)%")
-_NUMBER = re.compile(r"(?P<neg>[-−])?(?P<num>[0-9]{1,3}(?:,[0-9]{2,3})+|[0-9]+)(?:\.(?P<frac>[0-9]+))?")
 _MARK = "\x00"  # a sentence end (<p>, <s>); XML text cannot hold U+0000
 _STOP = {"Devanagari": "।", "Bengali": "।", "Gurmukhi": "।", "Odia": "।", "Arabic": "۔"}
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_PATTERN = dict(PATTERNS)
-_EXAMPLES = {
-    "cardinal": "a number such as 2,50,000, 1,000,000 or -3.5", "ordinal": "a number such as 5 or 5th",
-    "digits": "digits such as 2026 or 080-2345", "characters": "letters or digits", "spell-out": "letters or digits",
-    "date": f"a date such as 15/08/2026, 2026-08-15 or 15 Aug 2026, or numbers in the format's order "
-            f"({', '.join(DATE_FORMATS)}; 4-digit years)",
-    "time": "a time such as 10:30, 10:30 pm, 22:15 or 7 pm", "telephone": "a number such as +91 98765 43210",
-    "currency": f"an amount such as ₹500, $4.99 or Rs. 2,50,000 (format {'/'.join(CURRENCY_FORMATS)} for 4.99)",
-}
 
 
 @dataclass(frozen=True)
@@ -110,13 +91,6 @@ class SsmlSegment:
     language: str | None = None
     pace: str | None = None
     pause_after_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class _SayAs:
-    kind: str
-    fmt: str | None
-    content: str
 
 
 def _error(message: str) -> PromptError:
@@ -221,7 +195,7 @@ class _Builder:
     def __init__(self, language: str | None, voices: Sequence[str] | None, root: Element):
         self.default, self.voices, self.root = language, voices, root
         self.segments: list[SsmlSegment] = []
-        self.pieces: list[str | _SayAs] = []  # text of the open segment; say-as rendered at flush
+        self.pieces: list[str | SayAs] = []  # text of the open segment; say-as rendered at flush
         self.scope = SsmlSegment("")
         self.breaks, self.paused, self.spoken = 0, 0.0, False
 
@@ -279,7 +253,7 @@ class _Builder:
         elif tag in INLINE:
             self.pieces.append(f" <{tag}> ")
         elif tag == "say-as":
-            self.pieces.append(_say_as(element))
+            self.pieces.append(check_say_as(element.get("interpret-as"), element.get("format"), element.text))
             self.spoken = True
         elif not element.get("alias", "").strip():
             raise _error('<sub> needs a non-empty alias, e.g. <sub alias="World Wide Web">WWW</sub>.')
@@ -307,9 +281,10 @@ class _Builder:
 
     def flush(self, pause: float = 0.0) -> None:
         """The open pieces become a segment (whitespace kept for merging) with `pause` after it."""
-        has_say_as = any(isinstance(p, _SayAs) for p in self.pieces)
+        has_say_as = any(isinstance(p, SayAs) for p in self.pieces)
         language = self._say_as_language("".join(p for p in self.pieces if isinstance(p, str))) if has_say_as else ""
-        text = _place_stops("".join(p if isinstance(p, str) else _render(p, language) for p in self.pieces))
+        text = _place_stops("".join(p if isinstance(p, str) else render_say_as(p.kind, p.fmt, p.content, language)
+                                    for p in self.pieces))
         if text or pause:
             self.segments.append(replace(self.scope, text=text, pause_after_s=pause))
         self.pieces, self.spoken = [], False
@@ -409,127 +384,3 @@ def _break_seconds(time: str | None, strength: str | None) -> float:
     if seconds > MAX_BREAK_S:
         raise _error(f'<break time="{time}"> is longer than {MAX_BREAK_S:g} s.')
     return seconds
-
-
-def _say_as(element: Element) -> _SayAs:
-    kind, fmt = element.get("interpret-as"), element.get("format")
-    if kind not in _RENDERERS:
-        raise _error(f'<say-as interpret-as="{kind or ""}">: use one of {", ".join(_RENDERERS)}.')
-    allowed = {"date": DATE_FORMATS, "currency": CURRENCY_FORMATS}.get(kind, ())
-    if fmt is not None and fmt not in allowed:
-        fix = f"use one of {', '.join(allowed)}" if allowed else "format is only for date and currency"
-        raise _error(f'<say-as interpret-as="{kind}" format="{fmt}">: {fix}.')
-    content = " ".join((element.text or "").split())
-    if not content or len(content) > MAX_SAY_AS_CHARS or "<" in content or ">" in content:
-        raise _error(f'<say-as interpret-as="{kind}"> needs 1 to {MAX_SAY_AS_CHARS} characters of text, no < or >.')
-    return _SayAs(kind, fmt, content)
-
-
-def _render(say: _SayAs, language: str) -> str:
-    """The words for one say-as (native digits read as ASCII); as typed where `language` has no words."""
-    text = "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() else ch for ch in say.content)
-    try:
-        return _RENDERERS[say.kind](text, say.fmt, language)
-    except Unsupported:
-        return say.content
-
-
-def _bad(kind: str, text: str) -> PromptError:
-    return _error(f'<say-as interpret-as="{kind}"> needs {_EXAMPLES[kind]}; got {text!r}.')
-
-
-def _rule(category: str, kind: str, text: str, language: str) -> str:
-    """The normaliser's own reading of `text` as one whole `category` pattern (rumik_app.text.rules)."""
-    m = _PATTERN[category].fullmatch(text)
-    if m is None:
-        raise _bad(kind, text)
-    try:
-        return HANDLERS[category](m, language, text)
-    except Unsupported:
-        raise
-    except (NotThis, ValueError, InvalidOperation):  # month 13, "1,2,3" grouping
-        raise _bad(kind, text) from None
-
-
-def _cardinal(text: str, fmt: str | None, language: str) -> str:
-    """A strict cardinal (1947 is a number, not a year), Indian or Western grouping, decimals, minus."""
-    m = _NUMBER.fullmatch(text)
-    groups = m["num"].split(",") if m else []
-    indian = len(groups) > 1 and all(len(g) == 2 for g in groups[1:-1]) and len(groups[-1]) == 3
-    western = len(groups) > 1 and all(len(g) == 3 for g in groups[1:]) and not indian
-    if m is None or (len(groups) > 1 and not (indian or western)):
-        raise _bad("cardinal", text)
-    whole = "".join(groups)
-    words = nw.decimal(whole, m["frac"], language) if m["frac"] else nw.cardinal(int(whole), language, western)
-    if m["neg"] and language not in data.MINUS:
-        raise Unsupported(language, "negative", "no verified word for minus")
-    return f"{data.MINUS[language]} {words}" if m["neg"] else words
-
-
-def _digits(text: str, fmt: str | None, language: str) -> str:
-    if not re.fullmatch(r"[0-9][0-9 ./()+-]*", text):
-        raise _bad("digits", text)
-    return " ".join(nw.digits(run, language) for run in re.findall("[0-9]+", text))
-
-
-def _characters(text: str, fmt: str | None, language: str) -> str:
-    """Letters (an akshara: consonants joined by a virama, with their marks) and digits one at a time."""
-    units: list[str] = []
-    for ch in text:
-        after_virama = bool(units) and unicodedata.combining(units[-1].rstrip("\u200c\u200d")[-1]) == 9
-        joins = unicodedata.category(ch)[0] == "M" or ch in "\u200c\u200d" or (ch.isalpha() and after_virama)
-        if units and joins and not units[-1].isdigit():
-            units[-1] += ch
-        elif ch.isalnum():  # punctuation and spaces are dropped
-            units.append(ch)
-    if not units:
-        raise _bad("characters", text)
-    return " ".join(_letter(unit, language) for unit in units)
-
-
-def _letter(unit: str, language: str) -> str:
-    if not unit.isdigit():
-        return unit.upper() if unit.isascii() else unit
-    try:
-        return nw.digits(unit, language)
-    except Unsupported:
-        return unit
-
-
-def _typed_date(text: str, fmt: str) -> str:
-    """Numbers in `fmt` order -> '15 Aug 2026' or, month first (mdy, md), 'Aug 15, 2026'."""
-    parts = re.split(r"[\s/.-]+", text)
-    value = dict(zip(fmt, parts))
-    if len(parts) != len(fmt) or not all(p.isdigit() for p in parts) or not 1 <= int(value["m"]) <= 12 \
-            or len(value.get("y", "0000")) != 4:
-        raise _bad("date", text)
-    day, name, year = int(value["d"]), _MONTHS[int(value["m"]) - 1], value.get("y")
-    if fmt in ("mdy", "md"):
-        return f"{name} {day}" + (f", {year}" if year else "")
-    return f"{day} {name}" + (f" {year}" if year else "")
-
-
-def _telephone(text: str, fmt: str | None, language: str) -> str:
-    """The normaliser's phone reading (digit by digit in the typed groups); other digit groups alike."""
-    if not re.fullmatch(r"\+?[0-9][0-9 ()-]*", text):
-        raise _bad("telephone", text)
-    if m := _PATTERN["phone"].fullmatch(text):
-        try:
-            return HANDLERS["phone"](m, language, text)
-        except NotThis:
-            pass
-    comma = "، " if language in ("ur", "ks", "sd") else ", "
-    spoken = comma.join(nw.digits(run, language) for run in re.findall("[0-9]+", text))
-    plus = data.PLUS.get(language) if text.startswith("+") else None
-    return f"{plus} {spoken}" if plus else spoken
-
-
-_RENDERERS: dict[str, Callable[[str, str | None, str], str]] = {
-    "characters": _characters, "spell-out": _characters, "cardinal": _cardinal, "digits": _digits,
-    "ordinal": lambda text, fmt, lang: (nw.ordinal(int(text), lang) if text.isdigit()
-                                        else _rule("ordinal", "ordinal", text, lang)),
-    "date": lambda text, fmt, lang: _rule("date", "date", _typed_date(text, fmt) if fmt else text, lang),
-    "time": lambda text, fmt, lang: _rule("time", "time", text, lang),
-    "telephone": _telephone,
-    "currency": lambda text, fmt, lang: _rule("currency", "currency", f"{fmt} {text}" if fmt else text, lang),
-}

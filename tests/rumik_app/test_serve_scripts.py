@@ -104,3 +104,18 @@ def test_a_hang_up_mid_dialogue_frees_every_turns_row(server):
             next(resp.iter_raw())  # the first turn is playing; then the client hangs up
     wait_for(lambda: active(server.url) == 0, what="every turn's row to be freed")
     assert gauge(server.url, "rumik_generated_tokens_total") - before < budget / 2  # the turns were cut short
+
+
+def _silk_pcm(server, body: dict) -> np.ndarray:
+    resp = httpx.post(server.url + "/v1/tts", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    return pcm(resp.content[44:])  # the WAV's 44-byte header, sizes filled in
+
+
+def test_silk_takes_ssml_too(server):
+    ssml = '<speak>Hello there. <break time="250ms"/> Bye now.</speak>'
+    got = _silk_pcm(server, {"text": ssml, "seed": 3, "max_new_tokens": 40})
+    expected = np.concatenate([_silk_pcm(server, {"text": "Hello there.", "seed": 3, "max_new_tokens": 40}),
+                               np.zeros(RATE // 4, dtype="<i2"),
+                               _silk_pcm(server, {"text": "Bye now.", "seed": 4, "max_new_tokens": 40})])
+    assert np.array_equal(got, expected)

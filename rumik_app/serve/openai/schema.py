@@ -39,6 +39,7 @@ from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
 from rumik_app.serve.errors import ApiError, prompt_error
 from rumik_app.serve.fields import SamplingFields, sampling_values
 from rumik_app.serve.protocol import OPEN_OWNER
+from rumik_app.serve.scripts import first_request
 
 SPEED_RANGE = (0.25, 4.0)  # OpenAI's
 SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
@@ -170,7 +171,7 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
     try:
         gap = DEFAULT_GAP_SECONDS if body.dialogue_gap is None else body.dialogue_gap
         parts = ctx.build_script(values, dialogue=body.dialogue, gap_s=gap)
-        request = ctx.build(values) if parts is None else next(p.request for p in parts if p.request is not None)
+        request = ctx.build(values) if parts is None else first_request(parts)
     except PromptError as exc:
         raise prompt_error(exc) from None
     return SpeechJob(request, fmt, sse, parts)

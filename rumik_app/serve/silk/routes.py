@@ -31,7 +31,10 @@ from rumik_app.asgi import unless_disconnected
 from rumik_app.serve.encoding import to_s16, wav_header
 from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.silk.schema import SilkError, SilkFields, SilkVoice, check_silk_model, silk_request
+from rumik_app.serve.scripts import first_request, script_stream
+from rumik_app.serve.silk.schema import (
+    SilkError, SilkFields, SilkVoice, check_silk_model, silk_request, silk_script,
+)
 from rumik_app.serve.silk.session import SilkSession, request_id, silk_error
 from rumik_app.serve.sockets import deny
 
@@ -101,8 +104,10 @@ async def tts(request: Request) -> Response:
     try:
         fields = SilkFields.parse(await _json_body(request))
         check_silk_model(fields.model, ctx.accepted)
-        req = silk_request(fields, SilkVoice().updated(fields), ctx)
-        pieces = ctx.adapter.stream(req, {})
+        voice = SilkVoice().updated(fields)
+        parts = silk_script(fields, voice, ctx)  # SSML: its parts in order; None: plain text
+        req = silk_request(fields, voice, ctx) if parts is None else first_request(parts)
+        pieces = script_stream(ctx.adapter, parts, {}) if parts else ctx.adapter.stream(req, {})
         try:
             audio = await _collect(pieces, request)
         finally:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from pydantic import ConfigDict, ValidationError
 
+from rumik_app.engine.script import Part
 from rumik_app.prompt import TONES, PromptError, normalize_voice
 from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
@@ -166,14 +167,32 @@ def silk_request(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> Syn
     """The checked SynthesisRequest for one utterance: this frame's text and sampling settings
     with the session's voice (already updated with this frame's fields), built by the server's
     one builder (`ctx.build`: its voices, limits and default length when no max_new_tokens is
-    given). SilkError names the fix."""
-    check_f0(fields.f0_up_key)
-    tone, text = split_tone_tag(fields.text or "")
-    values = {"text": text, "voice": silk_speaker(voice.speaker, ctx.adapter.voices), "tone": tone,
-              "description": voice.description, "seed": fields.seed, "max_new_tokens": fields.max_new_tokens,
-              **sampling_values(fields)}
+    given). SilkError names the fix. (SSML text: `silk_script` first.)"""
+    values = _silk_values(fields, voice, ctx)
     try:
         return ctx.build(values)
     except PromptError as exc:
-        status = 422 if exc.field in UNPROCESSABLE_FIELDS else 400
-        raise SilkError(status, str(exc), "invalid_request") from None
+        raise _silk_prompt_error(exc) from None
+
+
+def silk_script(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> list[Part] | None:
+    """The checked script of an utterance whose text is SSML (starts with `<speak>`), or None
+    for plain text (`silk_request`); its parts play in order (`rumik_app.serve.scripts`)."""
+    values = _silk_values(fields, voice, ctx)
+    try:
+        return ctx.build_script(values)
+    except PromptError as exc:
+        raise _silk_prompt_error(exc) from None
+
+
+def _silk_values(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> dict:
+    check_f0(fields.f0_up_key)
+    tone, text = split_tone_tag(fields.text or "")
+    return {"text": text, "voice": silk_speaker(voice.speaker, ctx.adapter.voices), "tone": tone,
+            "description": voice.description, "seed": fields.seed, "max_new_tokens": fields.max_new_tokens,
+            **sampling_values(fields)}
+
+
+def _silk_prompt_error(exc: PromptError) -> SilkError:
+    status = 422 if exc.field in UNPROCESSABLE_FIELDS else 400
+    return SilkError(status, str(exc), "invalid_request")

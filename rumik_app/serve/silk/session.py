@@ -22,12 +22,16 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
+from rumik_app.engine.script import Part
 from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.silk.schema import SilkError, SilkFields, SilkVoice, check_silk_model, silk_request
+from rumik_app.serve.scripts import first_request, script_stream
+from rumik_app.serve.silk.schema import (
+    SilkError, SilkFields, SilkVoice, check_silk_model, silk_request, silk_script,
+)
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session, SessionsFull
 
 log = logging.getLogger(__name__)
@@ -142,10 +146,11 @@ class SilkSession:
             check_silk_model(fields.model, self.accepted)  # the model is fixed at ws-connect; only check it
         await self._stop(reason="interrupt")
         voice = self.voice.updated(fields)
-        req = silk_request(fields, voice, self.ctx)
+        parts = silk_script(fields, voice, self.ctx)  # SSML: its parts in order; None: plain text
+        req = silk_request(fields, voice, self.ctx) if parts is None else first_request(parts)
         self.voice = voice  # only a frame that made a valid request changes the session's voice
         self.current_id = request_id()
-        self.current = asyncio.create_task(self._speak(req, self.current_id))
+        self.current = asyncio.create_task(self._speak(req, self.current_id, parts))
         return True
 
     async def _stop(self, reason: str | None) -> None:
@@ -158,12 +163,12 @@ class SilkSession:
         if reason is not None:
             await self.session.send_json({"type": "cancelled", "reason": reason, "request_id": self.current_id})
 
-    async def _speak(self, req: SynthesisRequest, rid: str) -> None:
+    async def _speak(self, req: SynthesisRequest, rid: str, parts: list[Part] | None = None) -> None:
         started = time.perf_counter()
         info: dict = {}
         samples = 0
         pcm = make_encoder("pcm", self.adapter.sample_rate)
-        pieces = self.adapter.stream(req, info)
+        pieces = script_stream(self.adapter, parts, info) if parts else self.adapter.stream(req, info)
         try:
             async with self.session.utterance():
                 await self.session.send_json({"type": "queued", "queue_depth": self.adapter.stats().queue_depth,
