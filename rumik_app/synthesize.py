@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lexicon", action="append", metavar="FILE",
                    help="a pronunciation lexicon (.pls, .tsv or .json): aliases said instead of their graphemes, "
                         "before normalisation; repeatable")
+    p.add_argument("--spans", metavar="FILE.json",
+                   help="also write where each dialogue turn or SSML part sits in the clip (start, end in seconds, "
+                        "speaker, text, seed) as JSON")
     p.add_argument("--print-prompt", action="store_true",
                    help="print the exact prompt of every chunk (and dialogue turn or SSML part) and exit; reads only "
                         "the checkpoint's config, no weights")
@@ -189,11 +192,26 @@ def run(args: argparse.Namespace) -> Audio | None:
     say = (lambda line: None) if args.quiet else print
     audio = synthesize_script_cli(engine, script, say) if script else synthesize_one(engine, req, args, say)
     audio.save(args.out)
+    if args.spans:
+        write_spans(args.spans, audio, req)
     report(audio, args, say)
     warn_if_capped(audio.info.get("finish_reasons") or [], fields["max_seconds"])
     if args.model == TINY_MODEL:
         say(TINY_NOTE)
     return audio
+
+
+def write_spans(path: str, audio: Audio, req: SynthesisRequest | None) -> None:
+    """--spans: each part's place in the clip (a plain request: one span, the whole clip), as JSON."""
+    import json
+
+    from rumik_app.files import atomic_write
+
+    spans = audio.info.get("parts") or [{"index": 0, "speaker": None, "voice": req.voice, "text": req.text,
+                                         "start": 0.0, "end": audio.duration, "pause_after": 0.0, "seed": req.seed}]
+    keys = ("index", "speaker", "voice", "text", "start", "end", "pause_after", "seed")
+    atomic_write(path, json.dumps([{key: span.get(key) for key in keys} for span in spans], ensure_ascii=False,
+                                  indent=1) + "\n")
 
 
 def print_prompts(parts, config) -> None:

@@ -26,7 +26,9 @@ from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_names, wire
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
-SAY_IT_RIGHT_FIELDS = ("lexicon", "dialogue", "dialogue_gap")  # SynthForm's inputs since issue 38, last in the API
+# SynthForm's inputs since issue 38, last in the API and in this order (gradio_client also passes
+# arguments by position): the lexicon file, dialogue and its gap, then the lexicon editor's table.
+SAY_IT_RIGHT_FIELDS = ("lexicon", "dialogue", "dialogue_gap", "lexicon_entries")
 
 
 def form_event(form_type: type, handler: Callable) -> Callable:
@@ -98,7 +100,9 @@ class SynthForm:
 
     sampling: one value per sampling setting a client sets (`wire_settings()`: one slider each).
     description_mode: the tab's radio; None (the API without it) takes tone, accent, pace and
-    description as given. language: for number words (None: per clause, from the script)."""
+    description as given. language: for number words (None: per clause, from the script).
+    lexicon: the uploaded lexicon file's path; lexicon_entries: the lexicon editor's table (rows of
+    grapheme, alias, languages; `webapp.scripts.read_lexicon_editor`), both this visitor's only."""
 
     text: str = ""
     voice: str = "Ira"
@@ -116,6 +120,7 @@ class SynthForm:
     lexicon: str | None = None
     dialogue: object = False
     dialogue_gap: object = DEFAULT_GAP_SECONDS
+    lexicon_entries: object = None
 
     @classmethod
     def from_inputs(cls, **values) -> "SynthForm":

@@ -3,6 +3,8 @@
 Library module for `webapp.synth_tab` (no command line; gradio is not imported here):
 
     lexicons = read_lexicon_upload(path)          # () without an upload; PromptError naming the file
+    mine = read_lexicon_editor(rows)              # the editor's table: () when every row is blank
+    note = lexicon_note(mine, lexicons)           # the preview's line about them ("" without any)
     kind = script_kind(text, dialogue=True)       # "dialogue", "ssml" (text starts with <speak>) or None
     parts = script_parts(kind, fields, voices=engine.voices, gap_s=0.3, limits=APP_LIMITS)
     result = synthesize_script(engine, parts, limits=APP_LIMITS)   # rumik_app.engine.script
@@ -13,6 +15,14 @@ so it applies to that visitor's requests only; nothing here keeps it. The upload
 before it is read when its name is not .pls/.xml/.tsv/.json or it is over the lexicon
 module's MAX_LEXICON_BYTES; a bad document is the lexicon module's PromptError, naming the
 file (never the server's path).
+
+The lexicon editor ("My words") is a table of grapheme | alias | languages rows, also an input
+of the visitor's own events: its non-blank rows make one Lexicon (EDITOR_NAME), listed before
+the uploaded file's, so on a tie (the same word in both) the table's alias wins. It is bounded
+like a file: at most MAX_EDITOR_ROWS rows (blank ones count: the table is refused before any
+row is read), EDITOR_COLUMNS cells a row, each cell within the lexicon module's limits
+(MAX_GRAPHEME_CHARS, MAX_ALIAS_CHARS; MAX_LANGUAGES_CHARS for the languages cell). A bad row is
+one PromptError(field "lexicon") naming the row as the table numbers it.
 
 A script (SSML or a dialogue) is several requests joined with exact pauses: the form's other
 fields (voice, seed, sampling, lexicons, ...) make the base request every part starts from,
@@ -34,7 +44,7 @@ from pathlib import Path
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part, build_script
 from rumik_app.errors import PromptError
 from rumik_app.request import APP_LIMITS, RequestLimits
-from rumik_app.text.lexicon import MAX_LEXICON_BYTES, Lexicon
+from rumik_app.text.lexicon import MAX_ALIAS_CHARS, MAX_ENTRIES, MAX_LEXICON_BYTES, Lexicon, LexiconEntry
 from rumik_app.text.lexicon_io import SUFFIX_FORMATS, load_lexicon
 from rumik_app.text.ssml import is_ssml
 
@@ -50,6 +60,13 @@ NEEDS_ENGINE_FIX = {KIND_SSML: "write plain text (without <speak>)", KIND_DIALOG
 STREAM_NOTE = ("SSML and dialogue scripts are made whole, then played: the player gets them in one piece, "
                "not while they are generated.")
 TEXT_CELL_CHARS = 40
+EDITOR_COLUMNS = ("grapheme", "alias", "languages")  # the lexicon editor's table, in this order
+EDITOR_NAME = "my words"  # the editor's Lexicon
+EDITOR_ROWS = 4  # blank rows the editor starts with
+MAX_EDITOR_ROWS = 200  # rows in the editor's table (a file takes up to MAX_ENTRIES entries)
+MAX_LANGUAGES_CHARS = MAX_ALIAS_CHARS  # the languages cell ("hi, mr" or names); grapheme and alias: LexiconEntry's
+EDITOR_MORE = (f"Put longer lists in a lexicon file (PLS, TSV or JSON, up to {MAX_ENTRIES:,} entries) and upload "
+               "it instead.")
 
 
 def read_lexicon_upload(path: str | None) -> tuple[Lexicon, ...]:
@@ -77,6 +94,76 @@ def read_lexicon_upload(path: str | None) -> tuple[Lexicon, ...]:
         if name not in message:
             message = f"Lexicon file {name!r}: {message}"
         raise PromptError(message, field="lexicon") from None
+
+
+def _blank(cell: object) -> bool:
+    return cell is None or (isinstance(cell, str) and not cell.strip())
+
+
+def editor_rows(value: object) -> list:
+    """The rows of the editor's value: None, a list of rows, or the API's {"headers", "data"} object."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        value = value.get("data")
+        if value is None:
+            return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise PromptError(f"My words: the table must be a list of rows ({' | '.join(EDITOR_COLUMNS)}).",
+                          field="lexicon")
+    return list(value)
+
+
+def read_lexicon_editor(value: object) -> tuple[Lexicon, ...]:
+    """The lexicon editor's table as a request's `lexicons`: one Lexicon (EDITOR_NAME) of its
+    non-blank rows, in order; () when every row is blank. PromptError(field "lexicon") for more
+    than MAX_EDITOR_ROWS rows, or naming the first bad row (1-based, as the table shows it)."""
+    rows = editor_rows(value)
+    if len(rows) > MAX_EDITOR_ROWS:
+        raise PromptError(f"My words: the table has {len(rows):,} rows; the limit is {MAX_EDITOR_ROWS}. Remove rows "
+                          f"you do not need. {EDITOR_MORE}", field="lexicon")
+    entries: list[LexiconEntry] = []
+    for number, row in enumerate(rows, 1):
+        where = f"My words, row {number}"
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise PromptError(f"{where}: a row is a list of cells ({' | '.join(EDITOR_COLUMNS)}).", field="lexicon")
+        if all(_blank(cell) for cell in row):
+            continue
+        if any(not _blank(cell) for cell in row[len(EDITOR_COLUMNS):]):
+            raise PromptError(f"{where} has {len(row)} cells; the table has {len(EDITOR_COLUMNS)} columns: "
+                              f"{', '.join(EDITOR_COLUMNS)}.", field="lexicon")
+        grapheme, alias, languages = (list(row[:len(EDITOR_COLUMNS)]) + [None] * len(EDITOR_COLUMNS))[:3]
+        if isinstance(languages, str) and len(languages.strip()) > MAX_LANGUAGES_CHARS:
+            raise PromptError(f"{where}: the languages cell is {len(languages.strip()):,} characters; the limit is "
+                              f"{MAX_LANGUAGES_CHARS:,}. List language codes such as hi, mr.", field="lexicon")
+        try:
+            entries.append(LexiconEntry("" if grapheme is None else grapheme, "" if alias is None else alias,
+                                        languages=() if _blank(languages) else languages))
+        except PromptError as exc:
+            raise PromptError(f"{where}: {exc}", field="lexicon") from None
+    return (Lexicon(EDITOR_NAME, tuple(entries)),) if entries else ()
+
+
+def _entries(n: int) -> str:
+    return f"{n:,} entr{'y' if n == 1 else 'ies'}"
+
+
+def _code(name: str) -> str:
+    """A lexicon's name inside a Markdown code span (a backtick would end it)."""
+    return name.replace("`", "'")
+
+
+def lexicon_note(mine: Sequence[Lexicon], uploaded: Sequence[Lexicon]) -> str:
+    """The preview's line about the visitor's lexicons (the editor's, the uploaded file's); "" without any."""
+    named = [f"*My words* ({_entries(len(lex.entries))})" for lex in mine]
+    named += [f"your lexicon `{_code(lex.name)}` ({_entries(len(lex.entries))})" for lex in uploaded]
+    if not named:
+        return ""
+    text = " and ".join(named)
+    one = len(named) == 1
+    tie = "" if one else " (where both give the same word, *My words* wins)"
+    return (f"{text[0].upper()}{text[1:]} appl{'ies' if one else 'y'} to your requests only{tie}: the prompt shows "
+            f"{'its' if one else 'their'} aliases.")
 
 
 def script_kind(text: str | None, dialogue: bool) -> str | None:

@@ -10,7 +10,9 @@ The live prompt preview is queued like every other event, with a small limit of 
 (`PREVIEW_CONCURRENCY`), so a visitor cannot run previews of long texts without bound.
 
 Say it right (issue 38, `webapp.scripts`): a visitor may upload a pronunciation lexicon (PLS,
-TSV or JSON), an input of their own events only, applied to their requests and shown in the
+TSV or JSON) and type words in a small lexicon editor (*My words*, a table of grapheme | alias |
+languages, bounded; its entries win ties with the file's), inputs of their own events only (per
+session by construction, nothing kept on the server), applied to their requests and shown in the
 preview; text starting with `<speak>` is SSML and, with *Dialogue* on, the text is a script of
 `Name (tone, pace): text` lines. Both are scripts (`rumik_app.engine.script`): spoken whole,
 their parts joined with exact pauses, the info line listing each part's span; the player gets a
@@ -33,6 +35,7 @@ from rumik_app.request import (
     APP_LIMITS, DEFAULT_MAX_SECONDS, MAX_SECONDS, TINY_MAX_SECONDS, SynthesisRequest, build_request,
     default_max_seconds, wire_settings,
 )
+from rumik_app.text.lexicon import Lexicon
 from webapp.common import (
     APP_MAX_TEXT_CHARS, MIN_SECONDS, PREVIEW_CONCURRENCY, SYNTH_CONCURRENCY, UserError, checked_slider, error_line,
     user_errors,
@@ -40,9 +43,9 @@ from webapp.common import (
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
 from webapp.scripts import (
-    DEFAULT_GAP, KIND_DIALOGUE, KIND_NAMES, LEXICON_SUFFIXES, MAX_GAP_SECONDS, NEEDS_ENGINE, NEEDS_ENGINE_FIX,
-    STREAM_NOTE, check_gap, read_lexicon_upload, script_kind, script_parts, script_prompts, script_summary,
-    spans_table,
+    DEFAULT_GAP, EDITOR_COLUMNS, EDITOR_ROWS, KIND_DIALOGUE, KIND_NAMES, LEXICON_SUFFIXES, MAX_EDITOR_ROWS,
+    MAX_GAP_SECONDS, NEEDS_ENGINE, NEEDS_ENGINE_FIX, STREAM_NOTE, check_gap, lexicon_note, read_lexicon_editor,
+    read_lexicon_upload, script_kind, script_parts, script_prompts, script_summary, spans_table,
 )
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
@@ -56,7 +59,8 @@ FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a c
 SEED_PLACEHOLDER_TEXT = "…"  # a script's fields are checked (and its seed drawn) with this in place of the script
 SAY_IT_RIGHT_NOTE = (
     "**Lexicon**: a PLS (.pls, .xml), TSV (`word<TAB>say it as`) or JSON file of words and how to say them, "
-    "for your requests only; the preview shows the text with its aliases. **SSML**: text starting with "
+    f"and/or **My words**, a table of up to {MAX_EDITOR_ROWS} words you type (it wins where both give a word), "
+    "for your requests only; the preview shows the text with their aliases. **SSML**: text starting with "
     "`<speak>` (`<break time=\"500ms\"/>`, `<say-as>`, `<sub alias>`, `<prosody rate>`, `<voice name>`, "
     "`<lang>`, `<p>`, `<s>`). **Dialogue**: one turn a line, `Name (tone, pace): text`, where Name is a voice "
     f"({', '.join(VOICES)}) and tone, pace and accent are optional. " + STREAM_NOTE)
@@ -104,7 +108,7 @@ class SynthHandlers:
         """Check everything: every field before any model is loaded (so they are checked even if
         the model is missing), then the voice against the chosen system's and the request's size
         against the app's limits (numbers can multiply a text). The same seed both times.
-        The visitor's lexicon (if uploaded) is read first and carried by the request."""
+        The visitor's lexicons (My words, the uploaded file) are read first and carried by the request."""
         fields = _fields(form)
         fields["seed"] = build_request(fields, limits=APP_LIMITS).seed
         chosen = self.registry.get(form.system)
@@ -138,7 +142,9 @@ class SynthHandlers:
         normalize: read numbers, money, dates and times as words (False: the text as typed).
         lexicon: a PLS, TSV or JSON pronunciation lexicon for this request. Text starting with
         <speak> is SSML; dialogue: the text is `Name (tone, pace): text` lines, dialogue_gap
-        seconds of silence between the turns (0 to 2)."""
+        seconds of silence between the turns (0 to 2). lexicon_entries: words to say differently,
+        {"headers": ["grapheme", "alias", "languages"], "data": [["SBI", "एस बी आई", "hi"]]} (up to
+        200 rows, blank rows ignored; languages optional), applied before the file's lexicon."""
         with user_errors("Synthesis"):
             job = self.prepare(form)
             if job.parts is not None:
@@ -216,7 +222,8 @@ class SynthHandlers:
             key = self.registry.resolve_key(form.system)
             voices = _ready_voices(self.registry, key)
             kind = script_kind(form.text, form.is_dialogue)
-            fields = _fields(form)
+            mine, uploaded = _visitor_lexicons(form)
+            fields = _fields(form, mine + uploaded)
             if kind is None:
                 req = build_request(fields, voices=voices, limits=APP_LIMITS)
                 prompt = "[BOS]" + req.prompt(voices=voices, max_chars=APP_MAX_TEXT_CHARS)
@@ -231,9 +238,7 @@ class SynthHandlers:
         except Exception:  # noqa: BLE001 - no library message or path reaches a visitor
             log.exception("prompt preview failed")
             return "⚠ The preview is not available right now.", "\n\n".join(n for n in notes if n)
-        if fields.get("lexicons"):
-            notes.append(f"Your lexicon `{fields['lexicons'][0].name}` ({len(fields['lexicons'][0].entries):,} "
-                         "entries) applies to your requests: the prompt shows its aliases.")
+        notes.append(lexicon_note(mine, uploaded))
         if key == SYSTEM_ESPEAK:
             notes.append("The espeak-ng baseline does not read this prompt: it speaks the text with its own voice.")
         elif key == SYSTEM_TINY:
@@ -241,9 +246,17 @@ class SynthHandlers:
         return prompt, "\n\n".join(n for n in notes if n)
 
 
-def _fields(form: SynthForm) -> dict:
-    """`build_request`'s fields of a form, with the visitor's uploaded lexicon (if any) read."""
-    lexicons = read_lexicon_upload(form.lexicon)
+def _visitor_lexicons(form: SynthForm) -> tuple[tuple[Lexicon, ...], tuple[Lexicon, ...]]:
+    """(My words, the uploaded file's lexicon): each () when not given; PromptError for a bad one."""
+    return read_lexicon_editor(form.lexicon_entries), read_lexicon_upload(form.lexicon)
+
+
+def _fields(form: SynthForm, lexicons: tuple[Lexicon, ...] | None = None) -> dict:
+    """`build_request`'s fields of a form, with the visitor's lexicons (`_visitor_lexicons`
+    unless given): My words first, so its entries win ties with the file's."""
+    if lexicons is None:
+        mine, uploaded = _visitor_lexicons(form)
+        lexicons = mine + uploaded
     return {**form.request_fields(), "lexicons": lexicons or None}
 
 
@@ -334,6 +347,28 @@ def lexicon_upload():
     return component
 
 
+def lexicon_editor():
+    """The lexicon editor (*My words*): a table of EDITOR_COLUMNS, EDITOR_ROWS blank rows to
+    start, three fixed columns, rows added by the visitor (the handler refuses more than
+    MAX_EDITOR_ROWS: Gradio's own row limits are not enforced). Handed on as its rows (lists of
+    cells), read by `read_lexicon_editor`; None (an API caller without it) is no table."""
+    import gradio as gr
+
+    component = gr.Dataframe(
+        value=[["" for _ in EDITOR_COLUMNS] for _ in range(EDITOR_ROWS)], headers=list(EDITOR_COLUMNS),
+        datatype="str", type="array", row_count=EDITOR_ROWS,
+        column_count=(len(EDITOR_COLUMNS), "fixed"),  # as Gradio keeps it: the page offers no column to add
+        interactive=True, show_row_numbers=True, wrap=True, max_height=300, elem_id="lexicon-editor",
+        label=f"My words (optional, up to {MAX_EDITOR_ROWS} rows): the word, how to say it, and languages "
+              "(optional codes such as hi, mr); for your requests only")
+
+    def rows_of(payload):
+        return None if payload is None else payload.data
+
+    component.preprocess = rows_of
+    return component
+
+
 def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
     """Lay out the Synthesise tab inside an open `gr.Blocks`/`gr.Tab` and wire its events."""
     import gradio as gr
@@ -363,6 +398,7 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             with gr.Accordion("Say it right: pronunciation lexicon, SSML, dialogue", open=False):
                 gr.Markdown(SAY_IT_RIGHT_NOTE, elem_id="say-it-right-note")
                 lexicon = lexicon_upload()
+                lexicon_entries = lexicon_editor()
                 with gr.Row():
                     dialogue = gr.Checkbox(value=False, label="Dialogue", elem_id="dialogue",
                                            info="The text is a script: `Name (tone, pace): text`, one turn a line.")
@@ -412,10 +448,11 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     first = {name: sliders.pop(name) for name in API_SETTINGS}
     inputs = dict(text=text, voice=voice, tone=tone, accent=accent, pace=pace, description=description, seed=seed,
                   **first, max_seconds=max_seconds, system=system, description_mode=mode, language=language,
-                  normalize=normalize, **sliders, lexicon=lexicon, dialogue=dialogue, dialogue_gap=gap)
+                  normalize=normalize, **sliders, lexicon=lexicon, dialogue=dialogue, dialogue_gap=gap,
+                  lexicon_entries=lexicon_entries)
     preview_inputs = {name: inputs[name] for name in ("text", "voice", "tone", "accent", "pace", "description",
                                                       "description_mode", "system", "language", "normalize",
-                                                      "lexicon", "dialogue", "dialogue_gap")}
+                                                      "lexicon", "dialogue", "dialogue_gap", "lexicon_entries")}
     for button, tag in zip(tag_buttons, ALLOWED_TAGS):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")

@@ -8,7 +8,8 @@ Every part is an ordinary request on `SpeechAdapter.stream` (the rows every rout
 parts share decode steps with each other and with other clients: up to `adapter.max_batch`
 parts generate at once, in order, while the audio goes out in order; a part's pause is sent as
 zeros after it. Abandoning the iteration (a hang-up) cancels every part, freeing their rows.
-`info` sums the parts' token counts, as one request's would.
+`info` sums the parts' token counts, as one request's would, and gets each part's span
+(`info["spans"]`: index, speaker, voice, text, start, end in seconds, pause_after, seed).
 """
 
 from __future__ import annotations
@@ -47,13 +48,20 @@ async def script_stream(adapter: SpeechAdapter, parts: Sequence[Part], info: dic
                 queues[index].put_nowait(exc)
 
     tasks = [asyncio.create_task(run(i, part)) for i, part in enumerate(parts) if part.request is not None]
+    spans, position, rate = [], 0, adapter.sample_rate
+    if info is not None:
+        info["spans"] = spans
     try:
         for index, part in enumerate(parts):
+            start = position
             while part.request is not None and (item := await queues[index].get()) is not _END:
                 if isinstance(item, Exception):
                     raise item
+                position += len(item)
                 yield item
-            if samples := round(part.pause_after_s * adapter.sample_rate):
+            spans.append(_span(index, part, start, position, rate))
+            if samples := round(part.pause_after_s * rate):
+                position += samples
                 yield np.zeros(samples, dtype=np.float32)
     finally:
         for task in tasks:
@@ -62,3 +70,11 @@ async def script_stream(adapter: SpeechAdapter, parts: Sequence[Part], info: dic
         if info is not None:
             info["tokens"] = sum(int(part_info.get("tokens", 0)) for part_info in infos)
             info["prompt_tokens"] = sum(int(part_info.get("prompt_tokens", 0)) for part_info in infos)
+
+
+def _span(index: int, part: Part, start: int, end: int, rate: int) -> dict:
+    """Where part `index` sits in the output, in seconds (as `rumik_app.engine.script`'s spans)."""
+    request = part.request
+    return {"index": index, "speaker": part.speaker, "voice": request.voice if request else None,
+            "text": request.text if request else "", "start": round(start / rate, 4), "end": round(end / rate, 4),
+            "pause_after": part.pause_after_s, "seed": request.seed if request else None}

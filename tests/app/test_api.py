@@ -124,16 +124,19 @@ def test_every_backend_event_has_an_api_name(app_server):
     def names(endpoint: str) -> list[str]:  # in order: gradio_client also passes arguments by position
         return [parameter["parameter_name"] for parameter in api[endpoint]["parameters"]]
 
+    # Issue 38 (Say it right) appended its inputs, the lexicon editor's table last of all (it came after
+    # the others): a caller passing arguments by position keeps every earlier place.
     assert names("/synthesize") == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature",
                                     "top_k", "top_p", "max_seconds", "system", "normalize",
                                     "repetition_penalty",  # new settings come last:
-                                    "lexicon", "dialogue", "dialogue_gap"]  # issue 38, Say it right
+                                    "lexicon", "dialogue", "dialogue_gap", "lexicon_entries"]
     assert names("/synthesize_stream") == ["text", "voice", "tone", "accent", "pace", "description", "seed",
                                            "temperature", "top_k", "top_p", "max_seconds", "system",
                                            "description_mode", "language", "normalize", "repetition_penalty",
-                                           "lexicon", "dialogue", "dialogue_gap"]
+                                           "lexicon", "dialogue", "dialogue_gap", "lexicon_entries"]
     assert names("/prompt_preview") == ["text", "voice", "tone", "accent", "pace", "description", "description_mode",
-                                        "system", "language", "normalize", "lexicon", "dialogue", "dialogue_gap"]
+                                        "system", "language", "normalize", "lexicon", "dialogue", "dialogue_gap",
+                                        "lexicon_entries"]
     side = ["system", "voice", "tone", "accent", "pace", "seed", "temperature", "label"]
     assert names("/generate_pair") == ["text", "prompt_id", "target_delivery", *(f"{n}_a" for n in side),
                                        *(f"{n}_b" for n in side), "max_seconds"]

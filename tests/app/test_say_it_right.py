@@ -1,5 +1,6 @@
 """Say it right (issue 38) in the app, through gradio_client on the tiny checkpoint: a visitor's
-pronunciation lexicon, SSML input and dialogue scripts in the Synthesise tab.
+pronunciation lexicon (an uploaded file and the *My words* editor), SSML input and dialogue
+scripts in the Synthesise tab.
 
 Run: .venv/bin/python -m pytest tests/app/test_say_it_right.py -q
 """
@@ -32,6 +33,16 @@ def _error(client, **kwargs) -> str:
     message = str(info.value)
     assert "Traceback" not in message and 'File "' not in message and "/tmp" not in message, message
     return message
+
+
+def _words(*rows) -> dict:
+    """The lexicon editor's value as an API caller sends it (the table's headers and rows)."""
+    from webapp.scripts import EDITOR_COLUMNS
+
+    return {"headers": list(EDITOR_COLUMNS), "data": [list(row) for row in rows]}
+
+
+BLANK = ("", "", "")
 
 
 def _zero_runs(samples: np.ndarray) -> list[tuple[int, int]]:
@@ -74,6 +85,90 @@ def test_a_lexicon_applies_to_the_requests_that_carry_it_only(client, lexicon):
     client.predict(text="a zebra", seed=1, max_seconds=SHORT, lexicon=handle_file(str(lexicon)), api_name="/synthesize")
     after, _ = client.predict(text="a zebra", **PREVIEW, api_name="/prompt_preview")
     assert "zebra" in after and "monkey" not in after
+
+
+def test_an_editor_row_changes_the_preview_and_the_audio_like_the_alias_typed(client):
+    text, typed = "I saw a zebra today.", "I saw a monkey today."
+    words = _words(BLANK, ("zebra", "monkey", ""), BLANK)  # blank rows are ignored
+    plain, _ = client.predict(text=text, **PREVIEW, api_name="/prompt_preview")
+    aliased, notes = client.predict(text=text, **PREVIEW, lexicon_entries=words, api_name="/prompt_preview")
+    assert "zebra" in plain and "monkey" not in plain
+    assert aliased == plain.replace("zebra", "monkey") and "My words* (1 entry)" in notes, notes
+
+    def speak(text, **extra):
+        return _samples(client.predict(text=text, seed=11, max_seconds=SHORT, api_name="/synthesize", **extra))
+
+    with_words = speak(text, lexicon_entries=words)
+    assert not np.array_equal(with_words, speak(text))
+    assert np.array_equal(with_words, speak(typed))
+    # A blank table is no lexicon; a language-scoped row applies to that language only.
+    blank, notes = client.predict(text=text, **PREVIEW, lexicon_entries=_words(BLANK, BLANK), api_name="/prompt_preview")
+    assert blank == plain and "My words" not in notes
+    scoped = _words(("zebra", "monkey", "hi"))
+    assert client.predict(text=text, **PREVIEW, lexicon_entries=scoped, api_name="/prompt_preview")[0] == plain
+    in_hindi, _ = client.predict(text=text, **{**PREVIEW, "language": "hi"}, lexicon_entries=scoped,
+                                 api_name="/prompt_preview")
+    assert "monkey" in in_hindi and "zebra" not in in_hindi
+    # The stream's UI path reads it too (same seed: the API twin's audio, streamed pieces joined
+    # to within 2 LSB, as tests/app/test_api.py compares them).
+    job = client.submit(text=text, seed=11, max_seconds=SHORT, lexicon_entries=words, api_name="/synthesize_stream")
+    streamed = _samples(job.result()[2])
+    assert streamed.shape == with_words.shape and np.abs(streamed.astype(int) - with_words).max() <= 2
+
+
+def test_editor_and_uploaded_file_apply_together_the_editor_first(client, tmp_path):
+    path = tmp_path / "animals.tsv"
+    path.write_text("zebra\tmonkey\nlion\ttiger\n", encoding="utf-8")
+    text, typed = "A zebra and a lion.", "A horse and a tiger."
+    words = _words(("Zebra", "horse", ""))  # the same word as the file's (case-insensitive): the editor's wins
+    preview, notes = client.predict(text=text, **PREVIEW, lexicon=handle_file(str(path)), lexicon_entries=words,
+                                    api_name="/prompt_preview")
+    assert preview == "[BOS]<text>Ira: A horse and a tiger.<audio>", preview
+    assert "My words* (1 entry) and your lexicon `animals` (2 entries) apply" in notes, notes
+    both = client.predict(text=text, seed=4, max_seconds=SHORT, lexicon=handle_file(str(path)),
+                          lexicon_entries=words, api_name="/synthesize")
+    assert np.array_equal(_samples(both), _samples(client.predict(text=typed, seed=4, max_seconds=SHORT,
+                                                                  api_name="/synthesize")))
+
+
+def test_positional_callers_keep_their_places(client):
+    """The editor's table is the last input: the arguments before it keep their positions."""
+    before = ("a zebra", "Ira", "", "", "", "", "Tone, accent and pace", "rumik-oss-1", "en", True, None, False, 0.3)
+    plain, _ = client.predict(*before, api_name="/prompt_preview")
+    aliased, _ = client.predict(*before, _words(("zebra", "monkey", "")), api_name="/prompt_preview")
+    assert "zebra" in plain and aliased == plain.replace("zebra", "monkey")
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ((("zebra", "monkey", ""), ("lion", "", "")),
+         "My words, row 2: Lexicon entry 'lion': the alias is empty; give the text to say instead."),
+        ((BLANK, ("", "monkey", "")), "My words, row 2: Lexicon entry '': the grapheme is empty; give the word"),
+        ((("zebra", "<laugh> monkey", ""),), "My words, row 1: Lexicon entry 'zebra': the alias has '<' or '>'"),
+        ((("zebra", "m" * 301, ""),), "My words, row 1: Lexicon entry 'zebra': the alias is 301 characters; the "
+                                      "limit is 300."),
+        ((("zebra", "monkey", "xx"),), "My words, row 1: Lexicon entry 'zebra': Unknown language 'xx'"),
+        ((("zebra", "monkey", "", "extra"),), "My words, row 1 has 4 cells; the table has 3 columns"),
+    ],
+)
+def test_a_bad_editor_row_is_one_readable_error(client, rows, expected):
+    message = _error(client, text="a zebra", lexicon_entries=_words(*rows))
+    assert expected in message and "gradio" not in message.lower(), message
+    preview, _ = client.predict(text="a zebra", **PREVIEW, lexicon_entries=_words(*rows), api_name="/prompt_preview")
+    assert preview.startswith("⚠") and expected in preview, preview
+
+
+def test_more_rows_than_the_editor_takes_are_refused(client):
+    from webapp.scripts import MAX_EDITOR_ROWS
+
+    rows = [(f"word{i}", f"alias{i}", "") for i in range(MAX_EDITOR_ROWS)]
+    full, notes = client.predict(text="say word7", **{**PREVIEW, "normalize": False}, lexicon_entries=_words(*rows),
+                                 api_name="/prompt_preview")  # (normalize off: the alias's digits as typed)
+    assert "say alias7" in full and f"({MAX_EDITOR_ROWS} entries)" in notes
+    message = _error(client, text="say word7", lexicon_entries=_words(*rows, BLANK))  # blank rows count too
+    assert f"My words: the table has {MAX_EDITOR_ROWS + 1} rows; the limit is {MAX_EDITOR_ROWS}." in message, message
+    assert "upload it instead" in message
 
 
 def test_ssml_break_is_exactly_that_much_silence(client):

@@ -5,6 +5,8 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_cli_scripts.py -q
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -38,9 +40,13 @@ def test_print_prompt_shows_lexicons_and_ssml_parts_without_loading_weights(tiny
 def test_a_dialogue_file_is_one_clip_of_its_turns_and_gaps(tiny_checkpoint, tmp_path, capsys):
     script = tmp_path / "scene.txt"
     script.write_text("Ira (happy): Hello there.\nAisha (sad, slow): Not today.\n", encoding="utf-8")
-    out = tmp_path / "scene.wav"
+    out, spans = tmp_path / "scene.wav", tmp_path / "scene.json"
     assert synthesize.main(["--model", str(tiny_checkpoint), "--dialogue", str(script), "--gap", "0.5", "--seed", "3",
-                            "--max-seconds", "0.4", "--out", str(out)]) == 0
+                            "--max-seconds", "0.4", "--out", str(out), "--spans", str(spans)]) == 0
+    turns = json.loads(spans.read_text(encoding="utf-8"))
+    assert [(t["speaker"], t["text"], t["seed"]) for t in turns] == [("Ira", "Hello there.", 3),
+                                                                     ("Aisha", "Not today.", 4)]
+    assert turns[1]["start"] == pytest.approx(turns[0]["end"] + 0.5)
     printed = capsys.readouterr().out
     assert "Ira: Hello there." in printed and "Aisha: Not today." in printed and "seed 4" in printed
     samples, rate = sf.read(out, dtype="int16")

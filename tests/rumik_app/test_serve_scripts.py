@@ -119,3 +119,21 @@ def test_silk_takes_ssml_too(server):
                                np.zeros(RATE // 4, dtype="<i2"),
                                _silk_pcm(server, {"text": "Bye now.", "seed": 4, "max_new_tokens": 40})])
     assert np.array_equal(got, expected)
+
+
+def test_spans_answer_json_with_the_whole_file_and_where_each_turn_sits(server):
+    import base64
+
+    resp = httpx.post(server.url + "/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {KEY}"},
+                      json={"model": "tiny", "voice": "Ira", "input": SCRIPT, "dialogue": True, "seed": 40,
+                            "dialogue_gap": 0.25, "spans": True, **COMMON})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    audio = pcm(base64.b64decode(body["audio"]))
+    assert body["format"] == "pcm" and body["sample_rate"] == RATE and body["seed"] == 40
+    assert [(span["voice"], span["seed"]) for span in body["spans"]] == [("Ira", 40), ("Aisha", 41), ("Ira", 42)]
+    first, second = body["spans"][:2]
+    assert second["start"] == pytest.approx(first["end"] + 0.25, abs=1e-4)
+    assert body["spans"][-1]["end"] == pytest.approx(len(audio) / RATE, abs=1e-4)
+    turn = audio[round(second["start"] * RATE):round(second["end"] * RATE)]
+    assert np.array_equal(turn, alone(server, "Not so well today.", "Aisha", 41, tone="sad", pace="slow"))

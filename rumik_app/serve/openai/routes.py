@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
@@ -62,6 +62,8 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         ctx.metrics.request_done(CLIENT_CLOSED, job.response_format)
         return Response(status_code=CLIENT_CLOSED)
     ctx.metrics.first_audio.observe(time.perf_counter() - started)
+    if body.spans:
+        return await _with_spans(ctx, job, first, pieces, info, request, started)
     encoder = make_encoder(job.response_format, ctx.adapter.sample_rate)
     media = "text/event-stream" if job.sse else encoder.media_type
     return StreamingResponse(_body(ctx, job, first, pieces, info, started), media_type=media,
@@ -116,6 +118,33 @@ async def _body(ctx: ServeContext, job: SpeechJob, first: np.ndarray, pieces: As
         await pieces.aclose()
         if not finished:
             ctx.metrics.request_done(200, job.response_format)
+
+
+async def _with_spans(ctx: ServeContext, job: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray],
+                      info: dict, request: Request, started: float) -> Response:
+    """`spans: true`: one JSON answer, {"audio": base64 of the whole file, "format", "sample_rate",
+    "seed", "spans": [{index, speaker, voice, text, start, end, pause_after, seed}]}."""
+    try:
+        rest = await unless_disconnected(_gather(pieces), request)
+    finally:
+        await pieces.aclose()
+    if rest is None:
+        ctx.metrics.error("client_disconnected")
+        return Response(status_code=CLIENT_CLOSED)
+    samples = np.concatenate([first, *rest]) if rest else first
+    encoder, rate = make_encoder(job.response_format, ctx.adapter.sample_rate), ctx.adapter.sample_rate
+    data = encoder.header() + encoder.encode(samples) + encoder.finish()
+    req = job.request
+    spans = info.get("spans") or [{"index": 0, "speaker": None, "voice": req.voice, "text": req.text, "start": 0.0,
+                                   "end": round(len(samples) / rate, 4), "pause_after": 0.0, "seed": req.seed}]
+    ctx.metrics.request_done(200, job.response_format, time.perf_counter() - started)
+    return JSONResponse({"audio": base64.b64encode(data).decode("ascii"), "format": job.response_format,
+                         "sample_rate": rate, "seed": req.seed, "spans": spans},
+                        headers={SEED_HEADER: str(req.seed), "Cache-Control": "no-store"})
+
+
+async def _gather(pieces: AsyncIterator[np.ndarray]) -> list[np.ndarray]:
+    return [piece async for piece in pieces]
 
 
 def _sse_event(data: bytes) -> bytes:

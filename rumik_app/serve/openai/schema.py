@@ -49,7 +49,7 @@ OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
 EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language", "lexicon",
-                "dialogue", "dialogue_gap")
+                "dialogue", "dialogue_gap", "spans")
 
 
 class VoiceRef(BaseModel):
@@ -80,6 +80,7 @@ class SpeechRequest(SamplingFields):
     lexicon: str | list[str] | None = None  # ids of this API key's lexicons (POST /v1/lexicons)
     dialogue: bool = False  # input is a script: "Name (tone, pace): text" per line, one clip out
     dialogue_gap: float | None = None  # seconds of silence between turns (default 0.3)
+    spans: bool = False  # answer JSON: the whole file in base64 and where each part (turn, SSML run) sits
 
 
 @dataclass
@@ -166,6 +167,9 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
     its name in this API."""
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
+    if body.spans and sse:
+        raise ApiError(400, "spans come in one JSON answer with the whole file; drop stream_format \"sse\" (or "
+                            "spans).", param="spans")
     lexicons = ctx.lexicons.resolve(owner, body.lexicon)
     values = {**request_fields(body, ctx.voice_map), "lexicons": lexicons or None}
     try:
