@@ -110,9 +110,15 @@ class ScriptAudio:
 
 
 def seeded_parts(parts: Sequence[Part], base_seed: int | None) -> list[Part]:
-    """The parts with part k's request seeded base_seed + k (None or -1: one random base)."""
+    """The parts with the k-th spoken part's request seeded base_seed + k (silence-only parts
+    take no seed, so the first spoken part carries the base: the seed a client sends back);
+    None or -1: one random base."""
     base = resolve_seed(None if base_seed is None or base_seed == RANDOM_SEED else base_seed)
-    return [_with_seed(p, base + k) for k, p in enumerate(parts)]
+    seeded, spoken = [], 0
+    for part in parts:
+        seeded.append(_with_seed(part, base + spoken))
+        spoken += part.request is not None
+    return seeded
 
 
 def _with_seed(part: Part, seed: int) -> Part:

@@ -76,6 +76,12 @@ async def prepare_off_loop(prepare: Callable[[SynthesisRequest, threading.Event]
         raise
 
 
+async def off_loop(fn: Callable, *args):
+    """`fn(*args)` on the preparation threads (building a dialogue or SSML script plans every
+    part: CPU work that must not hold the event loop)."""
+    return await asyncio.wrap_future(_prepare_pool().submit(fn, *args))
+
+
 class SchedulerAdapter:
     """This process's `TTSEngine` behind a `BatchScheduler` (continuous batching, one thread)."""
 

@@ -18,7 +18,9 @@ written atomically, and read back at start; without it they live as long as the 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import secrets
 import threading
@@ -31,8 +33,10 @@ from rumik_app.errors import PromptError
 from rumik_app.files import atomic_write
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.protocol import OPEN_OWNER
-from rumik_app.text.lexicon import Lexicon
+from rumik_app.text.lexicon import Lexicon, lexicon_from_dict
 from rumik_app.text.lexicon_io import read_lexicon, to_json, to_pls, to_tsv
+
+log = logging.getLogger(__name__)
 
 MAX_LEXICONS_PER_OWNER = 32
 MAX_LEXICONS_PER_REQUEST = 8
@@ -53,10 +57,17 @@ class LexiconStore:
             self._load()
 
     def _load(self) -> None:
+        """Read back what was stored; a file that cannot be read is logged and skipped, never
+        fatal (the server must start whatever one key stored)."""
         for path in sorted(self.root.glob("*/lex_*.json")):
-            if LEXICON_ID.match(path.stem):
-                lexicon = read_lexicon(path.read_text(encoding="utf-8"), "json")
-                self.owners.setdefault(path.parent.name, {})[path.stem] = lexicon
+            if not LEXICON_ID.match(path.stem):
+                continue
+            try:
+                lexicon = lexicon_from_dict(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, RecursionError, PromptError) as exc:
+                log.warning("skipping the stored lexicon %s: %s", path, exc)
+                continue
+            self.owners.setdefault(path.parent.name, {})[path.stem] = lexicon
 
     def list(self, owner: str) -> dict[str, Lexicon]:
         with self.lock:
@@ -119,7 +130,7 @@ def owner_of(request: Request) -> str:
 async def _lexicon_body(request: Request) -> Lexicon:
     try:
         body = json.loads(await request.body())
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(400, "The body is not valid JSON.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "Send a JSON object: {\"name\", \"entries\"}, or {\"name\", \"format\", \"data\"}.")
@@ -128,8 +139,9 @@ async def _lexicon_body(request: Request) -> Lexicon:
             if body.get("format") not in ("pls", "tsv", "json") or not isinstance(body["data"], str):
                 raise ApiError(400, "format is \"pls\", \"tsv\" or \"json\", and data a string of that format.",
                                param="format")
-            return read_lexicon(body["data"], body["format"], name=str(body.get("name") or "lexicon"))
-        return read_lexicon(json.dumps(body), "json")
+            return await asyncio.to_thread(read_lexicon, body["data"], body["format"],
+                                           name=str(body.get("name") or "lexicon"))
+        return await asyncio.to_thread(lexicon_from_dict, body)
     except PromptError as exc:
         raise ApiError(400, str(exc), param="lexicon") from None
 
@@ -154,7 +166,7 @@ async def list_lexicons(request: Request) -> dict:
 @router.post("/v1/lexicons")
 async def create_lexicon(request: Request) -> JSONResponse:
     lexicon = await _lexicon_body(request)
-    lexicon_id = _store(request).put(owner_of(request), lexicon)
+    lexicon_id = await asyncio.to_thread(_store(request).put, owner_of(request), lexicon)
     return JSONResponse(_summary(lexicon_id, lexicon), status_code=201)
 
 
@@ -169,7 +181,7 @@ async def get_lexicon(request: Request, lexicon_id: str, format: str = "json") -
 @router.put("/v1/lexicons/{lexicon_id}")
 async def replace_lexicon(request: Request, lexicon_id: str) -> dict:
     lexicon = await _lexicon_body(request)
-    _store(request).put(owner_of(request), lexicon, lexicon_id)
+    await asyncio.to_thread(_store(request).put, owner_of(request), lexicon, lexicon_id)
     return _summary(lexicon_id, lexicon)
 
 

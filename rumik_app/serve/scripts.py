@@ -5,9 +5,10 @@
         send(piece)
 
 Every part is an ordinary request on `SpeechAdapter.stream` (the rows every route uses), so
-parts share decode steps with each other and with other clients: up to `adapter.max_batch`
-parts generate at once, in order, while the audio goes out in order; a part's pause is sent as
-zeros after it. Abandoning the iteration (a hang-up) cancels every part, freeing their rows.
+parts share decode steps with each other and with other clients, in order, while the audio
+goes out in order; a part's pause is sent as zeros after it. At most MAX_PARTS_AT_ONCE (and
+`max_batch`) parts generate at a time, so one script leaves rows to the other clients.
+Abandoning the iteration (a hang-up) cancels every part, freeing their rows.
 `info` sums the parts' token counts, as one request's would, and gets each part's span
 (`info["spans"]`: index, speaker, voice, text, start, end in seconds, pause_after, seed).
 """
@@ -23,6 +24,9 @@ from rumik_app.engine.script import Part
 from rumik_app.serve.protocol import SpeechAdapter
 
 _END = object()
+# A script's parts decoding at once: enough to share decode steps, few enough that one request
+# cannot take every row from the other clients.
+MAX_PARTS_AT_ONCE = 4
 
 
 def first_request(parts: Sequence[Part]):
@@ -34,7 +38,7 @@ async def script_stream(adapter: SpeechAdapter, parts: Sequence[Part], info: dic
                         ) -> AsyncIterator[np.ndarray]:
     """The script's audio in order (see the module docstring); the first part's errors (bad
     input, a full queue) raise before any audio, as `adapter.stream`'s do."""
-    slots = asyncio.Semaphore(max(1, adapter.max_batch))
+    slots = asyncio.Semaphore(max(1, min(adapter.max_batch, MAX_PARTS_AT_ONCE)))
     queues = [asyncio.Queue() for _ in parts]
     infos = [{} for _ in parts]
 

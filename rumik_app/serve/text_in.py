@@ -60,6 +60,7 @@ IDLE_TIMEOUT_S = 30.0  # vLLM-Omni's: no client frame this long, with nothing to
 DEFAULT_FORMAT = "wav"  # vLLM-Omni's default
 GRANULARITIES = ("sentence", "none")
 STREAM_KEYS = ("type", "stream_audio", "split_granularity")
+NOT_HERE = ("dialogue", "dialogue_gap", "spans")  # whole-script options of POST /v1/audio/speech
 CHECK_TEXT = "Hello."  # a config is checked as a request with this text
 MAX_QUEUED_ITEMS = 64  # sentences and utterance ends in line per session (with the server's character bound)
 
@@ -88,6 +89,10 @@ class Unit:
 
 def parse_config(data: dict, ctx: ServeContext, owner: str = OPEN_OWNER) -> StreamConfig:
     """StreamConfig from a session.config frame (`owner`'s lexicons by id); ApiError names the bad field."""
+    refused = [key for key in NOT_HERE if key in data]
+    if refused:
+        raise ApiError(400, f"{refused[0]} is not taken on a text-in session (sentences are spoken as they "
+                            "arrive); send a dialogue or spans to POST /v1/audio/speech.", param=refused[0])
     fields = {k: v for k, v in data.items() if k not in STREAM_KEYS}
     if "speaker" in fields:
         fields.setdefault("voice", fields.pop("speaker"))
@@ -289,6 +294,9 @@ class TextInSession:
         failed = True
         try:
             job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx, self.owner)
+            if job.parts:  # a sentence that is an SSML document: not spoken in pieces here
+                raise ApiError(400, "SSML is not taken on a text-in session; send plain text, or the document to "
+                                    "POST /v1/audio/speech.", param="text", code="invalid_text")
             async with self.session.utterance():
                 audio = []
                 async for piece in self.adapter.stream(job.request, {}):

@@ -111,12 +111,13 @@ def parse_settings(words: str, line: int, who: str) -> dict[str, str]:
 
 
 def _is_name(name: str) -> bool:
-    """1-40 characters of letters, marks, digits and `.'-_ `, at most 4 words, a letter first."""
+    """1-40 characters of letters, marks and `.'-_ `, at most 4 words, a letter first (no digits:
+    "It starts at 10:30" continues a turn; it does not name a speaker)."""
     if not name or len(name) > MAX_NAME_CHARS or len(name.split()) > MAX_NAME_WORDS:
         return False
     if not unicodedata.category(name[0]).startswith("L"):
         return False
-    return all(ch in NAME_PUNCTUATION or unicodedata.category(ch)[0] in "LMN" for ch in name)
+    return all(ch in NAME_PUNCTUATION or unicodedata.category(ch)[0] in "LM" for ch in name)
 
 
 def split_turn_line(line: str) -> tuple[str, str, str] | None:

@@ -216,7 +216,7 @@ def test_silence_only_parts(tiny_engine):
     parts = seeded_parts([Part(None, pause_after_s=0.5), Part(BASE.with_(text="after the break"), "Ira", 0.2),
                           Part(None, pause_after_s=0.1)], 9)
     result = synthesize_script(tiny_engine, parts)
-    assert [span["seed"] for span in result.spans] == [None, 10, None] and result.audio().seed == 10
+    assert [span["seed"] for span in result.spans] == [None, 9, None] and result.audio().seed == 9  # spoken: base
     assert result.spans[0]["end_sample"] == 0 and len(result.part_samples(0)) == 0
     np.testing.assert_allclose(result.part_samples(1), tiny_engine.synthesize(parts[1].request).samples,
                                rtol=0, atol=STREAM_ATOL)
@@ -265,3 +265,9 @@ def test_unseeded_parts_draw_seeds_that_are_reported(tiny_engine):
     parts = [Part(BASE.with_(text="first", seed=None)), Part(BASE.with_(text="second", seed=None))]
     seeded, _ = plan_script(tiny_engine.layout, parts)
     assert all(isinstance(p.request.seed, int) for p in seeded)
+
+
+def test_a_continuation_line_with_a_time_in_it_is_not_a_speaker():
+    turns = parse_dialogue("Ira: The show\nstarts at 10:30 sharp.\nAisha: Great.")
+    assert [(turn.voice, turn.text) for turn in turns] == [("Ira", "The show starts at 10:30 sharp."),
+                                                           ("Aisha", "Great.")]

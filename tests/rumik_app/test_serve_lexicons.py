@@ -117,3 +117,17 @@ def test_lexicons_survive_a_restart_with_a_data_dir(engine, tmp_path):
         listed = httpx.get(second.url + "/v1/lexicons", headers=auth(KEY_A), timeout=10).json()["data"]
         assert [item["id"] for item in listed] == [lexicon_id]
         assert httpx.get(second.url + "/v1/lexicons", headers=auth(KEY_B), timeout=10).json()["data"] == []
+
+
+def test_a_stored_file_that_cannot_be_read_is_skipped_and_the_server_starts(engine, tmp_path):
+    from rumik_app.serve.gate import owner_id
+
+    with _server(engine, data_dir=tmp_path) as first:
+        kept = httpx.post(first.url + "/v1/lexicons", json=BRANDS, headers=auth(KEY_A), timeout=10).json()["id"]
+    folder = tmp_path / "lexicons" / owner_id(KEY_A)
+    (folder / "lex_0123456789abcdef.json").write_text("{not json", encoding="utf-8")
+    (folder / "lex_fedcba9876543210.json").write_text('{"name": "x", "entries": [{"grapheme": ""}]}',
+                                                      encoding="utf-8")
+    with _server(engine, data_dir=tmp_path) as second:
+        listed = httpx.get(second.url + "/v1/lexicons", headers=auth(KEY_A), timeout=10).json()["data"]
+        assert [item["id"] for item in listed] == [kept]

@@ -137,3 +137,36 @@ def test_spans_answer_json_with_the_whole_file_and_where_each_turn_sits(server):
     assert body["spans"][-1]["end"] == pytest.approx(len(audio) / RATE, abs=1e-4)
     turn = audio[round(second["start"] * RATE):round(second["end"] * RATE)]
     assert np.array_equal(turn, alone(server, "Not so well today.", "Aisha", 41, tone="sad", pace="slow"))
+
+
+def test_the_first_spoken_part_carries_the_seed_even_after_a_leading_break():
+    from rumik_app.engine.script import build_script
+
+    parts = build_script({"text": '<speak><break time="1s"/>Hello there.<break time="8s"/><break time="4s"/>Bye '
+                                  'now.</speak>', "seed": 7})  # 12 s of breaks in a row: two silent parts
+    assert [(part.request.seed if part.request else None, part.pause_after_s) for part in parts] == [
+        (None, 1.0), (7, 10.0), (None, 2.0), (8, 0.0)]
+
+
+def test_text_in_refuses_whole_script_options_and_ssml(server):
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    from tests.sockets import recv
+
+    async def go():
+        url = server.url.replace("http", "ws") + "/v1/audio/speech/stream"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "session.config", "voice": "Ira", "dialogue": True}))
+            first = await recv(ws)
+            await ws.send(json.dumps({"type": "session.config", "voice": "Ira", "response_format": "pcm"}))
+            await ws.send(json.dumps({"type": "input.text", "text": "<speak>Hi there.</speak>"}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            while (message := await recv(ws))["type"] != "error":
+                pass
+            return first, message
+    first, second = asyncio.run(go())
+    assert first["type"] == "error" and first["param"] == "dialogue"
+    assert "SSML is not taken" in second["message"] or "<speak>" in second["message"]

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
+from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.errors import engine_error
 from rumik_app.serve.lexicons import owner_of
@@ -48,7 +49,7 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     ctx: ServeContext = request.app.state.ctx
     started = time.perf_counter()
     check_model(body.model, ctx.accepted)
-    job = speech_job(body, ctx, owner_of(request))
+    job = await off_loop(speech_job, body, ctx, owner_of(request))  # lexicons, SSML, a script's plan: CPU work
     info: dict = {}
     pieces = script_stream(ctx.adapter, job.parts, info) if job.parts else ctx.adapter.stream(job.request, info)
     try:
@@ -126,6 +127,8 @@ async def _with_spans(ctx: ServeContext, job: SpeechJob, first: np.ndarray, piec
     "seed", "spans": [{index, speaker, voice, text, start, end, pause_after, seed}]}."""
     try:
         rest = await unless_disconnected(_gather(pieces), request)
+    except Exception as exc:  # noqa: BLE001 - a later part failed: one readable error body, nothing sent yet
+        raise engine_error(exc) from None
     finally:
         await pieces.aclose()
     if rest is None:

@@ -28,6 +28,7 @@ from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 
 from rumik_app.asgi import unless_disconnected
+from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.encoding import to_s16, wav_header
 from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.context import ServeContext
@@ -105,7 +106,7 @@ async def tts(request: Request) -> Response:
         fields = SilkFields.parse(await _json_body(request))
         check_silk_model(fields.model, ctx.accepted)
         voice = SilkVoice().updated(fields)
-        parts = silk_script(fields, voice, ctx)  # SSML: its parts in order; None: plain text
+        parts = await off_loop(silk_script, fields, voice, ctx)  # SSML: its parts in order; None: plain text
         req = silk_request(fields, voice, ctx) if parts is None else first_request(parts)
         pieces = script_stream(ctx.adapter, parts, {}) if parts else ctx.adapter.stream(req, {})
         try:

@@ -26,6 +26,7 @@ from rumik_app.engine.script import Part
 from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest
+from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.scripts import first_request, script_stream
@@ -146,7 +147,7 @@ class SilkSession:
             check_silk_model(fields.model, self.accepted)  # the model is fixed at ws-connect; only check it
         await self._stop(reason="interrupt")
         voice = self.voice.updated(fields)
-        parts = silk_script(fields, voice, self.ctx)  # SSML: its parts in order; None: plain text
+        parts = await off_loop(silk_script, fields, voice, self.ctx)  # SSML: its parts in order; None: plain
         req = silk_request(fields, voice, self.ctx) if parts is None else first_request(parts)
         self.voice = voice  # only a frame that made a valid request changes the session's voice
         self.current_id = request_id()
