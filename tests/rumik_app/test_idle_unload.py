@@ -11,6 +11,7 @@ import pytest
 from rumik_app.engine.local import TTSEngine
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
+from tests.conftest import NEVER_STOP, stop_head_bias
 from tests.servers import ServerThread, wait_for
 
 KEY = "api-key"
@@ -48,8 +49,9 @@ def test_admin_unload_needs_the_admin_key_and_refuses_while_busy(tiny_checkpoint
         by_api_key = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
         assert by_api_key.status_code == 401 and "--admin-key" in by_api_key.json()["error"]["message"]
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
-            with client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
-                next(resp.iter_raw())  # a request is decoding now
+            with stop_head_bias(engine, NEVER_STOP), \
+                    client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
+                next(resp.iter_raw())  # a request is decoding now, and cannot stop by itself before 30 s
                 refused = client.post("/v1/admin/unload", headers=ADMIN)
                 assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
             wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
