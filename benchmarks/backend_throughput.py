@@ -1,7 +1,7 @@
 """Batch throughput of the two backends side by side: engine vs vLLM, same checkpoint, same run.
 
-    .venv-vllm/bin/python benchmarks/backend_throughput.py                       # CPU: tiny, head size 64
-    .venv-vllm/bin/python benchmarks/backend_throughput.py --preset real-width --layers 36 \
+    .venv/bin/python benchmarks/backend_throughput.py                       # CPU: tiny, head size 64
+    .venv/bin/python benchmarks/backend_throughput.py --preset real-width --layers 36 \
         --concurrency 1,16,64 --new-tokens 512                                   # a GPU (the issue's goal)
 
 For each concurrency c, c requests (different texts, seeds) generate exactly
@@ -11,7 +11,7 @@ requests on the vLLM backend. Prints generated tokens per second of each, second
 per wall second, and the ratio vLLM / engine. Runs alternate (engine, vLLM, ...) so
 background load hits both alike; the best run of each counts. Goal on a GPU at real width
 and 36 layers: ratio >= 3 at concurrency 64. Token generation only: Mimi decoding is the
-same code on both backends. Needs the vLLM environment (`./setup.sh --vllm`).
+same code on both backends. Needs vLLM (`./setup.sh --dev`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.cli_args import quiet_vllm_logs  # noqa: E402
 from rumik_app.checkpoint.load import cache_root  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
+from rumik_app.cli_args import quiet_vllm_logs  # noqa: E402
 from rumik_app.engine.loading import load_engine  # noqa: E402
 
 GOAL_RATIO, GOAL_CONCURRENCY = 3.0, 64

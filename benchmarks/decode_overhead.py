@@ -35,11 +35,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint.load import cache_root  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
-
-from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 
 GOAL_RATIO = 5.0
 PROMPT_TEXT = "आज की मीटिंग बहुत अच्छी रही, and everyone loved the new idea. <chuckle> चलो!"
@@ -97,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
     req = SynthesisRequest(PROMPT_TEXT, seed=SEED, temperature=TEMPERATURE, top_k=TOP_K,
                            min_new_tokens=args.new_tokens, max_new_tokens=args.new_tokens)
     prompt_ids = fast.prompt_ids(req)
-    print(f"{fast}; prompt {len(prompt_ids)} tokens; {args.new_tokens} new tokens; {args.threads} thread(s)", flush=True)
+    print(f"{fast}; prompt {len(prompt_ids)} tokens; {args.new_tokens} new tokens; {args.threads} thread(s)",
+          flush=True)
     for engine in engines.values():  # warm-up (allocations, first-call costs)
         time_engine(engine, req.with_(min_new_tokens=16, max_new_tokens=16))
     time_published(fast, prompt_ids, 16)

@@ -41,12 +41,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint.load import cache_root  # noqa: E402
 from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint  # noqa: E402
 from rumik_app.model.quantize import human_bytes, module_bytes  # noqa: E402
-
-from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 
 GOAL_RATIO = 2.3
 GOAL_VS_FP32 = 1.5  # --dtype bfloat16 / --quantize int8 rows against the fp32 engine
@@ -130,10 +129,12 @@ def main(argv: list[str] | None = None) -> dict:
               "reference_tokens_per_s": ref_tps, "engine_tokens_per_s": eng_tps, "ratio": eng_tps / ref_tps,
               "stream_time_to_first_audio_s": ttfa, "goal_ratio": GOAL_RATIO,
               "rows": {label: {"tokens_per_s": tps[label], "x_fp32_engine": tps[label] / eng_tps,
-                               "weight_bytes": module_bytes(eng.model), "body_bytes": module_bytes(eng.model.model.layers)}
+                               "weight_bytes": module_bytes(eng.model),
+                               "body_bytes": module_bytes(eng.model.model.layers)}
                        for label, eng in engines.items()}}
     print(f"reference: {ref_tps:.2f} tokens/s   engine: {eng_tps:.2f} tokens/s   "
-          f"ratio: {result['ratio']:.2f}x (goal >= {GOAL_RATIO}x: {'met' if result['ratio'] >= GOAL_RATIO else 'NOT met'})")
+          f"ratio: {result['ratio']:.2f}x "
+          f"(goal >= {GOAL_RATIO}x: {'met' if result['ratio'] >= GOAL_RATIO else 'NOT met'})")
     print(f"streaming time to first audio: {ttfa:.2f} s")
     print_rows(result, ref_tps)
     if args.json:

@@ -19,8 +19,8 @@ real id layout from a tiny checkpoint. Then, in one run:
 Goals on an H200: batch 1 >= 500 tokens/s (RTF <= 0.2), time to first audio <= 150 ms,
 batch 32 >= 50x real time. `--quantize int8|int4|nf4` quantises the body's linears after building
 (`rumik_app.model.quantize`; the fast path, the reference and the published loop all read the
-quantised weights) and puts the weight bytes before and after in the header. Every section catches its own failure and reports it, so one
-problem never loses the rest of the table. Results also go to `--json`.
+quantised weights) and puts the weight bytes before and after in the header. Every section
+catches its own failure and reports it, so one problem never loses the rest of the table. Results also go to `--json`.
 """
 
 from __future__ import annotations
@@ -37,15 +37,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint.load import auto_dtype, cache_root, load_tokenizer  # noqa: E402
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
 from rumik_app.cli_args import QuantizeError, add_engine_arguments  # noqa: E402
-from rumik_app.model.quantize import check_ready, quantize_model  # noqa: E402
 from rumik_app.model.codec import MimiCodec  # noqa: E402
 from rumik_app.model.config import RumikOSSConfig  # noqa: E402
-from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint, layer_types  # noqa: E402
-
-from benchmarks.published_loop import SEED, TEMPERATURE, TOP_K, reference_generate  # noqa: E402
+from rumik_app.model.quantize import check_ready, quantize_model  # noqa: E402
 
 GOALS = {"batch1_tokens_per_s": 500.0, "time_to_first_audio_s": 0.150, "batch32_x_real_time": 50.0}
 PROMPT_TEXT = "आज की मीटिंग बहुत अच्छी रही, and everyone loved the new idea. <chuckle> चलो, कॉफ़ी पीते हैं!"
@@ -170,7 +169,8 @@ def main(argv: list[str] | None = None) -> dict:
         ids = engine.prompt_ids(request(published_tokens))
         reference_generate(engine, ids, 8)
         seconds = timed(lambda: reference_generate(engine, ids, published_tokens), device)
-        return {"tokens_per_s": round(published_tokens / seconds, 1), "rtf": round(seconds / (published_tokens / 100), 3)}
+        return {"tokens_per_s": round(published_tokens / seconds, 1),
+                "rtf": round(seconds / (published_tokens / 100), 3)}
 
     section(results, "batch1_published", published)
 
@@ -210,7 +210,8 @@ def print_table(results: dict, batches: list[int]) -> None:
           f"compile={results['compile']}, quantize={results['quantize']}: {results['weights']}")
     print("| measure | fast path | eager reference | published loop | goal |")
     print("|---|---|---|---|---|")
-    print(f"| batch 1 tokens/s | {get('batch1_fast', 'tokens_per_s')} | {get('batch1_reference_eager', 'tokens_per_s')} "
+    print(f"| batch 1 tokens/s | {get('batch1_fast', 'tokens_per_s')} "
+          f"| {get('batch1_reference_eager', 'tokens_per_s')} "
           f"| {get('batch1_published', 'tokens_per_s')} | >= {GOALS['batch1_tokens_per_s']:.0f} |")
     print(f"| batch 1 RTF | {get('batch1_fast', 'rtf')} | {get('batch1_reference_eager', 'rtf')} "
           f"| {get('batch1_published', 'rtf')} | <= 0.2 |")

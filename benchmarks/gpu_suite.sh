@@ -4,11 +4,11 @@
 #   benchmarks/gpu_suite.sh                       # on a GPU machine, from the repository root
 #   benchmarks/gpu_suite.sh --out results/gpu     # where the tables go (default gpu-suite-DATE)
 #   benchmarks/gpu_suite.sh --smoke               # CPU dry run of every step, tiny sizes (CI runs it)
-#   PYTHON=.venv-vllm/bin/python benchmarks/gpu_suite.sh   # the interpreter (default: .venv-vllm, it has both backends)
+#   PYTHON=.venv/bin/python benchmarks/gpu_suite.sh   # the interpreter (default: .venv, it has both backends)
 #
 # In order, each under its own time limit so one slow or failing step never loses the rest:
 #   1. gpu_speed.py      decode speed at the published size: bf16, then int8, int4 and nf4 weights
-#                        (README "Speed"; goals: batch 1 >= 500 tokens/s, TTFA <= 150 ms, batch 32 >= 50x)
+#                        (docs/speed.md; goals: batch 1 >= 500 tokens/s, TTFA <= 150 ms, batch 32 >= 50x)
 #   2. serve_load.py     the speech server, engine vs vLLM backend, concurrency 1/16/64, on a
 #                        real-width random checkpoint built here (goal: vLLM >= 3x the engine at 64)
 #   3. grpo_rollouts.py  GRPO rollouts on both backends and vLLM's weight sync per step
@@ -28,9 +28,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-PYTHON="${PYTHON:-.venv-vllm/bin/python}"
+PYTHON="${PYTHON:-.venv/bin/python}"
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "gpu_suite.sh: $PYTHON cannot import torch; run ./setup.sh --vllm first, or set PYTHON" >&2
+  echo "gpu_suite.sh: $PYTHON cannot import torch; run ./setup.sh --dev first, or set PYTHON" >&2
   exit 2
 fi
 mkdir -p "$OUT"
@@ -66,7 +66,7 @@ else
   LIMIT_SPEED=120; LIMIT_LOAD=150; LIMIT_GRPO=120
 fi
 
-# kernel_package MODE: the package a quantize mode's CUDA kernel needs (requirements-cuda.txt), if any.
+# kernel_package MODE: the package a quantize mode's CUDA kernel needs (pyproject's cuda extra), if any.
 kernel_package() {
   case "$1" in
     int4) echo torchao ;;
@@ -78,7 +78,7 @@ kernel_package() {
 for q in $QUANTS; do
   pkg="$(kernel_package "$q")"
   if [ -n "$pkg" ] && ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$pkg') is None)"; then
-    echo "| gpu_speed_$q | skipped: $pkg is not installed (pip install -r requirements-cuda.txt) | 0 | |" >> "$SUMMARY"
+    echo "| gpu_speed_$q | skipped: $pkg is not installed (pip install -e .[cuda]) | 0 | |" >> "$SUMMARY"
     continue
   fi
   if [ "$q" = none ]; then

@@ -1,8 +1,8 @@
 """GRPO rollouts on the two backends side by side: rollout tokens/s and the weight sync per step.
 
-    .venv-vllm/bin/python benchmarks/grpo_rollouts.py                          # CPU: tiny, head size 64
-    .venv-vllm/bin/python benchmarks/grpo_rollouts.py --prompts 8 --generations 8 --new-tokens 256 --steps 3
-    .venv-vllm/bin/python benchmarks/grpo_rollouts.py --preset real-width --layers 36 --new-tokens 1024 \
+    .venv/bin/python benchmarks/grpo_rollouts.py                          # CPU: tiny, head size 64
+    .venv/bin/python benchmarks/grpo_rollouts.py --prompts 8 --generations 8 --new-tokens 256 --steps 3
+    .venv/bin/python benchmarks/grpo_rollouts.py --preset real-width --layers 36 --new-tokens 1024 \
         --gpu-memory-utilization 0.5 --json grpo_gpu.json                  # one GPU: the real model's shape
 
 One step is what `training.grpo` does with `rollout.backend = "engine"` or `"vllm"`: P prompts
@@ -19,7 +19,7 @@ and megabytes per step. At the end vLLM gets the checkpoint's weights back.
 GPU (unmeasured until a GPU is available): the command above on one GPU; both backends hold
 the model on it at once (the engine in bf16 plus its decode cache, vLLM at
 `--gpu-memory-utilization`). There the sync moves 6.8 GB of bf16 through vLLM's RPC as bytes
-(copies through CPU memory), so expect seconds per step; see README "Scale-out on vLLM".
+(copies through CPU memory), so expect seconds per step; see docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run(engine, vllm, prompts: int = 8, generations: int = 8, new_tokens: int = 
     best = {"engine": float("inf"), "vllm": float("inf")}
     tokens = {}
     syncs = []
-    for name, backend in (("engine", engine), ("vllm", vllm)):  # warm-up at this shape
+    for backend in (engine, vllm):  # warm-up at this shape
         backend.generate_batch(reqs[:1], num_samples=2, stop_mode="sample")
     for _ in range(steps):
         for name, backend in (("engine", engine), ("vllm", vllm)):  # alternate: background load hits both
@@ -84,7 +84,8 @@ def run(engine, vllm, prompts: int = 8, generations: int = 8, new_tokens: int = 
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| backend | rows | tokens/step | rollout s (best) | rollout tok/s | vs engine | sync s/step | sync MB/step |",
+    lines = ["| backend | rows | tokens/step | rollout s (best) | rollout tok/s | vs engine | sync s/step "
+             "| sync MB/step |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['rows']} | {r['tokens_per_step']} | {r['rollout_s']:.2f} | "

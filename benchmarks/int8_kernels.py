@@ -77,7 +77,8 @@ def build_int8pack(dtype: torch.dtype) -> Builder:
     def build(weight):
         w8, scale = int8_per_channel(weight)
         s = scale.to(dtype)
-        return (lambda x: torch.ops.aten._weight_int8pack_mm(x.to(dtype), w8, s)), w8.numel() + s.numel() * s.element_size()
+        nbytes = w8.numel() + s.numel() * s.element_size()
+        return (lambda x: torch.ops.aten._weight_int8pack_mm(x.to(dtype), w8, s)), nbytes
     return build
 
 
@@ -126,7 +127,7 @@ def candidates(compiled: bool) -> dict[str, Builder]:
         "dequant + linear, fp32": build_dequant(torch.float32),
         "torch.ao dynamic int8 (fbgemm)": build_dynamic,
     }
-    torchao = importlib.util.find_spec("torchao") is not None  # optional: the CUDA extra (requirements-cuda.txt)
+    torchao = importlib.util.find_spec("torchao") is not None  # optional: the CUDA extra (pyproject.toml's cuda extra)
     if torchao:
         table["torchao int8 weight-only, bf16"] = build_torchao(torch.bfloat16)
     else:
@@ -161,13 +162,14 @@ class Prepared:
 
     def error(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> float:
         """Largest ||y - y_fp32|| / ||y_fp32|| over the block's linears (the first copy)."""
-        return max(float((fn(x).float() - y).norm() / y.norm()) for fn, x, y in zip(self.fns[0], inputs, outputs))
+        return max(float((fn(x).float() - y).norm() / y.norm())
+                   for fn, x, y in zip(self.fns[0], inputs, outputs, strict=True))
 
     def time_pass(self, inputs: list[torch.Tensor], iters: int) -> float:
         """Seconds per block call, over `iters` calls cycling through the copies."""
         start = time.perf_counter()
         for i in range(iters):
-            for fn, x in zip(self.fns[i % len(self.fns)], inputs):
+            for fn, x in zip(self.fns[i % len(self.fns)], inputs, strict=True):
                 fn(x)
         return (time.perf_counter() - start) / iters
 
@@ -180,7 +182,7 @@ def measure_block(block: str, batch: int, kernels: dict[str, Builder], repeats: 
     smallest = sum(n_in * n_out for n_in, n_out in BLOCKS[block])  # int8 bytes of one copy
     weights = block_weights(block, copies_needed(smallest), generator)
     inputs = [torch.randn(batch, n_in, generator=generator) for n_in, _ in BLOCKS[block]]
-    outputs = [F.linear(x, w) for x, w in zip(inputs, weights[0])]
+    outputs = [F.linear(x, w) for x, w in zip(inputs, weights[0], strict=True)]
     prepared, rows = {}, {}
     for name, build in kernels.items():
         try:

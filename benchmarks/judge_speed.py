@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     import torch
 
-    from evaluation.quality import windows
     from evaluation.audio_io import resample
+    from evaluation.quality import windows
     from evaluation.report import markdown_table
     from rumik_app.audio import SAMPLE_RATE
 
@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     for dnsmos in ("DNSMOS (speechmos windows)", "DNSMOS (first window)"):
         total = results[dnsmos]["per_100_clips_s"] + results["resemblyzer"]["per_100_clips_s"]
         verdict = "PASS" if total < GOAL_SECONDS else "FAIL"
-        print(f"goal: {dnsmos} + resemblyzer on {GOAL_CLIPS} clips under {GOAL_SECONDS:.0f} s -> {total:.0f} s {verdict}")
+        print(f"goal: {dnsmos} + resemblyzer on {GOAL_CLIPS} clips under {GOAL_SECONDS:.0f} s "
+              f"-> {total:.0f} s {verdict}")
     results["windows"], results["clips"] = n_windows, len(clips)
     return results
 

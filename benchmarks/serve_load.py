@@ -5,7 +5,7 @@
     python benchmarks/serve_load.py --url http://gpu-box:8000 --concurrency 1,16,64 --max-seconds 8 --json out.json
 
     # both backends side by side: each server is started, measured and stopped in turn
-    .venv-vllm/bin/python benchmarks/serve_load.py --spawn engine,vllm --checkpoint CKPT --concurrency 1,4,16,64
+    .venv/bin/python benchmarks/serve_load.py --spawn engine,vllm --checkpoint CKPT --concurrency 1,4,16,64
 
 For each concurrency c, c clients each send `--rounds` requests back to back (closed loop),
 streaming `pcm` (24 kHz s16le) over HTTP: every request has its own seed, the same text and
@@ -15,7 +15,7 @@ latency, and errors (any non-200 or a broken stream). The table ends with the th
 of each level relative to concurrency 1.
 
 `--spawn engine,vllm` starts `python -m rumik_app.serve --backend B --model CHECKPOINT
---max-batch N` (with `--server-python`, default this interpreter: run it from .venv-vllm,
+--max-batch N` (with `--server-python`, default this interpreter: run it from .venv,
 which has both backends) for each backend in turn, measures it, stops it with SIGTERM, and
 prints one table with a row per (concurrency, backend) and each backend's throughput
 relative to the first. `--server-arg` adds flags to every server (e.g.
@@ -204,14 +204,14 @@ async def text_in_worker(args: argparse.Namespace, headers: dict, seeds) -> list
             began = time.perf_counter()
             sentence_done = asyncio.get_running_loop().create_future()
 
-            async def type_text() -> None:
+            async def type_text(sentence_done: asyncio.Future) -> None:
                 for i, word in enumerate(words):
                     await ws.send(json.dumps({"type": "input.text", "text": word + " "}))
                     if i + 1 == cut:
                         sentence_done.set_result(time.perf_counter())
                     await asyncio.sleep(args.word_delay)
                 await ws.send(json.dumps({"type": "input.done"}))
-            typing = asyncio.create_task(type_text())
+            typing = asyncio.create_task(type_text(sentence_done))
             first, received, error = await _audio_until(ws, began, "session.done")
             await typing
             sent = sentence_done.result()

@@ -131,7 +131,7 @@ def _speaker_values(judges: AcousticJudges, audio: list[np.ndarray], voices: lis
                     chunks: list[list[np.ndarray]]) -> list[dict]:
     embeddings = judges.speaker.embed(audio, SAMPLE_RATE)
     out = []
-    for emb, voice, pieces in zip(embeddings, voices, chunks):
+    for emb, voice, pieces in zip(embeddings, voices, chunks, strict=True):
         row: dict = {"speaker_sim": cosine(judges.references.get(voice), emb)}
         if pieces:
             parts = judges.speaker.embed(pieces, SAMPLE_RATE)
@@ -147,12 +147,12 @@ def _score_batch(judges: AcousticJudges, batch: list[tuple[dict, dict]], out: Pa
         audio = [load_audio(out / rec["path"], SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS) for rec, _ in batch]
         values = [{} for _ in batch]
         if judges.quality is not None:
-            for v, q in zip(values, _quality_values(judges, audio)):
+            for v, q in zip(values, _quality_values(judges, audio), strict=True):
                 v.update(q)
         if judges.speaker is not None:
             voices = [p.get("voice") or DEFAULT_VOICE for _, p in batch]
-            pieces = [chunk_audio(a, rec.get("chunks")) for a, (rec, _) in zip(audio, batch)]
-            for v, s in zip(values, _speaker_values(judges, audio, voices, pieces)):
+            pieces = [chunk_audio(a, rec.get("chunks")) for a, (rec, _) in zip(audio, batch, strict=True)]
+            for v, s in zip(values, _speaker_values(judges, audio, voices, pieces), strict=True):
                 v.update(s)
         return values
     except RumikError as exc:
@@ -178,10 +178,11 @@ def score_clips(judges: AcousticJudges, prompts: list[dict], manifest: list[dict
             todo.append(rec)
     for lo in tqdm(range(0, len(todo), batch_size), desc="audio judges", unit="batch", disable=not todo):
         batch = [(rec, by_id[rec["id"]]) for rec in todo[lo:lo + batch_size]]
-        for (rec, _), values in zip(batch, _score_batch(judges, batch, out)):
+        for (rec, _), values in zip(batch, _score_batch(judges, batch, out), strict=True):
             result[(rec["run"], rec["id"])] = values
     write_jsonl(cache_path, [{"run": r["run"], "id": r["id"], "sha256": r["sha256"], "judges": sig,
-                              "values": result[(r["run"], r["id"])]} for r in manifest if (r["run"], r["id"]) in result])
+                              "values": result[(r["run"], r["id"])]}
+                             for r in manifest if (r["run"], r["id"]) in result])
     return result
 
 
@@ -218,8 +219,9 @@ def report_lines(judges: AcousticJudges, summary: list[dict]) -> list[str]:
     lines += ["- Means over clips with 95 % percentile bootstrap CIs (`scipy.stats.bootstrap`, seeded).", ""]
     for level, title in (("overall", "Overall"), ("language", "By language"), ("domain", "By domain")):
         part = [s for s in summary if s["level"] == level]
-        lines += [f"### {title}", "", markdown_table([level if level != "overall" else "", *(HEADERS[c] for c in cols)],
-                                                     [[s["group"], *(pooled_text(s, c) for c in cols)] for s in part]), ""]
+        headers = [level if level != "overall" else "", *(HEADERS[c] for c in cols)]
+        rows = [[s["group"], *(pooled_text(s, c) for c in cols)] for s in part]
+        lines += [f"### {title}", "", markdown_table(headers, rows), ""]
     return lines
 
 

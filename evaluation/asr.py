@@ -37,7 +37,13 @@ from typing import Callable
 import numpy as np
 
 from evaluation.asr_judge import (
-    WINDOW_SECONDS, ASRError, ASRJudge, ASRModelUnavailable, download_fix, language_code, looks_like_path,
+    WINDOW_SECONDS,
+    ASRError,
+    ASRJudge,
+    ASRModelUnavailable,
+    download_fix,
+    language_code,
+    looks_like_path,
     split_windows,
 )
 from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, audio_sha256, load_audio, resample
@@ -55,7 +61,8 @@ POCKETSPHINX_CONFIG = {"loglevel": "FATAL", "cmn": "batch", "dither": False}
 HF_BATCH_SIZE = 8
 # Whisper's language table (ISO 639-1 codes) covers these of our languages; the rest get
 # no hint and Whisper detects the language itself.
-WHISPER_LANGUAGES = frozenset({"as", "bn", "en", "gu", "hi", "kn", "ml", "mr", "ne", "pa", "sa", "sd", "ta", "te", "ur"})
+WHISPER_LANGUAGES = frozenset(
+    {"as", "bn", "en", "gu", "hi", "kn", "ml", "mr", "ne", "pa", "sa", "sd", "ta", "te", "ur"})
 TRANSCRIPT_FIELDS = ("hyp", "transcript")
 VALID_SPECS = (
     "pocketsphinx                      English only, offline (the pocketsphinx package's model)",
@@ -75,7 +82,7 @@ class PocketSphinxJudge(ASRJudge):
     def __init__(self) -> None:
         try:
             import pocketsphinx  # noqa: F401
-        except ImportError as exc:  # pragma: no cover - it is in requirements.txt
+        except ImportError as exc:  # pragma: no cover - it is in the eval extra
             raise ASRError("pocketsphinx is not installed; run: pip install pocketsphinx") from exc
         self._decoder = None
 
@@ -335,7 +342,8 @@ def load_asr(spec: str, cache: str | os.PathLike | None = None, device: str | No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Transcribe audio files with an ASR judge.")
     parser.add_argument("files", nargs="+", help="audio files (wav, flac, ogg, mp3, ...)")
-    parser.add_argument("--asr", default="pocketsphinx", help="judge spec: " + "; ".join(s.split()[0] for s in VALID_SPECS))
+    parser.add_argument("--asr", default="pocketsphinx",
+                        help="judge spec: " + "; ".join(s.split()[0] for s in VALID_SPECS))
     parser.add_argument("--language", default=None, help="ISO code or name, e.g. en, hi, Tamil")
     parser.add_argument("--cache", default=None, help="transcript cache JSON file")
     args = parser.parse_args(argv)

@@ -131,7 +131,7 @@ def judge_clips(clips: Sequence[Clip], quality=None, speaker=None, references=No
             values = _judge_batch(part, quality, speaker, references)
         except RumikError:  # find the clip at fault: judge them one by one
             values = [_judge_one(c, quality, speaker, references) for c in part]
-        out.update({(c.prompt, c.condition): v for c, v in zip(part, values)})
+        out.update({(c.prompt, c.condition): v for c, v in zip(part, values, strict=True)})
     return out
 
 
@@ -139,10 +139,10 @@ def _judge_batch(part: Sequence[Clip], quality, speaker, references) -> list[dic
     audio = [load_audio(c.path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS) for c in part]
     values: list[dict] = [{} for _ in part]
     if quality is not None:
-        for v, s in zip(values, quality.score(audio, SAMPLE_RATE)):
+        for v, s in zip(values, quality.score(audio, SAMPLE_RATE), strict=True):
             v.update(dnsmos_ovrl=s.ovrl, dnsmos_sig=s.sig, dnsmos_bak=s.bak)
     if speaker is not None:
-        for v, c, emb in zip(values, part, speaker.embed(audio, SAMPLE_RATE)):
+        for v, c, emb in zip(values, part, speaker.embed(audio, SAMPLE_RATE), strict=True):
             v["speaker_sim"] = cosine(references.get(c.voice), emb)
     return values
 

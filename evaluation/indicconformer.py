@@ -39,7 +39,13 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.asr_judge import (
-    ASRError, ASRJudge, ASRModelUnavailable, download_fix, language_code, looks_like_path, split_windows,
+    ASRError,
+    ASRJudge,
+    ASRModelUnavailable,
+    download_fix,
+    language_code,
+    looks_like_path,
+    split_windows,
 )
 from evaluation.audio_io import resample
 from evaluation.onnx_session import check_io, open_session
@@ -96,7 +102,8 @@ def resolve_folder(ref: str = REPO_ID) -> Path:
     if local.exists() or looks_like_path(ref) or "/" not in ref:
         if not local.is_dir():
             raise ASRError(f"IndicConformer folder {ref!r} does not exist. Pass the folder holding "
-                           f"{ASSETS}/{ENCODER} (--asr indicconformer:PATH), or --asr indicconformer for the hub model.")
+                           f"{ASSETS}/{ENCODER} (--asr indicconformer:PATH), "
+                           "or --asr indicconformer for the hub model.")
         return local
     from rumik_app.checkpoint.hub import HubUnavailable, hub_snapshot
 

@@ -133,7 +133,8 @@ class IndicEmoResult:
         lines = [
             "## IndicEmo",
             "",
-            f"{len(self.judges)} judge(s); {len(self.valid_prompts)} of {total} prompts valid for every judge ({counts}).",
+            f"{len(self.judges)} judge(s); {len(self.valid_prompts)} of {total} prompts valid for every judge "
+            f"({counts}).",
             "Consensus = median over judges; delivery means, then equal-weight means over deliveries.",
             "",
             markdown_table(head, rows),

@@ -9,7 +9,7 @@ Library module (no command line), used by the annotation campaigns (`webapp.camp
 
 Both wrap well-kept libraries: `scipy.stats.bootstrap` (percentile method, a seeded NumPy
 generator, so a report reproduces exactly) and the `krippendorff` package (pinned in
-requirements.txt). The caller chooses the resampling unit by what it passes: the campaign
+pyproject.toml). The caller chooses the resampling unit by what it passes: the campaign
 results pass one value per prompt (a prompt's mean score, or its win rate), so the interval
 reflects the variation between prompts, not only between clicks.
 """

@@ -34,7 +34,8 @@ Scoring a transcript (`hyp`):
    tag the ungated verdict would use is still consumed, so a garbled clip that laughs where
    asked is not also charged with an unrequested sound.
 4. Verdict, first match wins: rendered (requested class at the requested position),
-   wrong_class (another class there), misplaced (requested class elsewhere), not_rendered. The tag used is consumed; every other tag is unrequested
+   wrong_class (another class there), misplaced (requested class elsewhere), not_rendered.
+   The tag used is consumed; every other tag is unrequested
    (`spurious_*` = their count), so a duplicate at the position counts once each way.
 5. Views: 3-class (laugh, chuckle, sigh) and 2-class (laugh + chuckle = laughter).
 
@@ -433,7 +434,7 @@ def aggregate(
         if not runs:
             raise ValueError(f"Listener {name!r} has no runs.")
         st = [_run_stats(run, off_set) for run in runs]
-        avg = lambda key, sub=None: mean(s[key][sub] if sub else s[key] for s in st)  # noqa: E731
+        avg = lambda key, sub=None, st=st: mean(s[key][sub] if sub else s[key] for s in st)  # noqa: E731
         laughter, sigh = avg("laughter"), avg("rendered", "sigh")
         summaries.append(
             ListenerSummary(

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         audio = [load_audio(path, MODEL_RATE, max_seconds=args.max_seconds) for path in args.clips]
         judge = DNSMOS(args.personalized, args.device, args.threads)
         scores = judge.score(audio, MODEL_RATE, progress=True)
-        rows = [{"clip": path, **s.as_dict()} for path, s in zip(args.clips, scores)]
+        rows = [{"clip": path, **s.as_dict()} for path, s in zip(args.clips, scores, strict=True)]
         write_jsonl(args.out, rows)
     print(markdown_table(["clip", "SIG", "BAK", "OVRL", "P.808"],
                          [[r["clip"], r["sig"], r["bak"], r["ovrl"], r["p808"]] for r in rows]))

@@ -6,7 +6,7 @@
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
     python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
     python -m evaluation.run ... --asr indicconformer --quality --speaker   # + DNSMOS, speaker similarity, drift
-    .venv-vllm/bin/python -m evaluation.run --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
+    rumik eval --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 `--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
 ("grapheme", the default: the `grapheme` package, Unicode 13.0 rules; "unicode": regex
@@ -61,16 +61,26 @@ from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, 
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
 from evaluation.report import markdown_table, read_jsonl, write_jsonl
 from evaluation.run_report import (  # noqa: F401 - the output file names are part of this module's interface
-    CHARTS_DIR, CLIPS_CSV, CLUSTER_RATE_KEYS, MANIFEST, NOVA_CSV, NOVA_JSONL, RATE_KEYS, REPORT, SUMMARY_CSV,
-    TRANSCRIPTS, gcer_headers, write_outputs,
+    CHARTS_DIR,
+    CLIPS_CSV,
+    CLUSTER_RATE_KEYS,
+    MANIFEST,
+    NOVA_CSV,
+    NOVA_JSONL,
+    RATE_KEYS,
+    REPORT,
+    SUMMARY_CSV,
+    TRANSCRIPTS,
+    gcer_headers,
+    write_outputs,
 )
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from evaluation.text import DEFAULT_SEGMENTATION, SEGMENTATIONS, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
-from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
+from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 
 DEFAULT_CACHE = "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
@@ -214,15 +224,15 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                         errors[p["id"]] = f"request: {_error_text(exc)}"
                 ok = [p for p in group if p["id"] not in errors]
                 results = system.synthesize_many(requests, [p["id"] for p in ok], run=run) if ok else []
-                for p, req, res in zip(ok, requests, results):
+                for p, req, res in zip(ok, requests, results, strict=True):
                     path = out / f"run{run}" / f"{p['id']}.wav"
                     if isinstance(res, Exception):
                         errors[p["id"]] = f"synthesis: {_error_text(res)}"
                         continue
                     write_wav(path, res.samples, res.sample_rate)
                     seed_used = res.seed if res.seed is not None else req.seed
-                    records[(run, p["id"])] = _clip_record(p, run, path, seed_used, system, out, None, settings[p["id"]],
-                                                           res.info.get("chunk_seconds"))
+                    records[(run, p["id"])] = _clip_record(p, run, path, seed_used, system, out, None,
+                                                           settings[p["id"]], res.info.get("chunk_seconds"))
                     counts["synthesized"] += 1
                 for p in group:
                     if p["id"] in errors:
@@ -286,7 +296,7 @@ def score_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict]
     by_id = {p["id"]: p for p in prompts}
     tags = {"gcer_segmentation": segmentation, "gcer_rules": gcer_rules()}
     rows = []
-    for rec, tr in zip(manifest, transcripts):
+    for rec, tr in zip(manifest, transcripts, strict=True):
         p = by_id[rec["id"]]
         ref = spoken_form(p["text"], p["language"]) if normalize else p["text"]
         row = {"run": rec["run"], "id": rec["id"], "language": p["language"], "domain": p["domain"],
@@ -313,7 +323,7 @@ def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
     if not by_id:
         return [], None
     per_run: dict[int, list[dict]] = defaultdict(list)
-    for rec, tr in zip(manifest, transcripts):
+    for rec, tr in zip(manifest, transcripts, strict=True):
         if rec["id"] not in by_id:
             continue
         if rec["error"] is not None:
@@ -329,8 +339,9 @@ def nova_all(prompts: list[dict], manifest: list[dict], transcripts: list[dict],
 def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> int:
     """CLI entry; `system` lets tests inject a Synthesizer instead of --system."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m evaluation.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--system", required=system is None, help="rumik | rumik:PATH_OR_ID | tiny | espeak | folder:DIR")
+    parser = argparse.ArgumentParser(prog="rumik eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--system", required=system is None,
+                        help="rumik | rumik:PATH_OR_ID | tiny | espeak | folder:DIR")
     parser.add_argument("--prompts", required=True, help="prompt set (JSONL)")
     parser.add_argument("--runs", type=int, default=1, help="times each prompt is synthesised (default 1)")
     parser.add_argument("--asr", required=True,

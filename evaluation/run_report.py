@@ -22,7 +22,11 @@ from evaluation.charts import grouped_bar_chart
 from evaluation.report import markdown_table, write_csv, write_jsonl
 from evaluation.systems import Synthesizer
 from evaluation.text import (
-    DEFAULT_SEGMENTATION, SEGMENTATIONS, normalizer_info, segmentation_label, segmentation_unicode_version,
+    DEFAULT_SEGMENTATION,
+    SEGMENTATIONS,
+    normalizer_info,
+    segmentation_label,
+    segmentation_unicode_version,
 )
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
@@ -37,7 +41,7 @@ CLUSTER_RATE_KEYS = tuple((f"gcer_{seg}", f"clusters_{seg}") for seg in SEGMENTA
 def gcer_headers(segmentation: str) -> list[str]:
     """Markdown headers of the side-by-side GCER columns; the chosen segmentation in bold."""
     names = [f"GCER {seg} (U{segmentation_unicode_version(seg)})" for seg in SEGMENTATIONS]
-    return [f"**{n}**" if seg == segmentation else n for seg, n in zip(SEGMENTATIONS, names)]
+    return [f"**{n}**" if seg == segmentation else n for seg, n in zip(SEGMENTATIONS, names, strict=True)]
 
 
 def _short(text: str | None) -> str:

@@ -18,8 +18,8 @@ Encoders:
   own functions do the preprocessing, mel and slicing; the network is built here so that its
   weights (`pretrained.pt` in the wheel) load with `torch.load(weights_only=True)` (no
   unpickling of objects), and the partials of many clips run through the LSTM in one batch.
-  Its `webrtcvad` dependency imports `pkg_resources`, hence `setuptools==80.10.2` in
-  requirements.txt (setuptools 81 removes it).
+  Its `webrtcvad` dependency imports `pkg_resources`, hence `setuptools==78.1.1` in
+  the eval extra (setuptools 81 removes it).
 - `hf:ID_OR_PATH`: a transformers `WavLMForXVector` (e.g. microsoft/wavlm-base-plus-sv)
   with its feature extractor, safetensors weights only, no remote code. One clip per forward
   pass: WavLM-base's GroupNorm spans padding, so a padded clip would embed differently.
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         audio = [load_audio(path, MODEL_RATE, max_seconds=args.max_seconds) for path in args.clips]
         encoder = load_speaker_encoder(args.encoder, args.device)
         sims = encoder.similarities(encoder.embed([ref], MODEL_RATE)[0], audio, MODEL_RATE)
-        rows = [{"clip": path, "similarity": s} for path, s in zip(args.clips, sims)]
+        rows = [{"clip": path, "similarity": s} for path, s in zip(args.clips, sims, strict=True)]
         write_jsonl(args.out, rows)
     print(markdown_table(["clip", f"similarity to {args.reference} ({encoder.name})"],
                          [[r["clip"], r["similarity"]] for r in rows]))

@@ -42,7 +42,7 @@ Examples::
 `graphemes(text, segmentation)` splits into grapheme clusters, the units of GCER. Two
 definitions are supported because they give different numbers on Indic text:
 
-- "grapheme" (the default): the `grapheme` package (pinned in requirements.txt), which
+- "grapheme" (the default): the `grapheme` package (pinned in pyproject.toml), which
   implements the Unicode 13.0 extended-cluster rules. A virama ends a cluster, so a
   conjunct is several units: क्ष = [क्][ष], स्त्री = [स्][त्][री], in every script.
 - "unicode": `regex`'s `\\X`, UAX #29 of Unicode 15.1 and later, whose rule GB9c keeps

@@ -4,7 +4,7 @@
     engine = TTSEngine.from_pretrained("rumik-ai/rumik-oss-1")   # or a local path, or "tiny"
     audio = engine.synthesize(SynthesisRequest("नमस्ते <laugh> दोस्तों", voice="Ira", tone="happy"))
     audio.samples  # float32 [N] at audio.sample_rate (24000)
-    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # the same API on vLLM (.venv-vllm)
+    engine = load_engine("rumik-ai/rumik-oss-1", backend="vllm")   # the same API on vLLM (the vllm extra)
 
 Heavy modules (torch, transformers) load on first use of the engine names, so the light
 names (`SynthesisRequest`, the errors, `normalize_text`) and modules (`rumik_app.request`,
@@ -31,14 +31,16 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rumik_app.audio import Audio
-    from rumik_app.engine.loading import load_engine
-    from rumik_app.engine.local import TTSEngine
-    from rumik_app.errors import CheckpointError, PromptError, RumikError
-    from rumik_app.decode.rollouts import Rollouts
-    from rumik_app.text.normalize import normalize_text
-    from rumik_app.request import SynthesisRequest
+if TYPE_CHECKING:  # pragma: no cover - the `X as X` aliases mark these as re-exports (listed in __all__)
+    from rumik_app.audio import Audio as Audio
+    from rumik_app.decode.rollouts import Rollouts as Rollouts
+    from rumik_app.engine.loading import load_engine as load_engine
+    from rumik_app.engine.local import TTSEngine as TTSEngine
+    from rumik_app.errors import CheckpointError as CheckpointError
+    from rumik_app.errors import PromptError as PromptError
+    from rumik_app.errors import RumikError as RumikError
+    from rumik_app.request import SynthesisRequest as SynthesisRequest
+    from rumik_app.text.normalize import normalize_text as normalize_text
 
 
 def __getattr__(name: str):

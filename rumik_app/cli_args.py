@@ -6,7 +6,7 @@
     engine = load_engine(args.model, **engine_options(parser, args))   # rumik_app.engine.loading
 
 `backend` "engine" is the in-process engine (`rumik_app.engine.local`); "vllm" the same API
-on vLLM (`rumik_vllm.engine`, found through an entry point; run from the vLLM environment, `./setup.sh --vllm`).
+on vLLM (`rumik_vllm.engine`, found through an entry point; installed with the vllm extra, `./setup.sh --dev`).
 `python -m rumik_app.synthesize`, `.serve`, `app.py`, `evaluation.run`, the campaign CLI and
 the benchmarks use these flags; an entry point with other defaults (a GPU benchmark) sets
 them with `parser.set_defaults`. Torch-free, so CLIs parse their arguments before loading
@@ -87,7 +87,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) 
         return
     group.add_argument("--backend", choices=BACKENDS, default="engine",
                        help="engine: in-process (default); vllm: vLLM's engine (continuous batching, several "
-                            "GPUs; needs the vLLM environment, ./setup.sh --vllm)")
+                            "GPUs; needs vLLM: pip install -e .[vllm])")
     group.add_argument("--tensor-parallel-size", type=int, default=None,
                        help="vllm: GPUs that split each layer (default 1)")
     group.add_argument("--data-parallel-size", type=int, default=None,

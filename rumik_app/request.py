@@ -30,7 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
 from rumik_app.prompt import (
-    MAX_TEXT_CHARS, PromptError, build_prompt, format_description, normalize_voice, validate_text,
+    MAX_TEXT_CHARS,
+    PromptError,
+    build_prompt,
+    format_description,
+    normalize_voice,
+    validate_text,
 )
 from rumik_app.text.languages import get_language
 from rumik_app.text.lexicon import Lexicon, apply_lexicons, check_lexicons
@@ -93,7 +98,9 @@ def _show(value) -> str:
         return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + "…"
     if isinstance(value, numbers.Integral):
         whole = int(value)
-        return str(whole) if abs(whole) < 10**15 else f"~{'-' if whole < 0 else ''}1e{int(whole.bit_length() * 0.30103)}"
+        if abs(whole) < 10**15:
+            return str(whole)
+        return f"~{'-' if whole < 0 else ''}1e{int(whole.bit_length() * 0.30103)}"
     if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return f"{float(value):g}"

@@ -4,7 +4,7 @@
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
-    .venv-vllm/bin/python -m rumik_app.synthesize --backend vllm --model PATH --text "..." --out x.wav
+    rumik synthesize --backend vllm --model PATH --text "..." --out x.wav
 
 The request is checked before the weights load: the text, tone, accent, pace and description
 first, then the model (a hub id that cannot be fetched fails within seconds, naming the
@@ -31,12 +31,22 @@ import numpy as np
 
 from rumik_app.audio import Audio
 from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
-from rumik_app.errors import RumikError, report_user_error
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
+from rumik_app.errors import RumikError, report_user_error
 from rumik_app.prompt import PromptError
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, MAX_SECONDS, TINY_MAX_SECONDS, TINY_MODEL, SynthesisRequest, build_request,
-    default_max_seconds, resolve_seed, setting_type, tokens_for_seconds, wire_settings,
+    DEFAULT_MAX_SECONDS,
+    DEFAULT_MODEL,
+    MAX_SECONDS,
+    TINY_MAX_SECONDS,
+    TINY_MODEL,
+    SynthesisRequest,
+    build_request,
+    default_max_seconds,
+    resolve_seed,
+    setting_type,
+    tokens_for_seconds,
+    wire_settings,
 )
 from rumik_app.text.ssml import is_ssml
 

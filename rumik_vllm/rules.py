@@ -40,8 +40,15 @@ import torch
 import torch.nn.functional as F
 
 from rumik_app.decode.sampling import (
-    STOP_SEED_OFFSET, STOP_THRESHOLD, RowParams, check_stop_mode, draw_uniforms, max_stop_slots, penalize_repeats,
-    scoring_temperature, stop_floor,
+    STOP_SEED_OFFSET,
+    STOP_THRESHOLD,
+    RowParams,
+    check_stop_mode,
+    draw_uniforms,
+    max_stop_slots,
+    penalize_repeats,
+    scoring_temperature,
+    stop_floor,
 )
 
 EXTRA_ARGS_KEY = "rumik"

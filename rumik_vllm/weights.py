@@ -175,7 +175,7 @@ def _quiet(vllm_config):
         with set_current_vllm_config(vllm_config):
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 

@@ -8,7 +8,6 @@ built on the fly by `rumik_app.checkpoint.tiny` and loaded through the same code
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import tempfile
 
@@ -24,17 +23,6 @@ os.environ.setdefault("RUMIK_CPU_DTYPE", "fp32")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-# The voice-agent clients live in their own environment (requirements-agents.txt) and run as
-# `.venv-agents/bin/python -m pytest tests/agents --confcutdir=tests/agents` (the README).
-collect_ignore = ["agents"]
-
-# Server-protocol tests that no transformers version can change (sockets, deadlines, stored
-# lexicons) run once, in the core environment; the vLLM environment's run of tests/rumik_app
-# is there for the core on vLLM's transformers. Use as `pytestmark = core_environment_only`.
-core_environment_only = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is not None,
-    reason="a server-protocol test: it runs in the core environment (.venv), not again under vLLM's pins")
 
 # Tiny models gain nothing from intra-op threads, and OpenMP spin-waits make them crawl
 # when another process holds the second core.

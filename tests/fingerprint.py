@@ -1,7 +1,7 @@
 """Behaviour fingerprint for refactors: what the public entry points produce, hashed, as JSON.
 
     .venv/bin/python tests/fingerprint.py /tmp/before-engine.json                  # engine backend
-    .venv-vllm/bin/python tests/fingerprint.py /tmp/before-vllm.json --backend vllm
+    .venv/bin/python tests/fingerprint.py /tmp/before-vllm.json --backend vllm
     ... change the code ...
     .venv/bin/python tests/fingerprint.py /tmp/after-engine.json && diff /tmp/before-engine.json /tmp/after-engine.json
 

@@ -7,7 +7,7 @@
     check_sigterm_drain(proc, url, speech)                 # SIGTERM: streaming finishes, queued/new refused
     check_full_batch(url, 64)                              # 64 concurrent seeded requests, every one answered
     await fetch_speech(async_client, payload)              # one streamed request: pcm, first audio, latency
-    generated, data = stream_openai(client, server.health, **args)   # the openai client's streaming: tokens at each chunk
+    generated, data = stream_openai(client, server.health, **args)   # openai client streaming: tokens per chunk
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ BAD_INPUTS = [
     ("seed", dict(seed=-7), 400, "seed", "Seed -7 is not valid"),
     ("speed range", dict(speed=9), 400, "speed", "speed 9.0 is out of range: use 0.25 to 4.0"),
     ("speed vs pace", dict(speed=0.5, pace="fast"), 400, "speed", "speed 0.5 means pace 'slow', but pace 'fast'"),
-    ("typo in extra_body", dict(temprature=0.5), 400, "temprature", "Unrecognized request argument supplied: temprature"),
+    ("typo in extra_body", dict(temprature=0.5), 400, "temprature",
+     "Unrecognized request argument supplied: temprature"),
     ("not a number", dict(temperature="hot"), 400, "temperature", "Invalid value for 'temperature'"),
     ("missing input", dict(input=None), 400, "input", "Missing required parameter: 'input'."),
     ("unknown language", dict(language="Klingon"), 400, "language", "Unknown language 'Klingon'"),

@@ -48,10 +48,11 @@ LAYERS = (
 TABLED = ("rumik_app", "rumik_vllm")  # the packages whose every module §1's tables name
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.
 LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_app.errors", "rumik_app.files",
-                 "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli_args", "rumik_app.text",
+                 "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli", "rumik_app.cli_args", "rumik_app.text",
                  "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens", "rumik_app.engine.serving",
                  "rumik_app.engine.planning", "rumik_app.engine.script", "rumik_app.serve.protocol",
-                 "rumik_app.serve.adapters", "training.config")
+                 "rumik_app.serve.adapters", "training.config", "training.cli", "training.grpo.config",
+                 "training.dpo.config", "webapp.access")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 
@@ -65,7 +66,8 @@ def _tracked(*patterns: str, root: Path = ROOT) -> list[Path]:
 
 
 def _import_nodes(path: Path):
-    return [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def _imports(path: Path) -> set[str]:

@@ -23,7 +23,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
     return {
         "rumik_app.synthesize": ["--model", str(tmp / "no-model"), "--text", "hi", "--out", str(tmp / "x.wav")],
         "rumik_app.tiny": [str(tmp / "t"), "--hidden", "65"],
-        "evaluation.run": ["--system", "espeak", "--prompts", missing, "--asr", "pocketsphinx", "--out", str(tmp / "r")],
+        "evaluation.run": ["--system", "espeak", "--prompts", missing, "--asr", "pocketsphinx",
+                           "--out", str(tmp / "r")],
         "evaluation.asr": [str(tmp / "missing.wav")],
         "evaluation.quality": [str(tmp / "missing.wav"), "--out", str(tmp / "q.jsonl")],
         "evaluation.speaker": [str(tmp / "missing.wav"), str(tmp / "b.wav"), "--out", str(tmp / "s.jsonl")],

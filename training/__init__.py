@@ -7,7 +7,8 @@
     prepare.py   manifest of clips -> Mimi codes in shards (shared by both wings)
     config.py    config files and `--set` overrides; RunConfig and OptimConfig, shared by both wings
     common.py    seeds, metrics log, schedule and optimiser, training checkpoints
-    trainer.py   the Trainer base class (loop, save, resume policy) and the shared command line
+    trainer.py   the Trainer base class (loop, save, resume policy) and the shared command line's run
+    cli.py       the shared command line's flags (`python -m training.sft|grpo|dpo`), parsed without torch
     sft/         config.py, trainer.py, objective.py, sequences.py, data.py, smoke.py
     grpo/        config.py, trainer.py, loss.py, policy.py, rewards.py, prompts.py
     configs/     example and smoke configs

@@ -215,7 +215,7 @@ def build_optimizer(model: torch.nn.Module, optim: OptimConfig,
 def enable_activation_checkpointing(model) -> None:
     """Recompute each layer's activations in backward (both trainers). Non-reentrant: works
     under DDP and with frozen inputs (LoRA)."""
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def clip_gradients(accelerator, params, max_grad_norm: float) -> float:

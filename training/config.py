@@ -299,7 +299,7 @@ def config_changes(saved: Any, current: Any, key: str = "") -> list[str]:
         pairs = [(n, saved.get(n, "(absent)"), current.get(n, "(absent)")) for n in names
                  if key or n not in RESUME_IGNORED_KEYS]
     elif isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
-        pairs = [(str(i), a, b) for i, (a, b) in enumerate(zip(saved, current))]
+        pairs = [(str(i), a, b) for i, (a, b) in enumerate(zip(saved, current, strict=True))]
     else:
         if saved == current:
             return []

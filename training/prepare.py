@@ -32,20 +32,20 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from evaluation import audio_io
-from rumik_app.checkpoint.load import auto_device, load_codec, resolve_checkpoint
-from rumik_app.model.codec import MimiCodec
-from rumik_app.model.config import RumikOSSConfig
 from rumik_app.errors import RumikError, user_errors
 from rumik_app.files import atomic_write
-from rumik_app.text.languages import get_language
 from rumik_app.prompt import PromptError, normalize_voice, validate_text
 from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
+from rumik_app.text.languages import get_language
+
+if TYPE_CHECKING:
+    from rumik_app.model.codec import MimiCodec
 
 MAX_SECONDS = 30.0
 MIN_SECONDS = 0.2
@@ -142,6 +142,8 @@ def check_row(raw: str, line: int, base_dir: Path, speakers: tuple[str, ...], sa
 
 def encode_clips(codec: MimiCodec, clips: list[Clip], batch_size: int) -> list[np.ndarray]:
     """Encode clips (longest first, zero-padded to whole frames) -> codes [T, Q] per clip, input order."""
+    import torch
+
     out: list[np.ndarray | None] = [None] * len(clips)
     order = sorted(range(len(clips)), key=lambda i: -len(clips[i].samples))
     size = codec.frame_size
@@ -177,7 +179,7 @@ def prepare_shard(shard: int, lines: list[str], first_line: int, shard_dir: Path
     skipped = []
 
     def flush() -> None:
-        kept.extend(zip(buffer, encode_clips(codec, buffer, batch_size)))
+        kept.extend(zip(buffer, encode_clips(codec, buffer, batch_size), strict=True))
         for clip in buffer:
             clip.samples = np.zeros(0, np.float32)
         buffer.clear()
@@ -221,6 +223,10 @@ def prepare(manifest: str | os.PathLike, model: str, out_dir: str | os.PathLike,
             batch_size: int = BATCH_SIZE, device: str | None = None, new_speakers: tuple[str, ...] = (),
             min_seconds: float = MIN_SECONDS, max_seconds: float = MAX_SECONDS) -> dict:
     """Encode a manifest into DATA_DIR (resumable); returns the report dict (also report.json)."""
+    from rumik_app.checkpoint.load import auto_device, load_codec, resolve_checkpoint
+    from rumik_app.model.codec import MimiCodec
+    from rumik_app.model.config import RumikOSSConfig
+
     manifest, out = Path(manifest), Path(out_dir)
     if not manifest.is_file():
         raise PrepareError(f"Manifest {manifest} not found; pass --manifest with a JSONL file.")

@@ -42,10 +42,11 @@ Resume policy (every trainer):
 A resume is recorded in metrics.jsonl as `{"step": N, "event": "resumed from step_N"}`; the
 steps after the checkpoint are logged again, and for a step the last line wins.
 
-Command line (`run_cli`, used by `python -m training.sft`, `training.grpo` and `training.dpo`):
-`--config FILE` or `--smoke`, `--set KEY=VALUE` (repeatable), `--out OUT`, `--resume`. A user
-error (bad config or override, missing data, a changed run without --resume, a missing
-checkpoint) prints one `error: ...` line and exits with status 2.
+Command line (`python -m training.sft`, `training.grpo` and `training.dpo`): the flags are
+parsed by training.cli (`--config FILE` or `--smoke`, `--set KEY=VALUE` (repeatable), `--out
+OUT`, `--resume`), before torch is imported; `train_command` runs them. A user error (bad config
+or override, missing data, a changed run without --resume, a missing checkpoint) prints one
+`error: ...` line and exits with status 2.
 """
 
 from __future__ import annotations
@@ -62,8 +63,16 @@ from rumik_app.checkpoint.load import ModelUnavailable
 from rumik_app.errors import CheckpointError, ConfigError, user_errors
 from rumik_app.files import atomic_write
 from training.common import (
-    METRICS_FILE, TRAIN_CONFIG, MetricsLogger, latest_checkpoint, list_checkpoints, load_training_state,
-    publish_checkpoint, read_metrics, save_training_checkpoint, set_seed,
+    METRICS_FILE,
+    TRAIN_CONFIG,
+    MetricsLogger,
+    latest_checkpoint,
+    list_checkpoints,
+    load_training_state,
+    publish_checkpoint,
+    read_metrics,
+    save_training_checkpoint,
+    set_seed,
 )
 from training.config import MAX_LISTED_CHANGES, RunConfig, config_changes, config_dict, load_config, save_config
 
@@ -83,7 +92,6 @@ class Trainer:
 
     name: ClassVar[str] = "training"  # `python -m <name>`; also the first word of the header line
     config_class: ClassVar[type[RunConfig]] = RunConfig
-    smoke_help: ClassVar[str] = ""
 
     def __init__(self, cfg: RunConfig, accelerator=None, config_dir: Path | None = None):
         from accelerate import Accelerator
@@ -186,7 +194,8 @@ class Trainer:
         weights = str(getattr(self.model, "dtype", "")).removeprefix("torch.")
         return (f"{self.name}: {n} process{'es' if n != 1 else ''} ({dist}), {acc.device}, "
                 f"{weights + ' weights, ' if weights else ''}{mixed}"
-                f"{', deterministic kernels' if self.cfg.deterministic else ''}; {self.total_steps} steps -> {self.out}")
+                f"{', deterministic kernels' if self.cfg.deterministic else ''}; "
+                f"{self.total_steps} steps -> {self.out}")
 
     def progress_line(self, step: int, metrics: dict[str, Any], elapsed: float, steps_run: int) -> str:
         """`step 12/60 (20%) | loss 5.12 | lr 1.0e-04 | ... | 0:03 elapsed, ETA 0:12` (ETA: this
@@ -267,21 +276,9 @@ def check_same_settings(cfg: RunConfig) -> None:
             f"Pass --resume to continue that run with these settings, or a fresh --out to start a new run.")
 
 
-def run_cli(trainer_class: type[Trainer], argv: Sequence[str] | None, description: str) -> Path:
-    """`python -m training.<wing>`: parse, load the config, train; returns OUT (module docstring)."""
-    parser = argparse.ArgumentParser(prog=f"python -m {trainer_class.name}", description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="JSON or TOML config (see training/configs/)")
-    parser.add_argument("--smoke", action="store_true", help=trainer_class.smoke_help)
-    parser.add_argument("--out", help="output folder OUT (overrides out_dir)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set optim.lr=3e-5 (repeatable)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue OUT's run even though its settings differ from this config "
-                             "(a rerun with the same settings resumes without it)")
-    args = parser.parse_args(argv)
-    if bool(args.config) == bool(args.smoke):
-        parser.error("pass --config CONFIG, or --smoke")
+def train_command(trainer_class: type[Trainer], args: argparse.Namespace) -> Path:
+    """`python -m training.<wing>` once training.cli has parsed its flags: load the config, train,
+    judge a smoke run; returns OUT (module docstring)."""
     with user_errors():
         start = time.perf_counter()
         path = trainer_class.smoke_config(Path(args.out) if args.out else None) if args.smoke else Path(args.config)

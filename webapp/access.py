@@ -309,7 +309,8 @@ def parse_login(entry: str, where: str) -> tuple[str, str]:
     user = user.strip()
     if not sep or not user or not password:
         # The entry itself is not echoed: it may be a password typed without its user.
-        raise LoginError(f"{where}: expected USER:PASS (a user name, a colon, a password), e.g. --auth asha:long-secret.")
+        raise LoginError(f"{where}: expected USER:PASS (a user name, a colon, a password), "
+                         "e.g. --auth asha:long-secret.")
     return user, password
 
 

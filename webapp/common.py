@@ -17,8 +17,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from rumik_app.checkpoint.load import CheckpointError
-from rumik_app.errors import RumikError
+from rumik_app.errors import CheckpointError, RumikError
 from rumik_app.prompt import PromptError
 from rumik_app.request import APP_LIMITS
 from webapp.systems import SystemUnavailable
@@ -162,7 +161,8 @@ def checked_slider(*args, **kwargs):
     from gradio.components.number import Number
 
     slider = gr.Slider(*args, **kwargs)
-    slider.preprocess = lambda payload: None if payload is None else Number.round_to_precision(payload, slider.precision)
+    slider.preprocess = lambda payload: (None if payload is None
+                                         else Number.round_to_precision(payload, slider.precision))
     return slider
 
 

@@ -31,8 +31,8 @@ from webapp.common import UserError, checked_choice, error_line, user_errors
 from webapp.examples import LANGUAGE_CHOICES
 from webapp.manifest import MAX_MANIFEST_ROWS
 from webapp.scoring import PASTED, POCKETSPHINX, TABLE_HEADERS, JudgeCatalog, chart, score_uploads
-from webapp.systems import SYSTEM_ESPEAK, SystemUnavailable
 from webapp.storage import ServedFolder
+from webapp.systems import SYSTEM_ESPEAK, SystemUnavailable
 from webapp.uploads import MAX_CLIP_MB, MAX_TOTAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -49,11 +49,11 @@ JUDGE_GUIDE = f"""**Which judge for which language**
   quick check of clean read English, unreliable on short, synthetic or expressive clips (it heard espeak-ng's
   "hello world" as "will"), and it never transcribes vocalisations: do not report its numbers.
 - **{HF_LABEL}s** (the ones this app was started with, `--asr-model`), e.g. `openai/whisper-large-v3` (the
-  benchmark's judge). Whisper knows {", ".join(sorted(WHISPER_LANGUAGES))} (it gets the language as a hint); it was not trained
-  on the other scheduled languages (Odia, Bodo, Santali, Manipuri, ...), so expect high error rates there:
-  use an ASR model made for them, or pasted transcripts. `whisper-small` is quicker but much weaker on Indic
-  scripts. Downloaded on first use (large-v3: ~3 GB) unless the operator gave a local folder; loaded once.
-  Whisper usually drops vocalisations."""
+  benchmark's judge). Whisper knows {", ".join(sorted(WHISPER_LANGUAGES))} (it gets the language as a hint);
+  it was not trained on the other scheduled languages (Odia, Bodo, Santali, Manipuri, ...), so expect high
+  error rates there: use an ASR model made for them, or pasted transcripts. `whisper-small` is quicker but
+  much weaker on Indic scripts. Downloaded on first use (large-v3: ~3 GB) unless the operator gave a local
+  folder; loaded once. Whisper usually drops vocalisations."""
 AUDIO_GUIDE = f"""DNSMOS (Microsoft's P.835 predictor, MOS 1-5) rates signal (SIG), background (BAK) and overall
 (OVRL) quality without reference texts; it was trained on noisy human speech, so compare systems rather than
 read it as a listening test. Speaker similarity is the cosine of speaker embeddings of each clip with the
@@ -139,7 +139,8 @@ class EvaluateHandlers:
             raise
         except RuntimeError:  # ASRError: the judge could not load (a broken model folder, a missing package)
             log.exception("loading the ASR judge %s failed", judge)
-            raise UserError(f"The ASR judge {judge_label(judge)} could not be loaded; the app's log says why.") from None
+            raise UserError(f"The ASR judge {judge_label(judge)} could not be loaded; "
+                            "the app's log says why.") from None
 
 
 def _progress_line(judge: str, audio: AudioRequest) -> str:

@@ -41,16 +41,21 @@ LANGUAGE_EXAMPLES: dict[str, str] = {
 
 # (text, voice, language code, tone, accent, pace)
 SHOWCASE: list[tuple[str, str, str, str, str, str]] = [
-    ("Honestly, I did not expect that <laugh> but it worked out perfectly!", "Ira", "en", "happy", "Indian English", "steady"),
+    ("Honestly, I did not expect that <laugh> but it worked out perfectly!",
+     "Ira", "en", "happy", "Indian English", "steady"),
     ("अरे वाह! <laugh> तुमने तो कमाल कर दिया, मुझे यकीन ही नहीं हो रहा।", "Aisha", "hi", "excited", "Hindi", "fast"),
     ("ఈ వార్త విని నాకు చాలా బాధగా ఉంది <sigh> ఏం చేయాలో తెలియడం లేదు.", "Siya", "te", "sad", "Telugu", "slow"),
-    ("நாளை காலை ஒன்பது மணிக்கு கூட்டம் தொடங்கும், தயவுசெய்து நேரத்திற்கு வாருங்கள்.", "Zoya", "ta", "professional", "Tamil", "steady"),
+    ("நாளை காலை ஒன்பது மணிக்கு கூட்டம் தொடங்கும், தயவுசெய்து நேரத்திற்கு வாருங்கள்.",
+     "Zoya", "ta", "professional", "Tamil", "steady"),
     ("ಅಯ್ಯೋ, ಮತ್ತೆ ಬಸ್ ತಪ್ಪಿಹೋಯಿತು! <sigh> ಇವತ್ತು ಏನೂ ಸರಿಯಾಗಿ ನಡೆಯುತ್ತಿಲ್ಲ.", "Ira", "kn", "sad", "Kannada", "steady"),
     ("দারুণ খবর! আমরা ফাইনালে উঠে গেছি <laugh> আজ রাতে পার্টি হবে!", "Aisha", "bn", "excited", "Bengali", "fast"),
     ("ਇਹ ਕੀ ਕਰ ਦਿੱਤਾ ਤੁਸੀਂ? ਮੈਂ ਕਿੰਨੀ ਵਾਰ ਕਿਹਾ ਸੀ ਕਿ ਧਿਆਨ ਨਾਲ ਕੰਮ ਕਰੋ!", "Siya", "pa", "angry", "Punjabi", "fast"),
-    ("Yaar, meeting phir se postpone ho gayi <chuckle> lagta hai boss ko bhi chhutti chahiye.", "Zoya", "hi", "happy", "Hindi", "steady"),
-    ("कल का presentation बहुत अच्छा गया <chuckle> but honestly मैं बहुत nervous थी।", "Ira", "hi", "happy", "Hindi", "steady"),
-    ("Weekend-la plan enna? <laugh> Naan already movie tickets book pannitten!", "Aisha", "ta", "excited", "Tamil", "fast"),
+    ("Yaar, meeting phir se postpone ho gayi <chuckle> lagta hai boss ko bhi chhutti chahiye.",
+     "Zoya", "hi", "happy", "Hindi", "steady"),
+    ("कल का presentation बहुत अच्छा गया <chuckle> but honestly मैं बहुत nervous थी।",
+     "Ira", "hi", "happy", "Hindi", "steady"),
+    ("Weekend-la plan enna? <laugh> Naan already movie tickets book pannitten!",
+     "Aisha", "ta", "excited", "Tamil", "fast"),
 ]
 
 LANGUAGE_CHOICES: list[tuple[str, str]] = [(f"{lang.name} ({lang.script})", lang.code) for lang in LANGUAGES]

@@ -90,7 +90,7 @@ def _csv_rows(records: _Records) -> Iterator[dict[str, object]]:
     for row in reader:
         records.next_record()
         if row:  # a blank line
-            yield dict(zip(columns, row + [""] * (len(columns) - len(row))))
+            yield dict(zip(columns, row + [""] * (len(columns) - len(row)), strict=False))
 
 
 def _jsonl_rows(records: _Records) -> Iterator[dict[str, object]]:

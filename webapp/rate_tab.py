@@ -45,10 +45,10 @@ from webapp.common import (
     sha256_file,
     user_errors,
 )
-from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
-from webapp.guard import address_key, client_address
-from webapp.storage import DataLayout, PendingClips
 from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, RatingForm, SideForm, form_event
+from webapp.guard import address_key, client_address
+from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
+from webapp.storage import DataLayout, PendingClips
 from webapp.synth_tab import NONE_CHOICE, SynthHandlers
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
 
@@ -112,7 +112,8 @@ def system_ids(registry: SystemRegistry, a: SideForm, b: SideForm) -> tuple[str,
     names = []
     for side in (a, b):
         key = registry.resolve_key(side.system)
-        name = key if key != SYSTEM_RUMIK or registry.model == "rumik-ai/rumik-oss-1" else f"{key}[{Path(registry.model).name}]"
+        name = (key if key != SYSTEM_RUMIK or registry.model == "rumik-ai/rumik-oss-1"
+                else f"{key}[{Path(registry.model).name}]")
         names.append(name)
     if names[0] != names[1]:
         return names[0], names[1]
@@ -205,7 +206,8 @@ class RateHandlers:
             built = [self.synth.build(side.synth_form(text, max_seconds)) for side in sides]
             auto = system_ids(self.registry, *sides)
             labels = [check_label(side.label) for side in sides]
-            ids = [export_id(side.system, label, a, self.registry) for side, label, a in zip(sides, labels, auto)]
+            ids = [export_id(side.system, label, a, self.registry)
+                   for side, label, a in zip(sides, labels, auto, strict=True)]
             if ids[0] == ids[1]:
                 raise UserError(f"A and B would both be exported as {ids[0]!r}; give them different labels.")
             trial_id = uuid.uuid4().hex[:16]
@@ -226,7 +228,8 @@ class RateHandlers:
             else:
                 where = [(f"“{w}”", i) for i, w in enumerate(req.words)]
                 where += [("after the last word", len(req.words)), ("heard it, unsure where", UNSURE_INDEX)]
-                tag_updates += [gr.update(visible=True, value=None, label=f"Requested sound: <{req.nvv}>. What did you hear?"),
+                tag_updates += [gr.update(visible=True, value=None,
+                                          label=f"Requested sound: <{req.nvv}>. What did you hear?"),
                                 gr.update(visible=False, value=None, choices=where)]  # shown once a sound is picked
         if req is None and TAG_BRACKETS.search(text):
             info += " · (more than one tag: the tag-placement question is skipped)"
@@ -238,7 +241,7 @@ class RateHandlers:
         unrated pairs over a quota go, with their trials). Returns the served copies."""
         folder = self.pending.start(trial.trial_id)
         try:
-            for label, ((system, req), side, export, export_label) in zip(LABELS, blind):
+            for label, ((system, req), side, export, export_label) in zip(LABELS, blind, strict=True):
                 audio = system.synthesize(req)
                 archived = self.layout.rated_clip(trial.trial_id, label)  # where it goes once rated
                 path = audio.save(folder / archived.name)
@@ -285,7 +288,7 @@ class RateHandlers:
                                              "1-64 letters, digits, spaces and . ' - (starting with a letter or digit)")
             comment = check_length(form.comment, "comment", MAX_COMMENT_CHARS)
             ratings = []
-            for label, (score, heard, where) in zip(LABELS, form.clips()):
+            for label, (score, heard, where) in zip(LABELS, form.clips(), strict=True):
                 if score in (None, ""):
                     raise UserError(f"Give {label} an expression score from 1 to 5.")
                 ratings.append(ClipRating(label, int(score), heard or None,
@@ -300,7 +303,8 @@ class RateHandlers:
                 raise UserError(str(exc)) from None
         total = self.store.count_submissions()
         if not stored:
-            return f"Already stored: this pair was rated by {sub.rater.strip()} before (submission `{sub.key()}`). Generate a new pair."
+            return (f"Already stored: this pair was rated by {sub.rater.strip()} before (submission `{sub.key()}`). "
+                    "Generate a new pair.")
         return f"✓ Stored (submission `{sub.key()}`; {total} in total). Generate the next pair."
 
     def results(self, admin_password: str = "", request: gr.Request = None) -> tuple[str, dict]:
@@ -337,7 +341,8 @@ def _side_controls(name: str, system_choices, default_system: str):
             pace = gr.Dropdown([NONE_CHOICE] + [(p, p) for p in PACES], value="", label="Pace", allow_custom_value=True)
         with gr.Row():
             seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)", elem_id=f"seed-{name.lower()}")
-            temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05, label="Temperature")
+            temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05,
+                                         label="Temperature")
         label = gr.Textbox(value="", label="Export id (optional)", placeholder="default: the system and what differs")
     return dict(system=system, voice=voice, tone=tone, accent=accent, pace=pace, seed=seed, temperature=temperature,
                 label=label)
@@ -357,15 +362,16 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
         draw = gr.Button("Draw a random prompt", size="sm")
     text = gr.Textbox(value="", label="Prompt (type your own, or pick one above)", lines=2, elem_id="rate-text")
     with gr.Row():
-        prompt_id = gr.Textbox(value="", label="Prompt id", placeholder="set prompts keep their id; typed ones get typed-<hash>")
+        prompt_id = gr.Textbox(value="", label="Prompt id",
+                               placeholder="set prompts keep their id; typed ones get typed-<hash>")
         delivery = gr.Dropdown([NONE_CHOICE] + [(d, d) for d in indicemo.DELIVERIES], value="",
                                label="Target delivery (for IndicEmo)")
     with gr.Row():
         a = _side_controls("A", system_choices, default_system)
         # B defaults to the classical baseline when A is the model: the comparison most raters want.
         b = _side_controls("B", system_choices, SYSTEM_ESPEAK if default_system == SYSTEM_RUMIK else default_system)
-    max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=DEFAULT_PAIR_SECONDS, step=0.5, label="Max seconds per clip",
-                            elem_id="pair-seconds")
+    max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=DEFAULT_PAIR_SECONDS, step=0.5,
+                                 label="Max seconds per clip", elem_id="pair-seconds")
     generate = gr.Button("Generate the pair", variant="primary", elem_id="generate-pair")
     trial_id = gr.Textbox(value="", label="Trial id", interactive=False, elem_id="trial-id")
     info = gr.Markdown()
@@ -381,8 +387,8 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
                 where = gr.Radio([], visible=False, label="Where? Click the word the sound came just before",
                                  elem_id=f"where-{n}")
                 per_clip.append((clip, score, heard, where))
-    preference = gr.Radio([(x, x) for x in LABELS] + [("No preference", NO_PREFERENCE)], label="Which clip do you prefer?",
-                          elem_id="preference")
+    preference = gr.Radio([(x, x) for x in LABELS] + [("No preference", NO_PREFERENCE)],
+                          label="Which clip do you prefer?", elem_id="preference")
     comment = gr.Textbox(value="", label="Comment (optional)")
     submit = gr.Button("Submit rating", variant="primary", elem_id="submit-rating")
     status = gr.Markdown(elem_id="rating-status")
@@ -404,8 +410,8 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
     text.input(lambda: "", outputs=prompt_id, api_name="typed_prompt", queue=False, show_progress="hidden")
     (c1, s1, h1, w1), (c2, s2, h2, w2) = per_clip
     # In the API's order (gradio_client also passes arguments by position): max_seconds last.
-    pair_inputs = dict(text=text, prompt_id=prompt_id, target_delivery=delivery, **PairForm.input_names({"a": a, "b": b}),
-                       max_seconds=max_seconds)
+    pair_inputs = dict(text=text, prompt_id=prompt_id, target_delivery=delivery,
+                       **PairForm.input_names({"a": a, "b": b}), max_seconds=max_seconds)
     generate.click(form_event(PairForm, h.generate_pair), inputs_kwargs=pair_inputs,
                    outputs=[c1, c2, trial_id, info, s1, s2, h1, w1, h2, w2, preference, status],
                    api_name="generate_pair", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)

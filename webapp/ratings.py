@@ -287,7 +287,7 @@ class RatingStore(SQLiteStore):
         with self._connect() as con:
             cur = con.execute(query)
             names = [d[0] for d in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def count_submissions(self) -> int:
         with self._connect() as con:

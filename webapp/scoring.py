@@ -52,8 +52,8 @@ from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentati
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
 from webapp import zerogpu
-from webapp.ratings import tag_request
 from webapp.manifest import name_index, read_manifest
+from webapp.ratings import tag_request
 from webapp.uploads import (
     MAX_CLIP_SECONDS,
     MAX_CLIPS,
@@ -182,10 +182,10 @@ def _match(lines: list[str], names: list[str], what: str) -> tuple[dict[str, str
         return {}, f"Mix of `name | {what}` lines and plain lines: use one style."
     if plain:
         if len(plain) != len(names):
-            return dict(zip(names, plain)), (
+            return dict(zip(names, plain, strict=False)), (
                 f"{len(plain)} {what} line(s) for {len(names)} file(s); give one line per file, in file-name order, "
                 f"or `name.wav | {what}` lines.")
-        return dict(zip(names, plain)), ""
+        return dict(zip(names, plain, strict=True)), ""
     return keyed, ""
 
 
@@ -279,7 +279,8 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
     results, total_s = [], 0.0
     for u in uploads:
         path, name, meta = u.path, u.name, info.get(u.name, {})
-        res = ClipResult(name, language=(meta.get("language") or language or "").strip(), reference=meta.get("text", ""))
+        res = ClipResult(name, language=(meta.get("language") or language or "").strip(),
+                         reference=meta.get("text", ""))
         results.append(res)
         if u.same_as is not None:
             res.message = f"the same audio as `{u.same_as}`, uploaded again: scored once, in its first row."
@@ -299,7 +300,7 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
         _score_words(res, samples, meta, model, form_note, segmentation)
     scored = [r.scores for r in results if r.scores]
     corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
-              for m, unit in zip(METRICS, ("word", "char", "grapheme"))}
+              for m, unit in zip(METRICS, ("word", "char", "grapheme"), strict=True)}
     repeats = sum(u.same_as is not None for u in uploads)
     if repeats:
         notes.append(f"{repeats} upload(s) repeat an earlier clip's file or bytes; each distinct clip is scored once.")

@@ -32,20 +32,49 @@ from rumik_app.engine.script import Part
 from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES
 from rumik_app.request import (
-    APP_LIMITS, DEFAULT_MAX_SECONDS, MAX_SECONDS, TINY_MAX_SECONDS, SynthesisRequest, build_request,
-    default_max_seconds, wire_settings,
+    APP_LIMITS,
+    DEFAULT_MAX_SECONDS,
+    MAX_SECONDS,
+    TINY_MAX_SECONDS,
+    SynthesisRequest,
+    build_request,
+    default_max_seconds,
+    wire_settings,
 )
 from rumik_app.text.lexicon import Lexicon
 from webapp.common import (
-    APP_MAX_TEXT_CHARS, MIN_SECONDS, PREVIEW_CONCURRENCY, SYNTH_CONCURRENCY, UserError, checked_slider, error_line,
+    APP_MAX_TEXT_CHARS,
+    MIN_SECONDS,
+    PREVIEW_CONCURRENCY,
+    SYNTH_CONCURRENCY,
+    UserError,
+    checked_slider,
+    error_line,
     user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
 from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
 from webapp.scripts import (
-    DEFAULT_GAP, EDITOR_COLUMNS, EDITOR_ROWS, KIND_DIALOGUE, KIND_NAMES, LEXICON_SUFFIXES, MAX_EDITOR_ROWS,
-    MAX_GAP_SECONDS, NEEDS_ENGINE, NEEDS_ENGINE_FIX, STREAM_NOTE, check_gap, lexicon_note, read_lexicon_editor,
-    read_lexicon_upload, script_kind, script_parts, script_prompts, script_summary, spans_table,
+    DEFAULT_GAP,
+    EDITOR_COLUMNS,
+    EDITOR_ROWS,
+    KIND_DIALOGUE,
+    KIND_NAMES,
+    LEXICON_SUFFIXES,
+    MAX_EDITOR_ROWS,
+    MAX_GAP_SECONDS,
+    NEEDS_ENGINE,
+    NEEDS_ENGINE_FIX,
+    STREAM_NOTE,
+    check_gap,
+    lexicon_note,
+    read_lexicon_editor,
+    read_lexicon_upload,
+    script_kind,
+    script_parts,
+    script_prompts,
+    script_summary,
+    spans_table,
 )
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
@@ -409,7 +438,8 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", info="All four voices are female-presenting.",
                                 allow_custom_value=True)
             language = gr.Dropdown(LANGUAGE_CHOICES, value=DEFAULT_LANGUAGE, label="Language",
-                                   info="Loads an example in its script. The model reads the language from the text itself.")
+                                   info="Loads an example in its script. "
+                                        "The model reads the language from the text itself.")
             mode = gr.Radio([MODE_STRUCTURED, MODE_FREE], value=MODE_STRUCTURED, label="Description")
             with gr.Group(visible=True) as structured:
                 tone = gr.Dropdown(tone_choices, value="", label="Tone", allow_custom_value=True)
@@ -453,7 +483,7 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     preview_inputs = {name: inputs[name] for name in ("text", "voice", "tone", "accent", "pace", "description",
                                                       "description_mode", "system", "language", "normalize",
                                                       "lexicon", "dialogue", "dialogue_gap", "lexicon_entries")}
-    for button, tag in zip(tag_buttons, ALLOWED_TAGS):
+    for button, tag in zip(tag_buttons, ALLOWED_TAGS, strict=True):
         button.click(None, inputs=text, outputs=text, js=INSERT_TAG_JS.format(tag=tag, elem=TEXT_ELEM_ID))
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
     system.input(handlers.default_seconds, inputs=system, outputs=max_seconds, api_name="default_seconds",

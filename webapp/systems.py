@@ -60,7 +60,8 @@ MEMORY_FIX = (
     "Fixes: run on a GPU with at least 10 GB free (bf16 weights are 6.8 GB), close other jobs, "
     "pick the device with --device, or try the app with --model tiny."
 )
-TINY_NOTE = "Note: started with `--model tiny`: rumik-oss-1 here has random weights, so its audio is noise. Start the app without --model (or with a checkpoint folder) for speech."
+TINY_NOTE = ("Note: started with `--model tiny`: rumik-oss-1 here has random weights, so its audio is noise. "
+             "Start the app without --model (or with a checkpoint folder) for speech.")
 ESPEAK_INSTALL_FIX = "Fix: install it (sudo apt-get install espeak-ng; on a Space list espeak-ng in packages.txt)."
 
 
@@ -276,7 +277,8 @@ def _load_espeak() -> LoadedSystem:
         synth = load_system("espeak")
     except Exception as exc:  # noqa: BLE001
         raise SystemUnavailable(f"The espeak-ng baseline failed to start ({type(exc).__name__}: {exc}).") from exc
-    return LoadedSystem(key=SYSTEM_ESPEAK, label=getattr(synth, "label", SYSTEM_LABELS[SYSTEM_ESPEAK]), synthesizer=synth)
+    return LoadedSystem(key=SYSTEM_ESPEAK, label=getattr(synth, "label", SYSTEM_LABELS[SYSTEM_ESPEAK]),
+                        synthesizer=synth)
 
 
 # ----------------------------------------------------------------------------- the registry

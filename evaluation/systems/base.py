@@ -60,7 +60,7 @@ class Synthesizer:
         one bad clip does not stop a benchmark. Subclasses may batch."""
         clip_ids = list(clip_ids) if clip_ids is not None else [None] * len(requests)
         out: list[Audio | Exception] = []
-        for request, clip_id in zip(requests, clip_ids):
+        for request, clip_id in zip(requests, clip_ids, strict=True):
             try:
                 out.append(self.synthesize(request, clip_id=clip_id, run=run))
             except Exception as exc:  # noqa: BLE001 - recorded per clip by the caller

@@ -35,9 +35,9 @@ from scipy.signal import butter, sosfilt
 from evaluation.audio_io import resample, to_mono
 from evaluation.systems.base import SynthesisError, Synthesizer
 from rumik_app.audio import SAMPLE_RATE, Audio
-from rumik_app.text.languages import dominant_script, get_language
 from rumik_app.prompt import PACES, TAG_PATTERN, TONES, normalize_voice, validate_text
 from rumik_app.request import SynthesisRequest
+from rumik_app.text.languages import dominant_script, get_language
 
 # espeak variants per voice. f5 and f2 are the clearest espeak female variants for ASR
 # (pocketsphinx WER on our English set is far lower than with f1/f3/f4), so the default

@@ -21,7 +21,6 @@ from evaluation.systems.base import SynthesisError, Synthesizer, conform
 from rumik_app.audio import Audio
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
 
-
 # How evaluation.run names a checkpoint (load_system specs), for the fixes of a missing model.
 SYSTEM_FLAGS = {"flag": "--system rumik:", "tiny": "--system tiny"}
 

@@ -24,7 +24,7 @@ BOS_TOKEN = "<BOS_TOKEN>"
 AUDIO_END_MARKER = "</audio>"
 PROBE_TEXT = "Hello, नमस्ते."  # Latin and Devanagari: both must frame the same way
 FIX = ("The tokenizer and config.json must come from the same checkpoint: download the checkpoint again "
-       "(hf download rumik-ai/rumik-oss-1), or pin the transformers/tokenizers versions in requirements.txt.")
+       "(hf download rumik-ai/rumik-oss-1), or pin the transformers/tokenizers versions in pyproject.toml.")
 
 
 def _token_id(tokenizer, token: str) -> int | None:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from rumik_app.model.config import RumikOSSConfig
 from rumik_app.errors import CheckpointError
 from rumik_app.files import fsync_tree, replace_dir
+from rumik_app.model.config import RumikOSSConfig
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "codec/config.json", "codec/model.safetensors")
@@ -37,7 +37,8 @@ FIXES = (
     "downloads into the Hugging Face cache (`hf download {repo}`); or try the pipeline "
     "with random weights ({tiny})."
 )
-CLI_FLAGS = {"flag": "--model ", "tiny": "--model tiny"}  # rumik_app.synthesize, .serve, .tiny, app.py, training.prepare
+# The flag in rumik_app.synthesize, .serve, .tiny, app.py, training.prepare
+CLI_FLAGS = {"flag": "--model ", "tiny": "--model tiny"}
 
 
 class ModelUnavailable(CheckpointError):
@@ -146,7 +147,8 @@ def load_tokenizer(path: Path, config: RumikOSSConfig):
     tok_cfg = path / "tokenizer_config.json"
     if tok_cfg.exists():
         data = json.loads(tok_cfg.read_text(encoding="utf-8"))
-        kwargs = {k: data[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if isinstance(data.get(k), str)}
+        kwargs = {k: data[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token")
+                  if isinstance(data.get(k), str)}
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), **kwargs)
     check_framing(tokenizer, config)
     return tokenizer

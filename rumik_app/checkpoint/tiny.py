@@ -19,12 +19,13 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from rumik_app.model.config import ARCHITECTURE, AUTO_MAP, DEFAULT_SPEAKERS, MODEL_TYPE
 from rumik_app.errors import ConfigError, user_errors
 from rumik_app.model.tokens import unit_token_name
+
+if TYPE_CHECKING:
+    import torch
 
 NUM_QUANTIZERS = 8
 CODEBOOK_SIZE = 2048
@@ -82,6 +83,8 @@ def layer_types(num_layers: int, pattern: int = 4) -> list[str]:
 
 def config_dict(spec: TinySpec) -> dict:
     """config.json contents, laid out as transformers 4.57 saved the published file."""
+    from rumik_app.model.config import ARCHITECTURE, AUTO_MAP, DEFAULT_SPEAKERS, MODEL_TYPE
+
     first = spec.first_unit_id
     last = first + CODEBOOK_SIZE * NUM_QUANTIZERS - 1
     return {
@@ -229,11 +232,13 @@ def _write_json(path: Path, data: dict) -> None:
 
 def build_codec(out_dir: Path, seed: int) -> None:
     """codec/: config.json, model.safetensors (legacy flat keys), preprocessor_config.json."""
+    import torch
     from transformers import MimiConfig, MimiModel
 
     cfg = mimi_config_dict()
     torch.manual_seed(seed)
-    model = MimiModel(MimiConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version")}))
+    model = MimiModel(MimiConfig(**{k: v for k, v in cfg.items()
+                                    if k not in ("architectures", "transformers_version")}))
     generator = torch.Generator().manual_seed(seed + 1)
     for module in model.modules():  # random centroids: a fresh Mimi has all-zero codebooks
         if hasattr(module, "embed_sum") and hasattr(module, "cluster_usage"):
@@ -252,20 +257,21 @@ TARGET_OUTPUT_STD = 0.1
 TINY_STOP_BIAS = -20.0
 
 
-@torch.no_grad()
 def _scale_output(model, generator: torch.Generator) -> None:
     """Scale the last decoder conv so random codes decode to speech-like levels (std ~0.1)."""
-    codes = torch.randint(0, CODEBOOK_SIZE, (1, NUM_QUANTIZERS, 25), generator=generator)
-    std = float(model.decode(codes).audio_values.std())
-    from rumik_app.model.compat import mimi_decoder_parts
+    import torch
 
-    last_conv = mimi_decoder_parts(model)[2].layers[-1].conv
-    last_conv.weight.mul_(TARGET_OUTPUT_STD / std)
-    last_conv.bias.mul_(TARGET_OUTPUT_STD / std)
+    with torch.no_grad():
+        codes = torch.randint(0, CODEBOOK_SIZE, (1, NUM_QUANTIZERS, 25), generator=generator)
+        std = float(model.decode(codes).audio_values.std())
+        last_conv = model.decoder.layers[-1].conv  # the SEANet decoder (transformers 5.19's flat Mimi)
+        last_conv.weight.mul_(TARGET_OUTPUT_STD / std)
+        last_conv.bias.mul_(TARGET_OUTPUT_STD / std)
 
 
 def build_weights(spec: TinySpec, cfg: dict, out_dir: Path) -> None:
     """model.safetensors: bf16, tied embeddings (no lm_head.weight), stop_predictor.{0,1,3}.*"""
+    import torch
     from safetensors.torch import save_file
 
     from rumik_app.model.config import RumikOSSConfig

@@ -25,8 +25,16 @@ from transformers.cache_utils import DynamicCache
 
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
-    FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD, draw_uniforms,
-    max_stop_slots, penalize_repeats, sample_tokens, stop_floor,
+    FINISH_END_TOKEN,
+    FINISH_MAX_TOKENS,
+    FINISH_STOP_HEAD,
+    STOP_SEED_OFFSET,
+    STOP_THRESHOLD,
+    draw_uniforms,
+    max_stop_slots,
+    penalize_repeats,
+    sample_tokens,
+    stop_floor,
 )
 from rumik_app.request import MAX_NEW_TOKENS_CAP
 
@@ -70,7 +78,7 @@ class ReferenceDecoder(DecoderBase):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         self.cache = DynamicCache(config=self.model.config)
         out = self.model.body(input_ids=ids, attention_mask=self.attention_mask, position_ids=positions,
-                              cache=self.cache, use_cache=True)
+                              past_key_values=self.cache, use_cache=True)
         return out.last_hidden_state[:, -1]
 
     def _advance(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -79,7 +87,7 @@ class ReferenceDecoder(DecoderBase):
             ones = torch.ones_like(self.attention_mask[:, :1])
             self.attention_mask = torch.cat([self.attention_mask, ones], dim=-1)
         out = self.model.body(input_ids=tokens[:, None], attention_mask=self.attention_mask,
-                              position_ids=self.position[:, None], cache=self.cache, use_cache=True)
+                              position_ids=self.position[:, None], past_key_values=self.cache, use_cache=True)
         return out.last_hidden_state[:, -1]
 
     def _stop_check(self, hidden: torch.Tensor, t: int) -> torch.Tensor:

@@ -48,8 +48,20 @@ import torch.nn.functional as F
 
 from rumik_app.decode.rollouts import DecoderBase, Step
 from rumik_app.decode.sampling import (
-    END_TOKEN, FINISH_MAX_TOKENS, FINISH_NAMES, MAX_TOKENS, RUNNING, STOP_HEAD, STOP_SEED_OFFSET, STOP_THRESHOLD,
-    RowParams, draw_uniforms, max_stop_slots, penalize_repeats, sample_tokens, stop_floor,
+    END_TOKEN,
+    FINISH_MAX_TOKENS,
+    FINISH_NAMES,
+    MAX_TOKENS,
+    RUNNING,
+    STOP_HEAD,
+    STOP_SEED_OFFSET,
+    STOP_THRESHOLD,
+    RowParams,
+    draw_uniforms,
+    max_stop_slots,
+    penalize_repeats,
+    sample_tokens,
+    stop_floor,
 )
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.static_body import StaticBody
@@ -357,7 +369,8 @@ class SlotDecoder:
         """Run (and so compile) the step once on dummy rows; returns the seconds it took."""
         start = time.perf_counter()
         self.reset()
-        slots = self.add([[self.pad_id, self.pad_id]], [RowParams(seed=0, max_new_tokens=2 * self.layout.num_quantizers)])
+        slots = self.add([[self.pad_id, self.pad_id]],
+                         [RowParams(seed=0, max_new_tokens=2 * self.layout.num_quantizers)])
         for _ in range(2):
             self.run_frame()
         for slot in slots:

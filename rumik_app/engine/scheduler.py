@@ -48,8 +48,15 @@ from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_NAMES, RowParams
 from rumik_app.decode.slots import FrameResult, SlotDecoder, cache_length
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.serving import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, EngineFailed,
-    ServerBusy, ServingStats, ShuttingDown,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_PROMPT_TOKENS,
+    DEFAULT_MAX_QUEUE,
+    RATE_WINDOW_S,
+    STOP_POLL_S,
+    EngineFailed,
+    ServerBusy,
+    ServingStats,
+    ShuttingDown,
 )
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.quantize import human_bytes

@@ -45,7 +45,12 @@ from rumik_app.engine.planning import plan_request
 from rumik_app.model.tokens import TokenLayout
 from rumik_app.prompt import VOICES, PromptError
 from rumik_app.request import (
-    LIBRARY_LIMITS, RANDOM_SEED, RequestLimits, SynthesisRequest, build_request, resolve_seed,
+    LIBRARY_LIMITS,
+    RANDOM_SEED,
+    RequestLimits,
+    SynthesisRequest,
+    build_request,
+    resolve_seed,
 )
 from rumik_app.text.dialogue import Turn, parse_dialogue
 from rumik_app.text.ssml import SsmlSegment, is_ssml, parse_ssml

@@ -5,7 +5,7 @@
     from rumik_app.model.lm import RumikOSSForCausalLM, AudioHead
     from rumik_app.model.codec import MimiCodec            # exact streaming Mimi decode
 
-Modules: `config`, `tokens`, `compat` (transformers 5.19 vs 5.2x), `lm` (Cohere2 + stop head,
+Modules: `config`, `tokens`, `lm` (Cohere2 + stop head,
 the audio-only head), `static_body` (the body over a static KV cache, for the fast path),
 `codec`. Nothing is imported here, so `rumik_app.model.tokens` stays torch-free.
 """

@@ -20,8 +20,6 @@ from torch import nn
 from transformers.cache_utils import DynamicCache
 from transformers.models.mimi.modeling_mimi import MimiConv1d, MimiConvTranspose1d, MimiResnetBlock
 
-from rumik_app.model.compat import cache_keyword, mimi_decoder_parts
-
 
 class _StreamingConv1d:
     """A causal MimiConv1d (stride 1) that keeps its left context between calls."""
@@ -65,13 +63,13 @@ class StreamingDecoder:
     """Decode codes chunk by chunk; concatenated outputs equal one offline decode."""
 
     def __init__(self, mimi, batch: int = 1):
-        upsample, transformer, seanet = mimi_decoder_parts(mimi)
+        # transformers 5.19's Mimi keeps its decoder parts flat on the model (5.20 nests them)
+        upsample, transformer, seanet = mimi.upsample, mimi.decoder_transformer, mimi.decoder
         param = next(mimi.parameters())
         self.quantizer = mimi.quantizer
         self.upsample = _StreamingConvTranspose1d(upsample) if upsample is not None else None
         self.transformer = transformer
         self.cache = DynamicCache(config=self.transformer.config)
-        self._cache_keyword = cache_keyword(transformer)
         self.seanet = [self._wrap(layer, batch, param.device, param.dtype) for layer in seanet.layers]
 
     def _wrap(self, layer, batch, device, dtype):
@@ -101,8 +99,7 @@ class StreamingDecoder:
         latents = self.quantizer.decode(codes)
         if self.upsample is not None:
             latents = self.upsample(latents)
-        cache = {self._cache_keyword: self.cache}
-        hidden = self.transformer(latents.transpose(1, 2), use_cache=True, **cache).last_hidden_state
+        hidden = self.transformer(latents.transpose(1, 2), use_cache=True, past_key_values=self.cache).last_hidden_state
         return self._run(self.seanet, hidden.transpose(1, 2))[:, 0].float()
 
 

@@ -17,13 +17,8 @@ from pathlib import Path
 
 from transformers import Cohere2Config
 
-from rumik_app.model.compat import patch_cache_keyword
 from rumik_app.errors import CheckpointConfigError
 from rumik_app.model.tokens import TokenLayout
-
-# Every path that builds or loads the model reads the config first: this is where the
-# transformers-5.19 Cohere2 body learns the `cache=` keyword (see rumik_app.model.compat).
-patch_cache_keyword()
 
 MODEL_TYPE = "rumik_oss"
 ARCHITECTURE = "RumikOSSForCausalLM"
@@ -71,7 +66,8 @@ class RumikOSSConfig:
     def from_dict(cls, data: dict) -> "RumikOSSConfig":
         missing = [k for k in EXTRA_FIELDS if k not in data and k not in ("frame_rate_hz", "speakers")]
         if missing:
-            raise CheckpointConfigError(f"config.json lacks the rumik-oss fields {missing}; is this a rumik-oss-1 checkpoint?")
+            raise CheckpointConfigError(f"config.json lacks the rumik-oss fields {missing}; "
+                                        "is this a rumik-oss-1 checkpoint?")
         lm_kwargs = {k: v for k, v in data.items() if k not in EXTRA_FIELDS and k not in FILE_ONLY_KEYS}
         lm = Cohere2Config(**lm_kwargs)
         layout = TokenLayout.from_config(data)

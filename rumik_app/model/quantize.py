@@ -26,7 +26,7 @@ Elsewhere (int4/nf4 on CPU, fp8 here) `rumik_app.cli_args.check_quantize` says w
 fp32 in the same run; weights cycled so they stream from memory; best of 3 with kernels taking
 turns; the CI machine, AMD EPYC with AVX2 only, 2 threads, other jobs sharing it):
 
-| kernel | mlp b1 ms (x fp32) | mlp b16 ms (x fp32) | attention b1 ms (x fp32) | attention b16 ms (x fp32) | rel. error | MLP weight MB |
+| kernel: ms (x fp32) | mlp b1 | mlp b16 | attention b1 | attention b16 | rel. error | MLP weight MB |
 |---|---|---|---|---|---|---|
 | fp32 | 13.7 (1.00x) | 55.3 (1.00x) | 2.2 (1.00x) | 6.1 (1.00x) | 0.00% | 258 |
 | bf16 | 7.5 (1.83x) | 101.6 (0.54x) | 1.2 (1.88x) | 15.7 (0.39x) | 0.29% | 129 |
@@ -64,7 +64,7 @@ INT8_MAX = 127
 # `_weight_int8pack_mm`'s CPU activation dtype: bf16 is its fast path (measured above).
 CPU_INT8_ACTIVATIONS = torch.bfloat16
 INT4_GROUP_SIZE = 128
-# The CUDA kernels' packages (requirements-cuda.txt): optional, imported only when asked for.
+# The CUDA kernels' packages (pyproject.toml's cuda extra): optional, imported only when asked for.
 # transformers imports torchao whenever it is installed, so the CPU environment leaves it out.
 CUDA_PACKAGES = {"torchao": "torchao==0.18.0", "bitsandbytes": "bitsandbytes==0.50.2"}
 KERNELS = {"int8_cpu": "aten _weight_int8pack_mm, bf16 activations", "int8_cuda": "torchao Int8WeightOnlyConfig",
@@ -206,7 +206,7 @@ def _require(package: str, mode: str) -> None:
     """QuantizeError with the pip line when a CUDA kernel's package is not installed."""
     if importlib.util.find_spec(package) is None:
         raise QuantizeError(f"quantize={mode!r} on CUDA needs {package}, which is not installed: `pip install "
-                            f"{CUDA_PACKAGES[package]}` (or `pip install -r requirements-cuda.txt`).")
+                            f"{CUDA_PACKAGES[package]}` (or `pip install -e .[cuda]`).")
 
 
 def _int8(model, device: torch.device) -> None:

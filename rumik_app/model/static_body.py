@@ -71,7 +71,7 @@ class StaticBody:
         x = self.lm.embed_tokens(tokens[:, None])  # [B, 1, h]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
         masks = {w: self._mask(w, positions)[:, None, None] for w in set(self.windows)}  # [B, 1, 1, L]
-        for layer, keys, values, window in zip(self.lm.layers, self.keys, self.values, self.windows):
+        for layer, keys, values, window in zip(self.lm.layers, self.keys, self.values, self.windows, strict=True):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
             q = attn.q_proj(h).view(batch, 1, self.heads, self.head_dim).transpose(1, 2)
@@ -109,7 +109,7 @@ class StaticBody:
         cos, sin = self.cos[:width][None], self.sin[:width][None]
         masks = {w: self._mask(w, positions)[None, None, :, :width] for w in set(self.windows)}  # [1,1,T,T]
         x = self.lm.embed_tokens(ids)
-        for layer, keys, values, window in zip(self.lm.layers, self.keys, self.values, self.windows):
+        for layer, keys, values, window in zip(self.lm.layers, self.keys, self.values, self.windows, strict=True):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
             q = attn.q_proj(h).view(batch, width, self.heads, self.head_dim).transpose(1, 2)

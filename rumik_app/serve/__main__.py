@@ -3,8 +3,8 @@
     python -m rumik_app.serve --model rumik-ai/rumik-oss-1                  # http://127.0.0.1:8000
     python -m rumik_app.serve --model /models/rumik-oss-1 --host 0.0.0.0 --max-batch 32 --api-key "$KEY"
     python -m rumik_app.serve --model tiny --port 8001                      # random weights: noise, no download
-    .venv-vllm/bin/python -m rumik_app.serve --backend vllm --model rumik-ai/rumik-oss-1 \
-        --max-batch 64 --tensor-parallel-size 2                             # vLLM's engine (./setup.sh --vllm)
+    rumik serve --backend vllm --model rumik-ai/rumik-oss-1 \
+        --max-batch 64 --tensor-parallel-size 2                             # vLLM's engine (pip install -e .[vllm])
 
 Loads the model, warms it up (the engine backend compiles its decode step with --compile,
 default on CUDA; vLLM runs a first request), then serves until SIGTERM/SIGINT. On SIGTERM
@@ -33,14 +33,24 @@ import sys
 from pathlib import Path
 
 from rumik_app.cli_args import add_engine_arguments, engine_options
+from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
 from rumik_app.errors import CheckpointError
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS, DEFAULT_MODEL, TINY_MAX_SECONDS, check_max_seconds, default_max_seconds,
+    DEFAULT_MAX_SECONDS,
+    DEFAULT_MODEL,
+    TINY_MAX_SECONDS,
+    check_max_seconds,
+    default_max_seconds,
 )
-from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
 from rumik_app.serve.protocol import (
-    DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S, DEFAULT_KEEP_ALIVE_S, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SHUTDOWN_TIMEOUT_S, MAX_SOCKET_MESSAGE_BYTES,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEP_ALIVE_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    MAX_SOCKET_MESSAGE_BYTES,
 )
 
 DEFAULT_HOST = "127.0.0.1"
@@ -53,7 +63,7 @@ ENGINE_DIED_STATUS = 3  # exit status after vLLM's engine core died (2 stays "ba
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m rumik_app.serve", description=__doc__,
+    p = argparse.ArgumentParser(prog="rumik serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
     add_engine_arguments(p)  # --device --dtype --compile --backend engine|vllm, --tensor-parallel-size, ...

@@ -1,6 +1,6 @@
 """The speech server's two adapters between its HTTP app and an engine, and `load_adapter`.
 
-    adapter = load_adapter("engine", "rumik-ai/rumik-oss-1", max_batch=16)   # or "vllm" (.venv-vllm)
+    adapter = load_adapter("engine", "rumik-ai/rumik-oss-1", max_batch=16)   # or "vllm" (the vllm extra)
     await adapter.start()                          # load done; warm-up (and compile) before serving
     info = {}
     async for piece in adapter.stream(SynthesisRequest("Hello.", seed=7), info):
@@ -36,10 +36,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.engine.serving import (
-    DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, RATE_WINDOW_S, STOP_POLL_S, ServerBusy, ServingStats, ShuttingDown,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_QUEUE,
+    RATE_WINDOW_S,
+    STOP_POLL_S,
+    ServerBusy,
+    ServingStats,
+    ShuttingDown,
 )
+from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
 from rumik_app.serve.protocol import SpeechAdapter
 
 log = logging.getLogger(__name__)

@@ -29,15 +29,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rumik_app.request import DEFAULT_MAX_SECONDS, check_max_seconds
 from rumik_app.serve import lexicons as lexicon_routes
 from rumik_app.serve import ops, text_in
+from rumik_app.serve.context import ServeContext
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.gate import RequestGate
 from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
 from rumik_app.serve.openai import routes as openai_routes
 from rumik_app.serve.openai.schema import validation_error
-from rumik_app.serve.context import ServeContext
 from rumik_app.serve.protocol import (
-    DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SHUTDOWN_TIMEOUT_S,
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
     SpeechAdapter,
 )
 from rumik_app.serve.silk import routes as silk_routes

@@ -40,7 +40,8 @@ class _BackendCollector:
 
     def collect(self):
         if self.sessions is not None:
-            yield GaugeMetricFamily("rumik_websocket_sessions", "WebSocket sessions open", value=len(self.sessions.open))
+            yield GaugeMetricFamily("rumik_websocket_sessions", "WebSocket sessions open",
+                                    value=len(self.sessions.open))
             yield GaugeMetricFamily("rumik_websocket_streaming", "Utterances WebSocket sessions are streaming",
                                     value=self.sessions.streaming)
         s = self.backend.stats()

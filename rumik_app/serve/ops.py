@@ -2,7 +2,8 @@
 
     GET  /health            200 {"status": "ok", ...ServingStats} (503 while draining or after the engine died)
     GET  /metrics           Prometheus text (rumik_app.serve.metrics)
-    POST /v1/admin/unload   frees the model's memory until the next request; needs the admin key (--admin-key), checked in front (`gate.admin_error`)
+    POST /v1/admin/unload   frees the model's memory until the next request; needs the admin key
+                            (--admin-key), checked in front (`gate.admin_error`)
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from rumik_app.serve.context import ServeContext
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.metrics import CONTENT_TYPE
-from rumik_app.serve.context import ServeContext
 
 router = APIRouter()
 

@@ -5,10 +5,10 @@
     adapter.stats()                                            # ServingStats for /health and /metrics
 
 Two sides meet here: the routes (`rumik_app.serve.openai`, `.silk`, `.text_in`, `.ops`, through
-`rumik_app.serve.context.ServeContext`) talk to any `SpeechAdapter`; the adapters (`rumik_app.serve.adapters`) and the engine's scheduler
-(`rumik_app.engine.scheduler`) raise the errors and report the stats of
-`rumik_app.engine.serving`. Light (no torch, no FastAPI), so both sides and the command line
-import it cheaply.
+`rumik_app.serve.context.ServeContext`) talk to any `SpeechAdapter`; the adapters
+(`rumik_app.serve.adapters`) and the engine's scheduler (`rumik_app.engine.scheduler`) raise the
+errors and report the stats of `rumik_app.engine.serving`. Light (no torch, no FastAPI), so both
+sides and the command line import it cheaply.
 
 `stream()` raises, before its first piece, `PromptError` (bad input: HTTP 400), `ServerBusy`
 (queue full: 503 + Retry-After), `ShuttingDown` (503) or `EngineFailed` (the decode loop
@@ -30,7 +30,8 @@ from rumik_app.request import RequestLimits, SynthesisRequest
 SEED_HEADER = "x-rumik-seed"  # every protocol's HTTP answer: the seed used (drawn when none was given)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
 DEFAULT_MAX_SESSIONS = 128  # --max-sessions: WebSocket sessions open at once (idle ones included)
-DEFAULT_MAX_SESSIONS_PER_CLIENT = 32  # --max-sessions-per-client: of those, one client address's (a voice-agent host: raise it)
+# --max-sessions-per-client: of those, one client address's (a voice-agent host: raise it)
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 32
 # Deadlines per connection (rumik_app.serve.connections, .gate): a slow or idle client is closed.
 DEFAULT_HEADER_TIMEOUT_S = 10.0  # --header-timeout: request line and headers, from connect or the last response
 DEFAULT_BODY_TIMEOUT_S = 30.0  # --body-timeout: a whole request body (at most 64 KB) once its headers are in

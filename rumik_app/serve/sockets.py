@@ -139,8 +139,9 @@ class SessionRegistry:
             return 503, f"All {self.max_sessions} WebSocket sessions are in use; retry in a few seconds.", "overloaded"
         mine = sum(session.address == address for session in self.open)
         if self.max_per_client and mine >= self.max_per_client:
-            return 429, (f"This address already has {mine} WebSocket sessions open, the most one client may hold "
-                         "(--max-sessions-per-client); close one, or reuse it for the next utterance."), "too_many_sessions"
+            message = (f"This address already has {mine} WebSocket sessions open, the most one client may hold "
+                       "(--max-sessions-per-client); close one, or reuse it for the next utterance.")
+            return 429, message, "too_many_sessions"
         return None
 
     async def drain(self, timeout: float) -> None:

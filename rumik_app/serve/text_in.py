@@ -18,8 +18,8 @@ vLLM-Omni's protocol as published (docs/serving/speech_api.md, "Streaming Text I
 The config takes the fields of POST /v1/audio/speech except `input` (voice, or its alias
 speaker; instructions, tone, accent, pace, speed, seed, temperature, top_k, top_p,
 repetition_penalty, max_seconds, normalize, language, response_format), checked by the same
-code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per sentence in one binary frame, as
-vLLM-Omni; true: PCM as it is generated, needs response_format pcm) and
+code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per
+sentence in one binary frame, as vLLM-Omni; true: PCM as it is generated, needs response_format pcm) and
 `split_granularity` ("sentence", the default here: speak each sentence once it is complete;
 "none": the whole utterance at input.done).
 
@@ -46,10 +46,10 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
 from rumik_app.prompt import PromptError, check_characters
+from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
 from rumik_app.serve.errors import ApiError, engine_error, prompt_error
 from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
-from rumik_app.serve.context import ServeContext
 from rumik_app.serve.protocol import OPEN_OWNER
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session
 from rumik_app.text.chunking import SentenceCutter

@@ -4,7 +4,7 @@ Library module, no command line. Three sources, in this order of preference:
 
 1. **Number words** come from AI4Bharat's `indic-numtowords` (see `rumik_app.text.numwords`);
    nothing here spells a number.
-2. **CLDR via babel** (pinned in requirements.txt): month names, unit names (km, kg, °C, ...),
+2. **CLDR via babel** (pinned in pyproject.toml): month names, unit names (km, kg, °C, ...),
    "percent", "second" and the currency names (rupee, dollar, euro, pound). Accessors below
    return None when CLDR has no usable word for a language (it falls back to a symbol such
    as "km" or to another script), and the number is then left as typed.

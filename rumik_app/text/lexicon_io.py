@@ -38,7 +38,13 @@ from xml.sax.saxutils import escape, quoteattr
 from rumik_app.errors import PromptError
 from rumik_app.text.languages import LANGUAGE_BY_CODE
 from rumik_app.text.lexicon import (
-    DEFAULT_NAME, MAX_LEXICON_BYTES, MAX_LEXICONS, MAX_NAME_CHARS, Lexicon, lexicon_from_dict, lexicon_from_rows,
+    DEFAULT_NAME,
+    MAX_LEXICON_BYTES,
+    MAX_LEXICONS,
+    MAX_NAME_CHARS,
+    Lexicon,
+    lexicon_from_dict,
+    lexicon_from_rows,
     lexicon_to_dict,
 )
 
@@ -235,7 +241,7 @@ def to_tsv(lexicon: Lexicon) -> str:
     """TSV with a header; trailing empty columns left out. It carries no name (a file's is its stem)."""
     rows = ["\t".join(TSV_HEADER)]
     for e in lexicon.entries:
-        flags = ",".join(f for f, on in zip(TSV_FLAGS, (e.case_sensitive, not e.whole_word)) if on)
+        flags = ",".join(f for f, on in zip(TSV_FLAGS, (e.case_sensitive, not e.whole_word), strict=True) if on)
         cells = [e.grapheme, e.alias, ",".join(e.languages), flags]
         rows.append("\t".join(cells[:4 if flags else 3 if e.languages else 2]))
     return "\n".join(rows) + "\n"

@@ -48,10 +48,10 @@ import sys
 import unicodedata
 from decimal import InvalidOperation
 
-from rumik_app.text.languages import INDIC_SCRIPTS, LANGUAGES, SCRIPT_RANGES, get_language
-from rumik_app.text.rules import ANY_WORK, HANDLERS, NEEDS, PATTERNS, NotThis
-from rumik_app.text.numwords import Unsupported
 from rumik_app.prompt import TAG_PATTERN
+from rumik_app.text.languages import INDIC_SCRIPTS, LANGUAGES, SCRIPT_RANGES, get_language
+from rumik_app.text.numwords import Unsupported
+from rumik_app.text.rules import ANY_WORK, HANDLERS, NEEDS, PATTERNS, NotThis
 
 logger = logging.getLogger(__name__)
 

@@ -69,7 +69,8 @@ _UNGATED: list[tuple[str, re.Pattern]] = [
                         + (rf"(?:\s*(?P<trail>{_TRAILING_ALT}))?" if _TRAILING_ALT else "")
                         + r"|(?<![\d:.,])(?P<h2>\d{1,2})\s*(?P<ampm2>" + _AMPM_BODY + ")")),
     ("currency", re.compile(r"(?<![A-Za-z])(?P<sign>" + _CURRENCY_ALT + r")\s?(?P<neg>-)?(?P<lo>" + DEC + r")"
-                            + _RANGE_TAIL + r"(?:\s?(?P<scale>lakhs?|crores?|thousand|million|billion|mn|bn|[kK]|L|[cC]r)"
+                            + _RANGE_TAIL
+                            + r"(?:\s?(?P<scale>lakhs?|crores?|thousand|million|billion|mn|bn|[kK]|L|[cC]r)"
                             r"(?![A-Za-z]))?(?P<dash>\s?/-)?")),
     ("percent", re.compile(r"(?P<neg>(?<![\w\d])-)?" + _NOT_BEFORE + r"(?P<lo>" + DEC + r")" + _RANGE_TAIL
                            + r"\s?%")),
@@ -393,6 +394,7 @@ class NotThis(Exception):
 
 
 HANDLERS = {"abbreviation": _abbreviation, "phone": _phone, "date": _date, "time": _time, "currency": _currency,
-             "percent": _percent, "unit": _unit, "ordinal": _ordinal, "range": _range_handler, "cardinal": _cardinal, "digits": _digits}
+             "percent": _percent, "unit": _unit, "ordinal": _ordinal, "range": _range_handler, "cardinal": _cardinal,
+             "digits": _digits}
 
 

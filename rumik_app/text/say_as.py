@@ -144,7 +144,7 @@ def _letter(unit: str, language: str) -> str:
 def _typed_date(text: str, fmt: str) -> str:
     """Numbers in `fmt` order -> '15 Aug 2026' or, month first (mdy, md), 'Aug 15, 2026'."""
     parts = re.split(r"[\s/.-]+", text)
-    value = dict(zip(fmt, parts))
+    value = dict(zip(fmt, parts, strict=False))
     if len(parts) != len(fmt) or not all(p.isdigit() for p in parts) or not 1 <= int(value["m"]) <= 12 \
             or len(value.get("y", "0000")) != 4:
         raise _bad("date", text)

@@ -1,12 +1,11 @@
 """The voice-agent client tests: a speech server on the tiny checkpoint, driven by real clients.
 
-Run (their own environment, see requirements-agents.txt):
-    .venv-agents/bin/python -m pytest tests/agents --confcutdir=tests/agents
+Run: .venv/bin/python -m pytest tests/agents   (the clients are in the dev extra: ./setup.sh --dev)
 
-The server runs from the main environment (`.venv/bin/python -m rumik_app.serve --model
-tiny`, or $RUMIK_SERVER_PYTHON), exactly as a user starts it, on a free port with an API
-key and OpenAI voice names mapped (the OpenAI plugins only send OpenAI's voices). Nothing
-here imports the project: these clients are all the test sees of it.
+The server is the installed console command (`rumik serve --model tiny`, next to this
+interpreter), exactly as a user starts it, in its own process, on a free port with an API key
+and OpenAI voice names mapped (the OpenAI plugins only send OpenAI's voices). Nothing here
+imports the project: these clients are all the test sees of it.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "agents-test-key"
 MAX_SECONDS = 1.5  # every utterance: tiny's random weights rarely stop by themselves
 START_TIMEOUT_S = 180.0
@@ -35,26 +33,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _server_python() -> str:
-    python = os.environ.get("RUMIK_SERVER_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-    if not Path(python).exists():
-        pytest.exit(f"no server environment at {python}: run ./setup.sh first (or set RUMIK_SERVER_PYTHON)", 2)
-    return python
+def _rumik_command() -> str:
+    command = Path(sys.executable).with_name("rumik")
+    if not command.exists():
+        pytest.exit(f"no `rumik` command at {command}: install the project (./setup.sh --dev, or pip install -e .)", 2)
+    return str(command)
 
 
 @pytest.fixture(scope="session")
 def server():
-    """(base URL, API key) of a running `python -m rumik_app.serve --model tiny`."""
+    """(base URL, API key) of a running `rumik serve --model tiny`."""
     port = _free_port()
     cache = tempfile.mkdtemp(prefix="rumik-agents-")
     # RUMIK_CPU_DTYPE: fp32 on any CPU, as the main suite (tests/conftest.py), so audio compared
     # across requests does not depend on whether this machine's CPU has native bf16.
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RUMIK_CACHE=cache,
-               PYTHONPATH=str(ROOT), RUMIK_CPU_DTYPE="fp32")
+               RUMIK_CPU_DTYPE="fp32")
     log = open(Path(cache) / "server.log", "w+")
-    proc = subprocess.Popen([_server_python(), "-m", "rumik_app.serve", "--model", "tiny", "--port", str(port),
-                             "--api-key", KEY, "--served-model-name", "rumik-oss-1", "--voice-map", "alloy=Ira,ash=Aisha", "--max-seconds", str(MAX_SECONDS),
-                             "--log-level", "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    command = [_rumik_command(), "serve", "--model", "tiny", "--port", str(port), "--api-key", KEY,
+               "--served-model-name", "rumik-oss-1", "--voice-map", "alloy=Ira,ash=Aisha",
+               "--max-seconds", str(MAX_SECONDS), "--log-level", "warning"]
+    proc = subprocess.Popen(command, cwd=cache, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:

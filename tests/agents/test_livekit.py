@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from livekit.agents import APIConnectOptions, tts as lk_tts
+from livekit.agents import APIConnectOptions
+from livekit.agents import tts as lk_tts
 from livekit.agents.tokenize import basic
 from livekit.plugins import openai as lk_openai
 from livekit.plugins import rumik

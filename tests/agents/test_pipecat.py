@@ -64,7 +64,8 @@ def test_rumik_http_service_turns_the_wav_into_audio_frames(server):
             tts = RumikHttpTTSService(api_key=key, gateway_url=url, aiohttp_session=session,
                                       settings=RumikHttpTTSService.Settings(model="mulberry", voice="aisha",
                                                                             description="calm and warm"))
-            return await run_test(tts, frames_to_send=[TTSSpeakFrame(text="Hello over HTTP."), SleepFrame(sleep=SETTLE_S)])
+            frames = [TTSSpeakFrame(text="Hello over HTTP."), SleepFrame(sleep=SETTLE_S)]
+            return await run_test(tts, frames_to_send=frames)
     down, up = asyncio.run(go())
     assert len(_audio(down)) > 0 and not _errors(down + up)
 

@@ -62,11 +62,11 @@ def app_server(tiny_checkpoint, tmp_path_factory):
     """(demo, url) of an in-process app whose rumik-oss-1 is the tiny checkpoint."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
-
     from webapp.access import AdminGate
 
     data_dir = tmp_path_factory.mktemp("app-data")
-    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir, admin=AdminGate())  # open
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir,
+                          admin=AdminGate())  # open
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     wait_until_up(url)

@@ -343,7 +343,7 @@ def test_a_data_dir_inside_a_served_folder_is_refused(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- app.py wiring
 def test_help_never_prints_a_secret(monkeypatch, capsys):
-    import app
+    import webapp.main as app
 
     monkeypatch.setenv(ADMIN_PASSWORD_ENV, SECRET)
     with pytest.raises(SystemExit):
@@ -353,7 +353,7 @@ def test_help_never_prints_a_secret(monkeypatch, capsys):
 
 
 def test_main_wires_logins_admin_password_and_data_dir(tmp_path, monkeypatch, capsys):
-    import app
+    import webapp.main as app
 
     launched = {}
     monkeypatch.setattr(app, "launch", lambda demo, host, port, share=False, logins=None, allowed_hosts=(), **kw:
@@ -364,14 +364,15 @@ def test_main_wires_logins_admin_password_and_data_dir(tmp_path, monkeypatch, ca
     demo = launched["demo"]
     assert launched["logins"] == [("asha", "a-pass")] and demo.admin.enabled and demo.admin.allows(SECRET)
     assert launched["forwarded_allow_ips"] == ""  # no proxy believed unless named (not uvicorn's 127.0.0.1)
-    assert demo.data_layout.root == (tmp_path / "data").resolve() and demo.rating_store.path == demo.data_layout.database
+    assert demo.data_layout.root == (tmp_path / "data").resolve()
+    assert demo.rating_store.path == demo.data_layout.database
     out = capsys.readouterr().out
     assert "admin password required" in out and "1 login(s)" in out and SECRET not in out and "a-pass" not in out
 
 
 @pytest.mark.parametrize("argv_extra", [["--auth", "nocolon"], ["--data-dir", "{gradio}/app"]])
 def test_main_stops_with_one_message(argv_extra, tmp_path, monkeypatch, capsys):
-    import app
+    import webapp.main as app
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     argv = ["--model", str(tmp_path / "no-model"), "--data-dir", str(tmp_path / "data")]

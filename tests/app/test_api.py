@@ -89,7 +89,8 @@ def test_prompt_preview_is_the_engine_prompt(client, app_server):
                                system="rumik-oss-1", language="en", api_name="/prompt_preview")
     engine = demo.registry.get("rumik-oss-1").engine
     req = SynthesisRequest("hi <laugh> there", voice="Zoya", tone="sad", accent="Hindi", pace="slow")
-    assert prompt == engine.prompt_text(req) == '[BOS]<text>Zoya: <description="sad, Hindi accent, slow pace"> hi <laugh> there<audio>'
+    assert prompt == engine.prompt_text(req) == (
+        '[BOS]<text>Zoya: <description="sad, Hindi accent, slow pace"> hi <laugh> there<audio>')
     free, _ = client.predict(text="नमस्ते", voice="Ira", tone="sad", accent="", pace="", description="warm and slow",
                              description_mode="Free-form description", system="rumik-oss-1", language="hi",
                              api_name="/prompt_preview")
@@ -163,7 +164,7 @@ def test_generated_pair_is_blind_and_hashes_match_the_served_audio(client, app_s
     assert "seed" not in info and "rumik" not in info
     trial = app_server[0].rating_store.get_trial(trial_id)
     assert {c.side for c in trial.clips} == {"A", "B"} and [c.label for c in trial.clips] == ["Clip 1", "Clip 2"]
-    for served, clip in zip((clip1, clip2), trial.clips):
+    for served, clip in zip((clip1, clip2), trial.clips, strict=True):
         assert hashlib.sha256(without_random_chunk(Path(served).read_bytes())).hexdigest() == clip.audio_sha256
         assert clip.seed == (11 if clip.side == "A" else 12) and clip.settings["seed"] == clip.seed
     assert {c.system_id for c in trial.clips} == {"rumik-oss-1[rumik-oss-1-tiny] (seed 11)",

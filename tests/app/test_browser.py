@@ -3,7 +3,8 @@
 Types Devanagari, inserts a tag at the cursor, synthesises on the tiny checkpoint and waits
 for the streamed audio element; rates a blind pair by clicking the word where the sound was
 heard; runs an annotation campaign (espeak vs tiny) end to end: two raters sign in on
-Gradio's login page and rate their queues, then the admin reads the results. Screenshots go to artifacts/app/ (gitignored) and their paths are printed.
+Gradio's login page and rate their queues, then the admin reads the results. Screenshots go to
+artifacts/app/ (gitignored) and their paths are printed.
 
 Run: .venv/bin/python -m pytest tests/app/test_browser.py -q -s
 """
@@ -97,7 +98,8 @@ def test_devanagari_tag_button_and_streamed_audio(driver, app_server):
     # Put the cursor right after the first word, as a user clicking there would.
     drv.execute_script("const t = arguments[0]; t.focus(); t.setSelectionRange(6, 6);", text)
     drv.find_element(By.CSS_SELECTOR, "#insert-laugh").click()
-    _wait(drv, lambda d: text.get_attribute("value") == "नमस्ते <laugh> दोस्तों, आज मौसम अच्छा है", "the tag at the cursor", 10)
+    _wait(drv, lambda d: text.get_attribute("value") == "नमस्ते <laugh> दोस्तों, आज मौसम अच्छा है",
+          "the tag at the cursor", 10)
     preview = drv.find_element(By.CSS_SELECTOR, "#prompt-preview textarea")
     _wait(drv, lambda d: preview.get_attribute("value") == "[BOS]<text>Ira: नमस्ते <laugh> दोस्तों, आज मौसम अच्छा है<audio>",
           "the live prompt preview", 20)

@@ -154,7 +154,7 @@ def test_generation_is_resumable_and_records_seeds_and_hashes(tmp_path):
     clips = again.clips()
     assert len(clips) == 6 and all(r["error"] is None for r in clips.values())
     assert set(first) < {again.clip_file(r).name for r in clips.values()}  # kept clips were not remade
-    for (pid, cond), rec in clips.items():
+    for (_pid, cond), rec in clips.items():
         path = again.clip_file(rec)
         assert re.fullmatch(r"[0-9a-f]{32}\.wav", path.name)  # nothing about the system in the name
         assert file_sha256(path) == rec["sha256"] and rec["condition_id"] == conditions[cond].id

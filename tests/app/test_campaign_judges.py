@@ -60,7 +60,7 @@ def rate(queues: RaterQueues, campaign: Campaign, rater: str, limit: int | None 
     done = 0
     while (item := queues.next_item(rater)) is not None and (limit is None or done < limit):
         entry = queues.entries[item.entry_id]
-        score = dict(zip(ids, SCORES[rater][entry.prompt_id]))
+        score = dict(zip(ids, SCORES[rater][entry.prompt_id], strict=True))
         a, b = (score[campaign.conditions[i].id] for i in (entry.left, entry.right))
         queues.submit(rater, item.entry_id, Answer("A" if a >= b else "B", a, b))
         done += 1

@@ -81,7 +81,8 @@ def test_each_rater_gets_their_own_queue_and_nothing_else(server):
     for api_name in ("/campaign_results", "/campaign_export"):
         with pytest.raises(AppError, match="admin view"):
             asha.predict(api_name=api_name)
-    assert all(x == {"__type__": "update"} or x.get("__type__") == "update" for x in admin.predict(api_name="/campaign_item"))
+    assert all(x == {"__type__": "update"} or x.get("__type__") == "update"
+               for x in admin.predict(api_name="/campaign_item"))
     with pytest.raises(AppError, match="admin login has no rating queue"):
         admin.predict(*tagged_args(a_item), api_name="/campaign_submit")
     # Her own item: stored once (a repeated call is "already stored"), and the next one comes back.

@@ -43,7 +43,7 @@ def speech(tmp_path_factory):
 
 
 def table_by_file(table: dict) -> dict[str, dict]:
-    return {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
+    return {row[0]: dict(zip(table["headers"], row, strict=True)) for row in table["data"]}
 
 
 def evaluate(client, files, **audio):

@@ -5,8 +5,8 @@ Run: .venv/bin/python -m pytest tests/app/test_examples.py -q
 
 from __future__ import annotations
 
-from rumik_app.text.languages import LANGUAGES, dominant_script
 from rumik_app.prompt import validate_text
+from rumik_app.text.languages import LANGUAGES, dominant_script
 from webapp.examples import LANGUAGE_EXAMPLES, SHOWCASE, example_for, script_note
 
 BENCHMARK_LANGUAGES = {"en", "hi", "te", "ta", "kn", "bn", "pa"}
@@ -27,7 +27,8 @@ def test_showcase_covers_benchmark_languages_code_switching_and_tags():
     tagged = [text for text, *_ in SHOWCASE if "<" in text]
     assert len(tagged) >= 5 and {t for text in tagged for t in ("<laugh>", "<chuckle>", "<sigh>") if t in text} == {
         "<laugh>", "<chuckle>", "<sigh>"}
-    mixed = [text for text, *_ in SHOWCASE if dominant_script(text) != "Latin" and any(c.isascii() and c.isalpha() for c in text)]
+    mixed = [text for text, *_ in SHOWCASE
+             if dominant_script(text) != "Latin" and any(c.isascii() and c.isalpha() for c in text)]
     assert mixed  # Devanagari with English words
     for text, *_ in SHOWCASE:
         validate_text(text)

@@ -146,7 +146,8 @@ def guarded(tiny_checkpoint, tmp_path_factory):
     RatersFile(raters_path(campaign_layout)).add("asha")
     data_dir = campaign_layout.root
     password = secrets.token_urlsafe(18)
-    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir, admin=AdminGate(password))
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=data_dir,
+                          admin=AdminGate(password))
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True)
     wait_until_up(url)
@@ -157,7 +158,8 @@ def guarded(tiny_checkpoint, tmp_path_factory):
         pairs, trials, synth = {}, {}, {}
         for k, (name, client) in enumerate(visitors.items()):
             pairs[name], trials[name] = _rate_pair(client, name, (2 * k + 1, 2 * k + 2))
-            synth[name] = client.predict(text="Same words, same seed.", seed=7, max_seconds=SHORT, api_name="/synthesize")
+            synth[name] = client.predict(text="Same words, same seed.", seed=7, max_seconds=SHORT,
+                                         api_name="/synthesize")
         admin = Client(url, verbose=False, download_files=False)
         exported = admin.predict(admin_password=password, api_name="/export_ratings")
         yield SimpleNamespace(demo=demo, url=url, port=port, password=password, visitors=visitors, pairs=pairs,
@@ -175,7 +177,8 @@ def test_every_parameterised_route_is_classified(guarded):
     assert not unknown, (f"Gradio serves new parameterised routes {sorted(unknown)}: read their source and add "
                          "them to FILE_ROUTES (with probes) or NON_FILE_ROUTES (with the reason)")
     # The probes below hit real routes (run history's are absent here: it is off with an admin password).
-    assert set(FILE_ROUTES) - routes <= {p for p in FILE_ROUTES if "/run-history/" in p}, sorted(set(FILE_ROUTES) - routes)
+    missing = set(FILE_ROUTES) - routes
+    assert missing <= {p for p in FILE_ROUTES if "/run-history/" in p}, sorted(missing)
     # POST /component_server runs a component's @server functions (FileExplorer's `ls` lists folders): none here.
     server_fns = [f"{type(b).__name__}.{n}" for b in guarded.demo.blocks.values() for n in dir(type(b))
                   if getattr(getattr(type(b), n, None), "_is_server_fn", False)]
@@ -219,9 +222,9 @@ def test_private_files_are_refused_by_every_file_route(guarded):
 
 
 def test_a_visitor_gets_their_own_clips(guarded):
-    for name, client in guarded.visitors.items():
+    for name in guarded.visitors:
         trial = guarded.demo.rating_store.get_trial(guarded.trials[name])
-        for clip_file, clip in zip(guarded.pairs[name], trial.clips):
+        for clip_file, clip in zip(guarded.pairs[name], trial.clips, strict=True):
             status, body = fetch(guarded.port, url_path(clip_file["url"]))
             assert status == 200 and body.startswith(b"RIFF")
             served = without_random_chunk(Path(clip_file["path"]).read_bytes())  # a copy's own bytes: a new URL
@@ -315,8 +318,8 @@ def test_without_an_admin_password_results_stay_open(client, app_server):
 def test_auth_logins_close_everything_but_the_login(tiny_checkpoint, tmp_path):
     import app
 
-    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=tmp_path / "data", admin=AdminGate(),
-                          preload=False)
+    demo = app.build_demo(model=str(tiny_checkpoint), engine_options={"device": "cpu"}, data_dir=tmp_path / "data",
+                          admin=AdminGate(), preload=False)
     port = free_port()
     _, url, _ = app.launch(demo, "127.0.0.1", port, prevent_thread_lock=True, logins=[("asha", "pass:word 1")])
     try:

@@ -15,7 +15,8 @@ def test_the_app_shows_the_framing_error_in_its_banner(tiny_checkpoint, tmp_path
     swapped = tmp_path / "swapped"
     shutil.copytree(tiny_checkpoint, swapped)
     data = json.loads((swapped / "config.json").read_text())
-    data["text_start_token_id"], data["audio_start_token_id"] = data["audio_start_token_id"], data["text_start_token_id"]
+    data["text_start_token_id"], data["audio_start_token_id"] = (data["audio_start_token_id"],
+                                                                 data["text_start_token_id"])
     (swapped / "config.json").write_text(json.dumps(data))
     registry = SystemRegistry(model=str(swapped), device="cpu")
     status = registry.preload(SYSTEM_RUMIK)

@@ -335,7 +335,7 @@ def test_pending_pairs_survive_a_restart_and_age_out(tmp_path):
     clock = [1000.0]
     root = tmp_path / "pending"
     pending = PendingClips(root, PendingQuota(max_age_s=60), clock=lambda: clock[0])
-    for k, trial in enumerate(("t1", "t2")):
+    for trial in ("t1", "t2"):
         (pending.start(trial) / "clip-1.wav").write_bytes(b"x" * 100)
         clock[0] += 10
         pending.admit(trial, "10.0.0.1")
@@ -356,7 +356,6 @@ def test_generating_without_rating_does_not_grow_the_data_dir(tiny_checkpoint, t
     it; rating the oldest is one message."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import app
-
     from webapp.access import AdminGate
 
     monkeypatch.setattr(storage, "DEFAULT_PENDING_QUOTA", PendingQuota(client_pairs=3))

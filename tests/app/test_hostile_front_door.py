@@ -88,7 +88,7 @@ def _drain(demo) -> None:
 
 def test_one_visitor_cannot_fill_the_queue_and_another_still_synthesises(app_server, client, held_synthesis):
     """Finding 5: one session filled all 64 places and the next visitor got "Queue is full"."""
-    import app as app_module
+    import webapp.main as app_module
 
     demo, url = app_server
     body = _api_body(client, demo, "synthesize", "flood", text="Flood.", seed=1, max_seconds=0.5)

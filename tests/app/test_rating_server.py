@@ -64,7 +64,8 @@ def rate_prompts(client: Client, rater: str, prompts, acked: list[str], lock: th
             else dict(heard_1=None, where_1=None, heard_2=None, where_2=None)
         for attempt in range(2):
             msg = client.predict(rater=rater, trial_id=trial, score_1=1 + (k + len(rater)) % 5, score_2=5 - k % 3,
-                                 preference="Clip 1" if k % 2 else "Clip 2", comment="", api_name="/submit_rating", **kw)
+                                 preference="Clip 1" if k % 2 else "Clip 2", comment="", api_name="/submit_rating",
+                                 **kw)
             if attempt == 0:
                 assert msg.startswith("✓ Stored"), msg
                 with lock:

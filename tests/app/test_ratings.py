@@ -57,7 +57,7 @@ def test_no_single_tag_no_request(text):
 
 def make_trial(store: RatingStore, trial_id: str, text: str, delivery: str | None, systems=("sysA", "sysB")) -> Trial:
     clips = [TrialClip(label, side, system, {"system": system, "seed": k}, k, f"hash-{trial_id}-{side}", "/dev/null")
-             for k, (label, side, system) in enumerate(zip(("Clip 1", "Clip 2"), "BA", systems))]
+             for k, (label, side, system) in enumerate(zip(("Clip 1", "Clip 2"), "BA", systems, strict=True))]
     trial = Trial(trial_id, f"p-{text[:8]}", text, delivery, clips)
     store.add_trial(trial)
     return trial
@@ -127,7 +127,8 @@ def _fill(store: RatingStore) -> None:
     heard = itertools.cycle([(("laugh", NOT_HEARD), (2, None)), (("sigh", "chuckle"), (4, -1)),
                              (("chuckle", "laugh"), (2, 2)), ((NOT_HEARD, NOT_HEARD), (None, None))])
     for k, (text, delivery) in enumerate(texts):
-        trial = make_trial(store, f"t{k}", text, delivery, systems=("rumik", "espeak") if k % 2 else ("espeak", "rumik"))
+        trial = make_trial(store, f"t{k}", text, delivery,
+                           systems=("rumik", "espeak") if k % 2 else ("espeak", "rumik"))
         tagged = tag_request(text) is not None
         for rater in ("asha", "ben", "chen"):
             s1, s2 = next(scores)
@@ -156,7 +157,8 @@ def test_export_reaggregates_to_the_results_view(tmp_path):
     # NoVA: score each exported transcripts file against the exported prompts, aggregate per system.
     manifest = json.loads((out / "manifest.json").read_text())
     prompts = read_jsonl(out / "nova_prompts.jsonl")
-    assert prompts and all(set(p) == {"id", "text", "text_with_mark", "nvv", "requested_index", "n_words"} for p in prompts)
+    assert prompts and all(set(p) == {"id", "text", "text_with_mark", "nvv", "requested_index", "n_words"}
+                           for p in prompts)
     by_system: dict[str, dict[str, list]] = {}
     for entry in manifest["nova_transcripts"]:
         lines = read_jsonl(out / entry["path"])

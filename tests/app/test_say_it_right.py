@@ -49,7 +49,7 @@ def _zero_runs(samples: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of every run of exact zeros, longest first."""
     zero = np.concatenate([[0], (samples == 0).astype(np.int8), [0]])
     edges = np.flatnonzero(np.diff(zero))
-    return sorted(((int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2])), key=lambda r: -r[1])
+    return sorted(((int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)), key=lambda r: -r[1])
 
 
 @pytest.fixture
@@ -102,7 +102,8 @@ def test_an_editor_row_changes_the_preview_and_the_audio_like_the_alias_typed(cl
     assert not np.array_equal(with_words, speak(text))
     assert np.array_equal(with_words, speak(typed))
     # A blank table is no lexicon; a language-scoped row applies to that language only.
-    blank, notes = client.predict(text=text, **PREVIEW, lexicon_entries=_words(BLANK, BLANK), api_name="/prompt_preview")
+    blank, notes = client.predict(text=text, **PREVIEW, lexicon_entries=_words(BLANK, BLANK),
+                                  api_name="/prompt_preview")
     assert blank == plain and "My words" not in notes
     scoped = _words(("zebra", "monkey", "hi"))
     assert client.predict(text=text, **PREVIEW, lexicon_entries=scoped, api_name="/prompt_preview")[0] == plain
@@ -198,7 +199,7 @@ def test_dialogue_info_lists_both_turns_with_spans(client):
     rows = [line for line in info.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 2, info
     spans = []
-    for row, speaker, seed in zip(rows, ("Ira", "Aisha"), ("9", "10")):
+    for row, speaker, seed in zip(rows, ("Ira", "Aisha"), ("9", "10"), strict=True):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] == speaker and cells[5] == seed, row
         spans.append((float(cells[2]), float(cells[3])))

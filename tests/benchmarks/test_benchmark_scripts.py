@@ -33,8 +33,8 @@ def test_decode_overhead_reports_all_paths():
 def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsys):
     from benchmarks import serve_load
     from rumik_app import TTSEngine
-    from rumik_app.serve.adapters import SchedulerAdapter
     from rumik_app.engine.scheduler import BatchScheduler
+    from rumik_app.serve.adapters import SchedulerAdapter
     from tests.servers import ServerThread
 
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
@@ -50,8 +50,8 @@ def test_serve_load_fills_the_table_against_a_live_server(tiny_checkpoint, capsy
 def test_serve_load_measures_the_sockets_beside_http_in_one_run(tiny_checkpoint, capsys):
     from benchmarks import serve_load
     from rumik_app import TTSEngine
-    from rumik_app.serve.adapters import SchedulerAdapter
     from rumik_app.engine.scheduler import BatchScheduler
+    from rumik_app.serve.adapters import SchedulerAdapter
     from tests.servers import ServerThread
 
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")

@@ -45,7 +45,8 @@ def test_runner_reports_quality_and_similarity_with_cis(tmp_path, capsys, monkey
     overall = read_csv(tmp_path / "out" / "summary.csv")[0]
     est = bootstrap_mean([float(c["dnsmos_ovrl"]) for c in clips])  # the CI code the campaigns use
     assert float(overall["dnsmos_ovrl"]) == pytest.approx(est.mean)
-    assert (float(overall["dnsmos_ovrl_ci_low"]), float(overall["dnsmos_ovrl_ci_high"])) == pytest.approx((est.low, est.high))
+    ci = (float(overall["dnsmos_ovrl_ci_low"]), float(overall["dnsmos_ovrl_ci_high"]))
+    assert ci == pytest.approx((est.low, est.high))
     assert float(overall["speaker_sim"]) == pytest.approx(np.mean(sims)) and overall["speaker_sim_n"] == "3"
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Audio quality and speaker similarity" in report and "`dnsmos_first1`" in report
@@ -67,7 +68,7 @@ def test_a_users_clip_is_the_reference(tmp_path, speech_clips):
     assert "dnsmos_ovrl" not in read_csv(tmp_path / "out" / "clips.csv")[0]  # no --quality
     assert _run(tmp_path, EspeakSystem(), PROMPTS[:2], "--speaker") == 0
     own = [float(c["speaker_sim"]) for c in read_csv(tmp_path / "out" / "clips.csv")]
-    assert all(a < b for a, b in zip(with_clip, own))
+    assert all(a < b for a, b in zip(with_clip, own, strict=True))
 
 
 class TwoChunkSystem(Synthesizer):
@@ -77,7 +78,8 @@ class TwoChunkSystem(Synthesizer):
     name = label = "two-chunk"
 
     def __init__(self, second: dict[str, Path], first: Path) -> None:
-        self.first, self.second = load_audio(first, max_seconds=LOCAL_MAX_SECONDS), {k: load_audio(v, max_seconds=LOCAL_MAX_SECONDS) for k, v in second.items()}
+        self.first = load_audio(first, max_seconds=LOCAL_MAX_SECONDS)
+        self.second = {k: load_audio(v, max_seconds=LOCAL_MAX_SECONDS) for k, v in second.items()}
 
     def _synthesize(self, request, *, clip_id, run):
         a, b = self.first, self.second[clip_id]

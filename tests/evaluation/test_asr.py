@@ -78,7 +78,8 @@ def test_offline_hub_model_fails_with_one_clear_message(monkeypatch, hub_downloa
     message = str(err.value)
     assert calls and all(c.get("local_files_only") for c in calls), calls  # the cache was read; nothing downloaded
     assert "nobody-here/no-such-asr-model-xyz" in message
-    assert "offline mode: HF_HUB_OFFLINE is set" in message and "hf download nobody-here/no-such-asr-model-xyz" in message
+    assert "offline mode: HF_HUB_OFFLINE is set" in message
+    assert "hf download nobody-here/no-such-asr-model-xyz" in message
     assert "go online" in message and "--asr hf:/path/to/model" in message and "--asr pocketsphinx" in message
 
 

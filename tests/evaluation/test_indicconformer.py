@@ -40,7 +40,8 @@ def judge(standin) -> IndicConformerJudge:
 
 
 def test_known_ctc_paths_decode_in_each_language(judge, speech_clips):
-    samples = load_audio(speech_clips["f5_one"], 22_050, max_seconds=LOCAL_MAX_SECONDS)  # any audio: the stand-in's path ignores it
+    # any audio: the stand-in's path ignores it
+    samples = load_audio(speech_clips["f5_one"], 22_050, max_seconds=LOCAL_MAX_SECONDS)
     assert judge.transcribe(samples, 22_050, "hi") == EXPECTED["hi"]
     assert judge.transcribe(samples, 22_050, "Tamil") == EXPECTED["ta"]
     assert judge.languages == ["hi", "ta"] and judge.name.startswith("indicconformer:")

@@ -17,7 +17,7 @@ def rows(pid, delivery, table, **extra):
     """table: {judge: (A, B, C)} -> judgment records."""
     out = []
     for judge, scores in table.items():
-        for system, score in zip("ABC", scores):
+        for system, score in zip("ABC", scores, strict=True):
             out.append(
                 {
                     "prompt_id": pid,

@@ -13,13 +13,13 @@ import jiwer
 import pytest
 
 from evaluation.metrics import (
+    DEFAULT_SEGMENTATION,
     ErrorCounts,
     cer,
     char_errors,
     content_error,
     corpus_rate,
     gcer,
-    DEFAULT_SEGMENTATION,
     grapheme_backend_info,
     grapheme_errors,
     score_pair,

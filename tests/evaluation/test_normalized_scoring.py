@@ -97,7 +97,8 @@ def test_evaluate_tab_scores_spoken_forms(tmp_path):
 
 def test_spoken_form_is_the_engine_function():
     text = "₹2,50,000 on 15/08/2026"
-    assert spoken_form(text) == normalize_text(text) == "two lakh fifty thousand rupees on fifteenth August twenty twenty six"
+    assert spoken_form(text) == normalize_text(text) == (
+        "two lakh fifty thousand rupees on fifteenth August twenty twenty six")
     assert normalize(spoken_form("मुझे 5 मिनट दो", "hi")) == "मुझे पाँच मिनट दो"
 
 
@@ -107,7 +108,8 @@ def test_espeak_reads_the_normalised_text(monkeypatch):
 
     spoken = []
     monkeypatch.setattr(espeak, "espeak_executable", lambda: "espeak-ng")
-    monkeypatch.setattr(espeak, "espeak_synthesize", lambda text, **kw: spoken.append(text) or Audio(np.zeros(10, np.float32)))
+    monkeypatch.setattr(espeak, "espeak_synthesize",
+                        lambda text, **kw: spoken.append(text) or Audio(np.zeros(10, np.float32)))
     system = espeak.EspeakSystem()
     system.synthesize(SynthesisRequest("₹5", seed=1))
     system.synthesize(SynthesisRequest("₹5", seed=1, normalize=False))

@@ -18,9 +18,9 @@ import pytest
 import regex
 
 from evaluation import nova
-from evaluation.run import SAFE_ID, prompt_request, load_prompts
-from rumik_app.text.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
+from evaluation.run import SAFE_ID, load_prompts, prompt_request
 from rumik_app.prompt import ALLOWED_TAGS, validate_text
+from rumik_app.text.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
 
 PROMPT_DIR = Path(__file__).resolve().parents[2] / "evaluation" / "prompts"
 FILES = sorted(PROMPT_DIR.glob("*.jsonl"))

@@ -60,7 +60,7 @@ def test_scores_equal_speechmos_run(judge, speech):
     long = np.concatenate([speech, gap, speech])  # 17.1 s: eight hops, the last one dropped
     assert len(windows(long)) == 7
     clips = [speech, long, noise]
-    for clip, ours in zip(clips, judge.score(clips, MODEL_RATE)):
+    for clip, ours in zip(clips, judge.score(clips, MODEL_RATE), strict=True):
         theirs = speechmos_run(clip)
         for ours_key, their_key in KEYS.items():
             assert getattr(ours, ours_key) == pytest.approx(float(theirs[their_key]), abs=1e-6), ours_key
@@ -85,7 +85,7 @@ def test_batching_does_not_change_scores(speech):
     clips = [speech, speech[: 12 * MODEL_RATE // 5], np.tile(speech, 2)[: 19 * MODEL_RATE // 2]]  # a window each
     one = DNSMOS(device="cpu", threads=1, batch_windows=1).score(clips, MODEL_RATE)
     many = DNSMOS(device="cpu", threads=1, batch_windows=16).score(clips, MODEL_RATE)
-    for a, b in zip(one, many):
+    for a, b in zip(one, many, strict=True):
         assert a.as_dict() == pytest.approx(b.as_dict(), abs=1e-5)
 
 
@@ -112,8 +112,10 @@ def test_bad_input_gets_a_clear_error(judge, monkeypatch):
 
 def test_cli_writes_one_row_per_clip(speech_clips, tmp_path, capsys):
     out = tmp_path / "dnsmos.jsonl"
-    clips = [str(write_wav(tmp_path / f"{name}.wav", load_audio(speech_clips[name], 22_050, max_seconds=LOCAL_MAX_SECONDS)[: ONE_WINDOW_S * 22_050],
-                           22_050)) for name in ("f5_one", "m3_two")]
+    clips = []
+    for name in ("f5_one", "m3_two"):
+        samples = load_audio(speech_clips[name], 22_050, max_seconds=LOCAL_MAX_SECONDS)[: ONE_WINDOW_S * 22_050]
+        clips.append(str(write_wav(tmp_path / f"{name}.wav", samples, 22_050)))
     assert quality.main([*clips, "--out", str(out), "--threads", "1"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["clip"] for r in rows] == clips and all(set(r) == {"clip", "sig", "bak", "ovrl", "p808"} for r in rows)
@@ -140,7 +142,8 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path, capsys, speech_clips, m
 
 
 def test_without_p808_and_with_the_first_window_only(judge, speech_clips):
-    clip = load_audio(speech_clips["f5_one"], MODEL_RATE, max_seconds=LOCAL_MAX_SECONDS)  # 6.4 s: tiled to 12.7 s, three windows
+    # 6.4 s: tiled to 12.7 s, three windows
+    clip = load_audio(speech_clips["f5_one"], MODEL_RATE, max_seconds=LOCAL_MAX_SECONDS)
     assert len(windows(clip)) > 1
     [full] = judge.score([clip], MODEL_RATE)
     [lean] = DNSMOS(device="cpu", threads=1, p808=False).score([clip], MODEL_RATE)

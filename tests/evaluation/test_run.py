@@ -18,8 +18,8 @@ import pytest
 import soundfile as sf
 
 from evaluation import run as runner
-from evaluation.text import SEGMENTATIONS, segmentation_label
 from evaluation.systems import SynthesisError, Synthesizer
+from evaluation.text import SEGMENTATIONS, segmentation_label
 from rumik_app.audio import Audio
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,8 +225,9 @@ def test_limit_and_failed_clips_retry(setup):
 
 def test_nova_prompts_get_verdicts(tmp_path):
     prompts = write_jsonl(tmp_path / "nova.jsonl", [
-        {"id": "n1", "text": "That is so funny I cannot stop.", "text_with_mark": "That is so funny <laugh> I cannot stop.",
-         "nvv": "laugh", "requested_index": 4, "n_words": 7},
+        {"id": "n1", "text": "That is so funny I cannot stop.",
+         "text_with_mark": "That is so funny <laugh> I cannot stop.", "nvv": "laugh", "requested_index": 4,
+         "n_words": 7},
         {"id": "n2", "text": "Another long day at work.", "text_with_mark": "<sigh> Another long day at work.",
          "nvv": "sigh", "requested_index": 0, "n_words": 5},
     ])
@@ -236,7 +237,8 @@ def test_nova_prompts_get_verdicts(tmp_path):
     ])
     system = ToneSystem()
     assert run_main(system, prompts, hyps, tmp_path / "out") == 0
-    verdicts = {v["id"]: v for v in map(json.loads, (tmp_path / "out" / "nova_verdicts.jsonl").read_text().splitlines())}
+    lines = (tmp_path / "out" / "nova_verdicts.jsonl").read_text().splitlines()
+    verdicts = {v["id"]: v for v in map(json.loads, lines)}
     assert verdicts["n1"]["verdict_3class"] == "rendered" and verdicts["n1"]["run"] == 1
     assert verdicts["n2"]["verdict_3class"] == "misplaced"
     report = (tmp_path / "out" / "report.md").read_text()

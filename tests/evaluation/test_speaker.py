@@ -17,7 +17,12 @@ import torch
 from evaluation import speaker
 from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio, resample
 from evaluation.speaker import (
-    MODEL_RATE, ResemblyzerEncoder, SpeakerError, SpeakerModelUnavailable, cosine, load_speaker_encoder,
+    MODEL_RATE,
+    ResemblyzerEncoder,
+    SpeakerError,
+    SpeakerModelUnavailable,
+    cosine,
+    load_speaker_encoder,
     mean_embedding,
 )
 
@@ -38,19 +43,22 @@ def resemblyzer_itself():
 def test_embeddings_equal_resemblyzer(encoder, resemblyzer_itself, speech_clips):
     reference, preprocess_wav = resemblyzer_itself
     one = load_audio(speech_clips["f5_one"], MODEL_RATE, max_seconds=LOCAL_MAX_SECONDS)
-    clips = [one, load_audio(speech_clips["m3_two"], MODEL_RATE, max_seconds=LOCAL_MAX_SECONDS), one[:8000], np.tile(one, 3)]  # 1 to 13 partials
+    two = load_audio(speech_clips["m3_two"], MODEL_RATE, max_seconds=LOCAL_MAX_SECONDS)
+    clips = [one, two, one[:8000], np.tile(one, 3)]  # 1 to 13 partials
     ours = encoder.embed(clips, MODEL_RATE)  # every partial of every clip in one LSTM batch
-    for clip, emb in zip(clips, ours):
+    for clip, emb in zip(clips, ours, strict=True):
         theirs = reference.embed_utterance(preprocess_wav(clip))
         assert np.abs(emb - theirs).max() < 1e-5
         assert np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-6) and emb.min() >= 0
-    at24 = load_audio(speech_clips["f5_two"], 24_000, max_seconds=LOCAL_MAX_SECONDS)  # other rates: resampled to 16 kHz first
+    # other rates: resampled to 16 kHz first
+    at24 = load_audio(speech_clips["f5_two"], 24_000, max_seconds=LOCAL_MAX_SECONDS)
     theirs = reference.embed_utterance(preprocess_wav(resample(at24, 24_000, MODEL_RATE)))
     assert np.abs(encoder.embed([at24], 24_000)[0] - theirs).max() < 1e-5
 
 
 def test_same_voice_is_closer_than_another_voice(encoder, speech_clips):
-    ref, same, other = encoder.embed([load_audio(speech_clips[n], max_seconds=LOCAL_MAX_SECONDS) for n in ("f5_one", "f5_two", "m3_two")], 24_000)
+    ref, same, other = encoder.embed(
+        [load_audio(speech_clips[n], max_seconds=LOCAL_MAX_SECONDS) for n in ("f5_one", "f5_two", "m3_two")], 24_000)
     assert cosine(ref, same) > cosine(ref, other) + 0.1
     both = mean_embedding(np.stack([ref, same]))
     assert np.linalg.norm(both) == pytest.approx(1.0) and cosine(both, ref) > cosine(same, ref)

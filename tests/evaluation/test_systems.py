@@ -12,7 +12,13 @@ import soundfile as sf
 
 from evaluation.audio_io import AudioLoadError, check_audio, load_audio
 from evaluation.systems import (
-    EspeakSystem, FolderSystem, RumikSystem, SynthesisError, Synthesizer, espeak_synthesize, load_system,
+    EspeakSystem,
+    FolderSystem,
+    RumikSystem,
+    SynthesisError,
+    Synthesizer,
+    espeak_synthesize,
+    load_system,
 )
 from evaluation.systems import espeak as espeak_module
 from rumik_app.audio import SAMPLE_RATE, Audio
@@ -37,7 +43,8 @@ def test_espeak_english_clip_is_24k_mono_float32_speech():
 
 
 def test_voices_map_to_different_female_variants():
-    variants = {v: espeak_synthesize("Good morning.", voice=v).info["espeak_voice"] for v in ("Ira", "Aisha", "Siya", "Zoya")}
+    variants = {v: espeak_synthesize("Good morning.", voice=v).info["espeak_voice"]
+                for v in ("Ira", "Aisha", "Siya", "Zoya")}
     assert len(set(variants.values())) == 4
     assert all("+f" in v for v in variants.values())
     a = espeak_synthesize("Good morning.", voice="Ira").samples

@@ -1,14 +1,13 @@
 """Backend selection: `load_engine(backend=...)`, the shared engine flags of the CLI,
 evaluation.run and app.py (`rumik_app.cli_args`), and the message when vLLM is not in this
-environment.
+environment (simulated: vLLM is installed in the one test environment).
 
-The vLLM backend itself is tested from the vLLM environment (tests/vllm).
+The vLLM backend itself is tested in tests/vllm.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -22,8 +21,24 @@ from rumik_app.engine.loading import load_engine
 from rumik_app.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-no_vllm_here = pytest.mark.skipif(HAVE_VLLM, reason="vLLM is installed here: tests/vllm loads it for real")
+VLLM_FIX = "pip install -e .[vllm]"
+
+
+@pytest.fixture
+def no_vllm(monkeypatch):
+    """This process as if vLLM were not installed (the project and its entry points still are)."""
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ModuleNotFoundError
+    for name in [name for name in sys.modules if name == "rumik_vllm" or name.startswith("rumik_vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.fixture
+def no_vllm_env(tmp_path) -> dict:
+    """An environment for subprocesses in which `import vllm` fails, as where it is not installed."""
+    shadow = tmp_path / "no-vllm"
+    (shadow / "vllm").mkdir(parents=True)
+    (shadow / "vllm" / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'vllm\'", name="vllm")\n')
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(shadow), str(ROOT)])}
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -32,9 +47,9 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess:
+def _run(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+                          env=env or {**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
 
 
 def test_engine_flags_become_load_engine_arguments():
@@ -55,37 +70,34 @@ def test_load_engine_rejects_unknown_backends_and_misplaced_options(tiny_checkpo
         load_engine(str(tiny_checkpoint), device="cpu", tensor_parallel_size=2)
 
 
-@no_vllm_here
-def test_vllm_backend_without_vllm_names_the_fix(tiny_checkpoint):
-    with pytest.raises(CheckpointError, match=r"setup\.sh --vllm"):
+def test_vllm_backend_without_vllm_names_the_fix(tiny_checkpoint, no_vllm):
+    with pytest.raises(CheckpointError, match=r"pip install -e \.\[vllm\]"):
         load_engine(str(tiny_checkpoint), backend="vllm")
 
 
 @pytest.mark.slow
-@no_vllm_here
-def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_path):
+def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_path, no_vllm_env):
     proc = _run(["rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", "hi", "--backend", "vllm",
-                 "--out", str(tmp_path / "x.wav")])
+                 "--out", str(tmp_path / "x.wav")], no_vllm_env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: backend='vllm' needs vLLM") and "./setup.sh --vllm" in proc.stderr
+    assert proc.stderr.startswith("error: backend='vllm' needs vLLM") and VLLM_FIX in proc.stderr
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "text": "Hello there.", "language": "en", "domain": "conversation"}\n')
     proc = _run(["evaluation.run", "--system", f"rumik:{tiny_checkpoint}", "--backend", "vllm", "--prompts",
-                 str(prompts), "--asr", "pocketsphinx", "--out", str(tmp_path / "run")])
-    assert proc.returncode == 2 and "./setup.sh --vllm" in proc.stderr and "Traceback" not in proc.stderr
+                 str(prompts), "--asr", "pocketsphinx", "--out", str(tmp_path / "run")], no_vllm_env)
+    assert proc.returncode == 2 and VLLM_FIX in proc.stderr and "Traceback" not in proc.stderr
     proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--tensor-parallel-size", "2",
                  "--out", str(tmp_path / "x.wav")])
     assert proc.returncode == 2 and "apply to --backend vllm only" in proc.stderr
 
 
-@no_vllm_here
-def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint):
+def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint, no_vllm):
     from webapp.systems import SYSTEM_RUMIK, SYSTEM_TINY, SystemRegistry
 
     reg = SystemRegistry(model=str(tiny_checkpoint), device="cpu", backend="vllm")
     status = reg.preload(SYSTEM_RUMIK)
-    assert status.state == "failed" and "./setup.sh --vllm" in status.message
-    assert "./setup.sh --vllm" in reg.banner_markdown()
+    assert status.state == "failed" and VLLM_FIX in status.message
+    assert VLLM_FIX in reg.banner_markdown()
     assert reg._args(SYSTEM_TINY)[0] == "engine"  # tiny stays on the in-process engine
 
 
@@ -142,11 +154,10 @@ def test_serve_refuses_vllm_flags_on_the_engine_backend(capsys):
     assert "--tensor-parallel-size apply to --backend vllm only" in capsys.readouterr().err
 
 
-@no_vllm_here
-def test_serve_with_vllm_missing_is_one_message_and_exit_code_2(tiny_checkpoint, capsys, monkeypatch):
+def test_serve_with_vllm_missing_is_one_message_and_exit_code_2(tiny_checkpoint, capsys, monkeypatch, no_vllm):
     from rumik_app.serve.__main__ import main
 
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "WARNING")  # main() sets it for vLLM; keep this process's as it was
     assert main(["--model", str(tiny_checkpoint), "--backend", "vllm"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: backend='vllm' needs vLLM") and "./setup.sh --vllm" in err
+    assert err.startswith("error: backend='vllm' needs vLLM") and VLLM_FIX in err

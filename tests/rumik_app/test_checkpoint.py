@@ -9,8 +9,8 @@ from safetensors import safe_open
 
 from rumik_app import CheckpointError, SynthesisRequest, TTSEngine
 from rumik_app.checkpoint.load import resolve_checkpoint, save_checkpoint
-from rumik_app.model.config import RumikOSSConfig
 from rumik_app.checkpoint.tiny import TinySpec, config_dict
+from rumik_app.model.config import RumikOSSConfig
 
 
 def test_folder_has_published_files_and_keys(tiny_checkpoint):

@@ -61,9 +61,9 @@ def test_chunk_spans_locate_each_chunk_in_the_joined_audio():
         chunks = [rng.standard_normal(rng.integers(0, 60)) for _ in range(rng.integers(1, 6))]
         fade = int(rng.integers(0, 25))
         joined, spans = crossfade_concat(chunks, fade), chunk_spans([len(c) for c in chunks], fade)
-        assert spans[-1][1] == len(joined) and all(b - a == len(c) for (a, b), c in zip(spans, chunks))
-        full = [(j, a, b) for j, ((a, b), c) in enumerate(zip(spans, chunks)) if len(c)]
-        for i, ((start, end), chunk) in enumerate(zip(spans, chunks)):
+        assert spans[-1][1] == len(joined) and all(b - a == len(c) for (a, b), c in zip(spans, chunks, strict=True))
+        full = [(j, a, b) for j, ((a, b), c) in enumerate(zip(spans, chunks, strict=True)) if len(c)]
+        for i, ((start, end), chunk) in enumerate(zip(spans, chunks, strict=True)):
             # samples shared with an earlier chunk's tail, and with a later chunk's head (seams)
             head = max([0] + [b - start for j, a, b in full if j < i])
             tail = max([0] + [end - a for j, a, b in full if j > i])

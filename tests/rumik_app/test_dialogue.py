@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from rumik_app.engine.script import (
-    MAX_PARTS, MAX_PAUSE_SECONDS, Part, dialogue_parts, plan_script, seeded_parts, synthesize_script,
+    MAX_PARTS,
+    MAX_PAUSE_SECONDS,
+    Part,
+    dialogue_parts,
+    plan_script,
+    seeded_parts,
+    synthesize_script,
 )
 from rumik_app.engine.stream import STREAM_ATOL
 from rumik_app.errors import PromptError

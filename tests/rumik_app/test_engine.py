@@ -9,10 +9,10 @@ import torch
 
 from rumik_app import SynthesisRequest
 from rumik_app.audio import Audio
-from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, STREAM_ATOL
 from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.sampling import FINISH_MAX_TOKENS, FINISH_STOP_HEAD, RowParams
 from rumik_app.decode.slots import BatchDecoder
+from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, STREAM_ATOL
 from rumik_app.model.lm import AudioHead
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 
@@ -189,7 +189,8 @@ def test_streamed_decode_of_20_seconds_is_within_one_16_bit_step(tiny_engine):
     """The stated tolerance on a long clip: 250 frames (20 s) decoded in the engine's streaming
     schedule vs at once; the difference is float rounding, never more than 1 LSB in 16-bit."""
     frames, q = 250, tiny_engine.layout.num_quantizers
-    codes = torch.randint(0, tiny_engine.layout.codebook_size, (1, q, frames), generator=torch.Generator().manual_seed(0))
+    codes = torch.randint(0, tiny_engine.layout.codebook_size, (1, q, frames),
+                          generator=torch.Generator().manual_seed(0))
     offline = tiny_engine.decode(codes, [frames])[0]
     stream, pieces, at, size = tiny_engine.codec.streaming_decoder(batch=1), [], 0, FIRST_PIECE_FRAMES
     while at < frames:

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
 from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.slots import BatchDecoder, SlotDecoder
 from rumik_app.model.static_body import StaticBody
-from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
 
 WINDOW = 12
 
@@ -216,7 +216,7 @@ def test_stop_rules_on_the_fast_path(engine):
     assert r.lengths.tolist() == [8, 8, 16, 24] and set(r.finish_reasons) == {"stop_head"}
     with likely_end_and_stop(engine, stop_bias=-1e4, end_scale=8.0):
         r = _run(BatchDecoder, engine, [SynthesisRequest("x", seed=s, max_new_tokens=203) for s in range(8)])
-    for n, why, row in zip(r.lengths.tolist(), r.finish_reasons, r.token_ids):
+    for n, why, row in zip(r.lengths.tolist(), r.finish_reasons, r.token_ids, strict=True):
         if why == "end_token":
             assert (n - 1) % 8 == 0 and int(row[n - 1]) == engine.layout.audio_end_token_id
         else:

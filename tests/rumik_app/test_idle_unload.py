@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from rumik_app.engine.local import TTSEngine
-from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
 from tests.conftest import NEVER_STOP, stop_head_bias
 from tests.servers import ServerThread, wait_for
 

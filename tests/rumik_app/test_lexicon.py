@@ -20,8 +20,17 @@ import pytest
 
 from rumik_app.errors import PromptError
 from rumik_app.text.lexicon import (
-    MAX_ALIAS_CHARS, MAX_ENTRIES, MAX_GRAPHEME_CHARS, MAX_LEXICON_BYTES, MAX_LEXICONS, Lexicon, LexiconEntry,
-    apply_lexicons, check_lexicons, lexicon_from_dict, lexicon_to_dict,
+    MAX_ALIAS_CHARS,
+    MAX_ENTRIES,
+    MAX_GRAPHEME_CHARS,
+    MAX_LEXICON_BYTES,
+    MAX_LEXICONS,
+    Lexicon,
+    LexiconEntry,
+    apply_lexicons,
+    check_lexicons,
+    lexicon_from_dict,
+    lexicon_to_dict,
 )
 from rumik_app.text.lexicon_io import load_lexicon, read_lexicon, sniff_format, to_json, to_pls, to_tsv
 from rumik_app.text.normalize import normalize_text

@@ -159,8 +159,10 @@ DATES = [
     ("hi", "1947-08-15", "पंद्रह अगस्त उन्नीस सौ सैंतालीस"),  # years in hundreds in hi, ur, pa, en
     ("ur", "1947-08-15", "پندرہ اگست انیس سو سینتالیس"), ("pa", "1947-08-15", "ਪੰਦਰਾਂ ਅਗਸਤ ਉੱਨੀ ਸੌ ਸਨਤਾਲੀ"),
     ("en", "1947-08-15", "fifteenth August nineteen forty seven"),
-    ("hi", "2 Oct 1869", "दो अक्टूबर अट्ठारह सौ उनहत्तर"), ("te", "2 Oct 1869", "రెండు అక్టోబర్ ఒక వెయ్యి ఎనిమిది వందల అరవై తొమ్మిది"),
-    ("en", "Aug 15, 2026", "August fifteenth twenty twenty six"), ("en", "08/15/2026", "fifteenth August twenty twenty six"),
+    ("hi", "2 Oct 1869", "दो अक्टूबर अट्ठारह सौ उनहत्तर"),
+    ("te", "2 Oct 1869", "రెండు అక్టోబర్ ఒక వెయ్యి ఎనిమిది వందల అరవై తొమ్మిది"),
+    ("en", "Aug 15, 2026", "August fifteenth twenty twenty six"),
+    ("en", "08/15/2026", "fifteenth August twenty twenty six"),
     ("en", "in 2005", "in two thousand and five"), ("en", "in 1905", "in nineteen oh five"),
 ]
 

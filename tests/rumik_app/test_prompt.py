@@ -16,7 +16,8 @@ def test_prompt_without_description_drops_part_and_space():
 
 
 def test_free_form_description_and_indian_english_accent():
-    assert build_prompt("Hi", description="a calm storyteller") == '<text>Ira: <description="a calm storyteller"> Hi<audio>'
+    assert build_prompt("Hi", description="a calm storyteller") == (
+        '<text>Ira: <description="a calm storyteller"> Hi<audio>')
     assert "Indian English accent" in build_prompt("Hi", accent="indian english")
 
 

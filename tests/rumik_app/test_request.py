@@ -19,7 +19,13 @@ import pytest
 from rumik_app.decode.sampling import RowParams
 from rumik_app.errors import PromptError
 from rumik_app.request import (
-    REQUEST_FIELDS, SamplingSettings, SynthesisRequest, build_request, check_temperature, derive, wire_settings,
+    REQUEST_FIELDS,
+    SamplingSettings,
+    SynthesisRequest,
+    build_request,
+    check_temperature,
+    derive,
+    wire_settings,
 )
 from tests.servers import ROOT
 

@@ -5,14 +5,13 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_scheduler.py -q
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.engine.scheduler import BatchScheduler, JobCancelled
 from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
-from rumik_app.engine.scheduler import BatchScheduler, JobCancelled
 from rumik_app.serve.encoding import to_s16
 from tests.conftest import ALWAYS_STOP, NEVER_STOP, stop_head_bias
 from tests.servers import wait_for
@@ -78,7 +77,7 @@ def test_requests_joining_a_running_batch_get_bit_identical_audio(scheduler):
     later = [scheduler.submit(r) for r in reqs[1:]]  # ... when the others arrive
     together = [np.concatenate([head, *pieces])] + [audio_of(job) for job in later]
     assert len(together[0]) >= 10 * 1920  # it ran on for many frames after the first piece (2 frames)
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=True):
         assert np.array_equal(a, b)
     assert not np.array_equal(alone[0][: len(alone[1])], alone[1][: len(alone[0])])  # seeds really differ
 

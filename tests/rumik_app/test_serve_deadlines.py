@@ -22,7 +22,6 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.conftest import core_environment_only
 from tests.servers import start_server_process
 
 KEY = "deadline-key"
@@ -33,7 +32,7 @@ PER_CLIENT = 24
 SESSIONS_PER_CLIENT = 2
 SPEECH = {"input": "Hello there.", "voice": "Ira", "response_format": "pcm", "seed": 1,
           "max_seconds": 0.3}
-pytestmark = [pytest.mark.slow, core_environment_only]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.errors import PromptError
 from rumik_app.request import SERVER_LIMITS
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.gate import MAX_BODY_BYTES
 from rumik_app.serve.errors import engine_error
-from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.gate import MAX_BODY_BYTES
 from tests.servers import ServerThread
 
 KEY = "hostile-test-key"
@@ -100,8 +100,10 @@ def test_an_empty_key_refuses_to_start_and_docs_close_with_a_key(monkeypatch, ca
     with pytest.raises(SystemExit):
         parse_args(["--model", "tiny"])
     assert "the API key is empty" in capsys.readouterr().err
-    assert httpx.get(server.url + "/docs").status_code == 404 and httpx.get(server.url + "/openapi.json").status_code == 404
-    with ServerThread(SchedulerAdapter(BatchScheduler(engine, max_batch=1, max_queue=1, max_prompt_tokens=256))) as open_:
+    assert httpx.get(server.url + "/docs").status_code == 404
+    assert httpx.get(server.url + "/openapi.json").status_code == 404
+    open_adapter = SchedulerAdapter(BatchScheduler(engine, max_batch=1, max_queue=1, max_prompt_tokens=256))
+    with ServerThread(open_adapter) as open_:
         assert httpx.get(open_.url + "/openapi.json").status_code == 200  # no key: a local server documents itself
 
 

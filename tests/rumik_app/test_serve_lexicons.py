@@ -12,7 +12,6 @@ from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.serve.protocol import MAX_LEXICON_BODY_BYTES
-from tests.conftest import core_environment_only
 from tests.servers import ServerThread
 
 KEY_A, KEY_B = "lexicon-key-a-0123456789", "lexicon-key-b-0123456789"
@@ -28,7 +27,6 @@ SPEECH = {"model": "tiny", "voice": "Ira", "response_format": "pcm", "seed": 5, 
 def auth(key: str) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
-pytestmark = core_environment_only
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint):

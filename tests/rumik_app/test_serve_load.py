@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from rumik_app import SynthesisRequest, TTSEngine
-from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.serve.encoding import to_s16
 from tests.servers import ServerThread, fetch_speech
 
@@ -63,7 +63,7 @@ def test_32_concurrent_requests_all_answered_none_lost_or_mixed_up(server, engin
     wall, results = _timed(_concurrent, server.url, payloads)
     assert [r["status"] for r in results] == [200] * 32
     assert [r["seed"] for r in results] == [str(p["seed"]) for p in payloads]
-    for payload, result in zip(payloads, results):  # each equals the same request run alone, with its seed
+    for payload, result in zip(payloads, results, strict=True):  # each equals the same request run alone, with its seed
         req = SynthesisRequest(payload["input"], voice="Ira", seed=payload["seed"],
                                max_new_tokens=engine.max_new_tokens_for(max_seconds))
         alone = to_s16(np.concatenate(list(engine.stream(req))))
@@ -89,7 +89,7 @@ def test_16_concurrent_requests_are_decoded_together(engine, capsys):
         assert adapter.stats().peak_active == 1  # one after another: one row per step
         con_s, con = _timed(_concurrent, server.url, payloads)
         peak = adapter.stats().peak_active
-    assert all(np.array_equal(a["pcm"], b["pcm"]) for a, b in zip(seq, con))  # the same work both ways
+    assert all(np.array_equal(a["pcm"], b["pcm"]) for a, b in zip(seq, con, strict=True))  # the same work both ways
     with capsys.disabled():
         print(f"\n16 requests one after another {seq_s:.2f} s, concurrently {con_s:.2f} s ({seq_s / con_s:.1f}x); "
               f"{peak} rows decoded in one step at most")

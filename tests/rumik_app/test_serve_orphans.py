@@ -24,7 +24,6 @@ from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.serve.text_in import MAX_QUEUED_ITEMS
-from tests.conftest import core_environment_only
 from tests.servers import ServerThread, wait_for
 from tests.sockets import active, recv, silk_socket
 
@@ -34,7 +33,6 @@ CONFIG = {"type": "session.config", "voice": "Aisha", "response_format": "pcm", 
           "max_seconds": 30}
 FREED_WITHIN_S = 10.0  # generous: a freed row shows in /metrics within a poll or two
 
-pytestmark = core_environment_only
 
 @pytest.fixture(scope="module")
 def server(tiny_checkpoint):

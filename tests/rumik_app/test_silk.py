@@ -20,9 +20,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rumik_app.engine.local import TTSEngine
-from rumik_app.serve.silk import session as silk_session
-from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
+from rumik_app.serve.silk import session as silk_session
 from tests.servers import ServerThread, wait_for
 from tests.sockets import active, first_audio, gauge, mint, recv, silk_socket, until_terminal, utterance
 
@@ -76,7 +76,8 @@ def test_muga_tone_tags_and_legacy_speakers_map_to_this_models_controls(server):
     neutral = tts(server, {"text": "[neutral] Namaste!", "seed": 5, "max_new_tokens": SHORT})
     plain = tts(server, {"text": "Namaste!", "seed": 5, "max_new_tokens": SHORT})
     assert wav_frames(neutral.content) == wav_frames(plain.content) != wav_frames(tagged.content)
-    legacy = tts(server, {"text": "Hi.", "model": "mulberry", "speaker": "speaker_3", "seed": 2, "max_new_tokens": SHORT})
+    legacy = tts(server, {"text": "Hi.", "model": "mulberry", "speaker": "speaker_3", "seed": 2,
+                          "max_new_tokens": SHORT})
     named = tts(server, {"text": "Hi.", "model": "mulberry", "speaker": "AISHA", "seed": 2, "max_new_tokens": SHORT})
     assert legacy.content == named.content
 

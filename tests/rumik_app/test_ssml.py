@@ -18,7 +18,15 @@ from rumik_app.errors import PromptError
 from rumik_app.prompt import validate_text
 from rumik_app.text.normalize import normalize_text
 from rumik_app.text.ssml import (
-    MAX_BREAKS, MAX_DEPTH, MAX_ELEMENTS, MAX_SSML_BYTES, SsmlSegment as Seg, is_ssml, parse_ssml,
+    MAX_BREAKS,
+    MAX_DEPTH,
+    MAX_ELEMENTS,
+    MAX_SSML_BYTES,
+    is_ssml,
+    parse_ssml,
+)
+from rumik_app.text.ssml import (
+    SsmlSegment as Seg,
 )
 
 # Attack documents must be refused within these bounds (observed: under 5 ms and 200 KiB).

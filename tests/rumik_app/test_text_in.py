@@ -17,8 +17,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rumik_app.engine.local import TTSEngine
-from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
 from tests.servers import ServerThread, wait_for
 from tests.sockets import active, recv
 

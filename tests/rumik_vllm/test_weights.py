@@ -43,7 +43,7 @@ def test_packed_tensors_come_back_bit_for_bit(dtype):
              ("c.scalar", torch.tensor(2.5, dtype=dtype)), ("d.empty", torch.zeros(0, 4, dtype=dtype))]
     packed = pack_tensors(items)
     assert all(type(field) in (str, list, bytes) for row in packed for field in row)  # plain msgpack types
-    for (name, want), (got_name, got) in zip(items, unpack_tensors(packed)):
+    for (name, want), (got_name, got) in zip(items, unpack_tensors(packed), strict=True):
         assert got_name == name and got.dtype == dtype and got.shape == want.shape
         assert torch.equal(got.reshape(-1).view(torch.uint8), want.contiguous().reshape(-1).view(torch.uint8))
 

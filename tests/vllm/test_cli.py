@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

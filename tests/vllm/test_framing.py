@@ -8,20 +8,17 @@ import shutil
 
 import pytest
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
 
 def test_vllm_refuses_a_checkpoint_whose_tokenizer_disagrees_with_its_config(tiny_checkpoint, tmp_path, monkeypatch):
-    from rumik_vllm import engine as vllm_engine
     from rumik_app.engine.loading import load_engine
     from rumik_app.errors import CheckpointError
+    from rumik_vllm import engine as vllm_engine
 
     swapped = tmp_path / "swapped"
     shutil.copytree(tiny_checkpoint, swapped)
     data = json.loads((swapped / "config.json").read_text())
-    data["text_start_token_id"], data["audio_start_token_id"] = data["audio_start_token_id"], data["text_start_token_id"]
+    data["text_start_token_id"], data["audio_start_token_id"] = (data["audio_start_token_id"],
+                                                                 data["text_start_token_id"])
     (swapped / "config.json").write_text(json.dumps(data))
     started = []
     monkeypatch.setattr(vllm_engine, "LoopThread", lambda *a, **k: started.append(a))

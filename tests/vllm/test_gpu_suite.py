@@ -13,10 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("gpu_speed", "gpu_speed_int8", "serve_load", "grpo_rollouts")
 

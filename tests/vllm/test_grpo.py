@@ -10,7 +10,7 @@ into vLLM before its first rollout; DPO's phases roll out on vLLM through the sa
 The trainers here share the session's vLLM engine (an engine start costs ~30 s on 2 cores):
 `VLLMRollouts.build(trainer, engine=...)` pushes every weight of the trainer into it first,
 and the fixture puts the checkpoint's weights back afterwards for the other vLLM tests.
-Run: PYTHONPATH=. RUMIK_REQUIRE_VLLM=1 .venv-vllm/bin/python -m pytest tests/vllm/test_grpo.py -q
+Run: .venv/bin/python -m pytest tests/vllm/test_grpo.py -q
 """
 
 from __future__ import annotations
@@ -19,24 +19,19 @@ import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from safetensors.torch import load_file  # noqa: E402
-
-from rumik_app import SynthesisRequest  # noqa: E402
-from training.common import read_metrics  # noqa: E402
-from training.config import load_config  # noqa: E402
-from training.dpo.config import SMOKE_CONFIG as DPO_SMOKE  # noqa: E402
-from training.dpo.config import DPOConfig  # noqa: E402
-from training.dpo.trainer import DPOTrainer  # noqa: E402
-from training.grpo.config import SMOKE_CONFIG, GRPOConfig  # noqa: E402
-from training.grpo.mismatch import METRIC_NAMES, sampler_logps  # noqa: E402
-from training.grpo.policy import ScoringBatch  # noqa: E402
-from training.grpo.trainer import GRPOTrainer  # noqa: E402
-from training.grpo.vllm_rollouts import VLLMRollouts  # noqa: E402
+from rumik_app import SynthesisRequest
+from training.common import read_metrics
+from training.config import load_config
+from training.dpo.config import SMOKE_CONFIG as DPO_SMOKE
+from training.dpo.config import DPOConfig
+from training.dpo.trainer import DPOTrainer
+from training.grpo.config import SMOKE_CONFIG, GRPOConfig
+from training.grpo.mismatch import METRIC_NAMES, sampler_logps
+from training.grpo.policy import ScoringBatch
+from training.grpo.trainer import GRPOTrainer
+from training.grpo.vllm_rollouts import VLLMRollouts
 
 pytestmark = pytest.mark.slow
 SYNCED_ATOL = 1e-4  # vLLM's float32 CPU kernels against the trainer's, same weights
@@ -123,7 +118,7 @@ def test_a_resumed_run_samples_with_the_checkpoints_weights(calibrated, shared, 
     GRPOTrainer(_cfg(calibrated, resumed, "steps=4", "save_every=2"), source=shared).train()
     first, second = ([r for r in read_metrics(p) if "event" not in r] for p in (whole, resumed))
     assert [r["step"] for r in second] == [1, 2, 3, 4]
-    for a, b in zip(first[2:], second[2:]):
+    for a, b in zip(first[2:], second[2:], strict=True):
         assert b["sampling/sampling_logp_difference/max"] < SMOKE_GAP_MAX, b
         assert b["learning_rate"] == a["learning_rate"]
         assert b["reward"] == pytest.approx(a["reward"], abs=1e-6) and b["loss"] == pytest.approx(a["loss"], abs=1e-6)

@@ -10,14 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from rumik_app import SynthesisRequest  # noqa: E402
-from rumik_app.decode.sampling import penalize_repeats  # noqa: E402
-from rumik_vllm.rules import AudioColumns, apply_rules, seen_units  # noqa: E402
-from tests.vllm.calibrated import MAX_NEW_TOKENS  # noqa: E402
+from rumik_app import SynthesisRequest
+from rumik_app.decode.sampling import penalize_repeats
+from rumik_vllm.rules import AudioColumns, apply_rules, seen_units
+from tests.vllm.calibrated import MAX_NEW_TOKENS
 
 pytestmark = pytest.mark.slow
 

@@ -14,18 +14,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from vllm import SamplingParams
+from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from vllm import SamplingParams  # noqa: E402
-from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
-from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext  # noqa: E402
-
-from rumik_app.decode.sampling import RowParams, draw_uniforms  # noqa: E402
-from rumik_vllm.logits import AudioRulesV1, AudioRulesV2  # noqa: E402
-from rumik_vllm.rules import STOP_SEED_OFFSET, AudioColumns, RequestRules, audio_logits  # noqa: E402
+from rumik_app.decode.sampling import RowParams, draw_uniforms
+from rumik_vllm.logits import AudioRulesV1, AudioRulesV2
+from rumik_vllm.rules import STOP_SEED_OFFSET, AudioColumns, RequestRules, audio_logits
 
 Q, C, FIRST = 4, 8, 10
 END = FIRST + Q * C + 2  # after the units: <text>, <audio>, then </audio>
@@ -107,16 +102,18 @@ def test_v2_processor_matches_the_reference_through_slots_and_positions():
     slots = [5, 2, 7, 0, 3, 9, 1]
     prompt_len = torch.zeros(12, dtype=torch.int32)
     prompt_len[slots] = torch.tensor([3, 7, 11, 4, 6, 5, 9], dtype=torch.int32)
-    req_states = SimpleNamespace(max_num_reqs=12, device=torch.device("cpu"), prompt_len=SimpleNamespace(gpu=prompt_len))
+    req_states = SimpleNamespace(max_num_reqs=12, device=torch.device("cpu"),
+                                 prompt_len=SimpleNamespace(gpu=prompt_len))
     proc = AudioRulesV2(VLLM_CONFIG, req_states)
-    for slot, (_, request, _) in zip(slots, ROWS):
+    for slot, (_, request, _) in zip(slots, ROWS, strict=True):
         assert proc.add_request(slot, _params(request))
     proc.apply_staged_writes()
     mapping = torch.tensor(slots)
     # pos is the position of the token fed at each row: the last one before the sampled position.
     pos = prompt_len[mapping].long() + torch.tensor([n for n, _, _ in ROWS]) - 1
     ctx = LogitsContext(expanded_idx_mapping=mapping, idx_mapping=mapping, idx_mapping_np=np.array(slots),
-                        expanded_local_pos=torch.zeros(len(ROWS), dtype=torch.long), input_ids=torch.zeros_like(mapping),
+                        expanded_local_pos=torch.zeros(len(ROWS), dtype=torch.long),
+                        input_ids=torch.zeros_like(mapping),
                         pos=pos, seq_lens_upper_bound_np=(pos + 1).numpy())
     torch.testing.assert_close(proc.apply(raw.clone(), ctx), expected)
 

@@ -5,7 +5,7 @@ The app runs in this process (uvicorn in a thread) over the session's vLLM engin
 engine starts; `test_serve_process.py` runs the real command once. The calibrated tiny
 checkpoint (head size 64) serves; its greedy rows of LONG never stop before max_seconds,
 which keeps a request running while a test looks at the server.
-Run: .venv-vllm/bin/python -m pytest tests/vllm/test_serve.py -q -s   (-s shows the latency line)
+Run: .venv/bin/python -m pytest tests/vllm/test_serve.py -q -s   (-s shows the latency line)
 """
 
 from __future__ import annotations
@@ -16,22 +16,17 @@ import time
 
 import httpx
 import numpy as np
+import openai
 import pytest
 import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-import openai  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from rumik_app import SynthesisRequest  # noqa: E402
+from rumik_app import SynthesisRequest
+from rumik_app.engine.serving import ShuttingDown
+from rumik_app.prompt import PromptError
 from rumik_app.serve.adapters import AsyncEngineAdapter
-from rumik_app.engine.serving import ShuttingDown  # noqa: E402
-from rumik_app.prompt import PromptError  # noqa: E402
-from rumik_app.serve.encoding import to_s16  # noqa: E402
-from tests.servers import (  # noqa: E402
+from rumik_app.serve.encoding import to_s16
+from tests.servers import (
     BAD_INPUTS,
     ServerThread,
     assert_openai_error,
@@ -164,7 +159,7 @@ def test_concurrent_requests_all_answered_none_mixed_up_and_batched(vllm_engine,
         sequential, alone = _timed(server.url, payloads, concurrent=False)
     assert [r["status"] for r in together] == [200] * CONCURRENT
     assert [r["seed"] for r in together] == [str(p["seed"]) for p in payloads]
-    for payload, mixed, solo in zip(payloads, together, alone):  # each equals the same request alone
+    for payload, mixed, solo in zip(payloads, together, alone, strict=True):  # each equals the same request alone
         assert len(mixed["pcm"]) > 0 and np.array_equal(mixed["pcm"], solo["pcm"]), payload["seed"]
     assert len({r["pcm"][:1920].tobytes() for r in together}) == CONCURRENT  # all different audio
     latency, first = [r["latency_s"] for r in together], [r["first_audio_s"] for r in together]

@@ -4,7 +4,7 @@ chunked prefill used to kill its CPU engine core there), and when its engine cor
 requests waiting for audio get 503 with Retry-After and the server exits with status 3. Two
 vLLM engine starts (~30 s each on 2 cores).
 
-Run: .venv-vllm/bin/python -m pytest tests/vllm/test_serve_process.py -q
+Run: .venv/bin/python -m pytest tests/vllm/test_serve_process.py -q
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from tests.servers import (  # noqa: E402
-    FULL_BATCH_SPEECH, check_full_batch, check_sigterm_drain, start_server_process, stream_in_thread, wait_for,
+from tests.servers import (
+    FULL_BATCH_SPEECH,
+    check_full_batch,
+    check_sigterm_drain,
+    start_server_process,
+    stream_in_thread,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,7 @@
 
 The protocol itself is tested on the engine backend (tests/rumik_app/test_silk.py,
 test_text_in.py); here the session's vLLM engine serves it (`AsyncEngineAdapter`).
-Run: .venv-vllm/bin/python -m pytest tests/vllm/test_sockets.py -q
+Run: .venv/bin/python -m pytest tests/vllm/test_sockets.py -q
 """
 
 from __future__ import annotations
@@ -12,17 +12,12 @@ import json
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
-from tests.vllm.conftest import SKIP_REASON
-
-pytest.importorskip("vllm", reason=SKIP_REASON)
-
-from websockets.asyncio.client import connect  # noqa: E402
-
-from rumik_app.serve.adapters import AsyncEngineAdapter  # noqa: E402
-from tests.servers import ServerThread, wait_for  # noqa: E402
-from tests.vllm.calibrated import ROLE_TEXTS  # noqa: E402
-from tests.sockets import active, first_audio, recv, silk_socket, until_terminal, utterance  # noqa: E402
+from rumik_app.serve.adapters import AsyncEngineAdapter
+from tests.servers import ServerThread, wait_for
+from tests.sockets import active, first_audio, recv, silk_socket, until_terminal, utterance
+from tests.vllm.calibrated import ROLE_TEXTS
 
 pytestmark = pytest.mark.slow
 KEY = "test-key"

@@ -85,7 +85,7 @@ def build_pairs(rewards: torch.Tensor, by_stream: bool, min_margin: float = 0.0,
             found = rank_pairs(values, min_margin, cap)
             dropped += not found
             rows += [(g, i, j, key, gap) for i, j, gap in found]
-    cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
+    cols = list(zip(*rows, strict=True)) if rows else [(), (), (), (), ()]
     as_long = [torch.tensor(c, dtype=torch.long) for c in cols[:4]]
     return PairSet(*as_long, margin=torch.tensor(cols[4], dtype=torch.float64), dropped=dropped,
                    units=rewards.shape[0] * len(keys))

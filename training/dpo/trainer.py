@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 import torch
 
+from training import cli
 from training.common import clip_gradients, read_metrics
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
 from training.dpo.loss import action_weights, pair_objective, pair_routing_matrix, routed_logps
@@ -59,7 +60,6 @@ from training.dpo.pool import PhasePool, empty_batch, gather_batch, gather_rows
 from training.grpo.loss import action_columns, nan_stats
 from training.grpo.policy import ScoringBatch, cat_rows, pad_cols
 from training.grpo.rollout import RolloutSource, RolloutTrainer, ScoredRollouts
-from training.trainer import run_cli
 
 # The smoke passes when the mean rollout reward of its last phase is at least this much above
 # its first phase's (its synthetic reward rises from ~0.5 on CPU).
@@ -74,7 +74,6 @@ class DPOTrainer(RolloutTrainer):
 
     name = "training.dpo"
     config_class = DPOConfig
-    smoke_help = f"tiny model on CPU with GRPO's synthetic codebook-0 reward ({SMOKE_CONFIG.name})"
 
     def __init__(self, cfg: DPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
@@ -112,11 +111,11 @@ class DPOTrainer(RolloutTrainer):
                  for n, p in enumerate(parts) for r in range(len(p.rollouts))}  # sample j has seed base + j
         rewards = self._global_rewards(parts, where, local, len(picks))
         pairs = build_pairs(rewards, by_stream=not self.flat, min_margin=cfg.pairs.min_margin, cap=cfg.pairs_cap)
-        keys = sorted({(int(g), int(j)) for g, c, r in zip(pairs.group, pairs.chosen, pairs.rejected)
+        keys = sorted({(int(g), int(j)) for g, c, r in zip(pairs.group, pairs.chosen, pairs.rejected, strict=True)
                        for j in (c, r)})
         rows, ref_token, ref_stop = self._shared_rows(parts, where, keys)
         index = {key: i for i, key in enumerate(keys)}
-        chosen, rejected = ([index[(int(g), int(j))] for g, j in zip(pairs.group, side)]
+        chosen, rejected = ([index[(int(g), int(j))] for g, j in zip(pairs.group, side, strict=True)]
                             for side in (pairs.chosen, pairs.rejected))
         return PhasePool(phase, rows, ref_token, ref_stop, torch.tensor(chosen, dtype=torch.long),
                          torch.tensor(rejected, dtype=torch.long), pairs.stream,
@@ -313,10 +312,11 @@ class DPOTrainer(RolloutTrainer):
 
 def phase_rewards(rows: list[dict]) -> list[tuple[int, float]]:
     """(phase, mean rollout reward) per phase from metrics.jsonl's step rows, in phase order."""
-    found = {int(r["phase"]): float(r["reward"]) for r in rows if r.get("phase") is not None and r.get("reward") is not None}
+    found = {int(r["phase"]): float(r["reward"]) for r in rows
+             if r.get("phase") is not None and r.get("reward") is not None}
     return sorted(found.items())
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.dpo`: returns OUT."""
-    return run_cli(DPOTrainer, argv, __doc__)
+    """`python -m training.dpo` in process (its flags: training.cli): returns OUT."""
+    return cli.main("training.dpo", argv)

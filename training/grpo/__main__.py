@@ -1,5 +1,18 @@
-"""`python -m training.grpo`: see training.grpo.trainer (and training.trainer for the flags)."""
+"""`python -m training.grpo` (`rumik train grpo`): training.grpo.trainer's command line. Its flags
+(training.cli) parse before torch is imported, so `--help` is instant."""
 
-from training.grpo.trainer import main
+from __future__ import annotations
 
-main()
+from pathlib import Path
+from typing import Sequence
+
+from training import cli
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Parse ARGV, then import the trainer and train; returns OUT."""
+    return cli.main("training.grpo", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""GRPO run configuration (dataclasses; no command line).
+"""GRPO run configuration (dataclasses; no command line, no torch).
 
     cfg = load_config(GRPOConfig, "training/configs/grpo_example.toml", ["loss.routing=flat"])
     cfg.validate(num_processes=8)      # ConfigError naming the key and the fix
@@ -21,11 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rumik_app.decode.sampling import STOP_MODES
 from rumik_app.errors import ConfigError, PromptError
 from rumik_app.request import (
-    DEFAULT_MIN_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, check_new_tokens, check_temperature,
-    check_top_k, check_top_p,
+    DEFAULT_MIN_NEW_TOKENS,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    check_new_tokens,
+    check_temperature,
+    check_top_k,
+    check_top_p,
 )
 from training.config import OptimConfig, RunConfig
 from training.grpo.rewards import RewardSpec
@@ -82,6 +87,8 @@ class SamplingConfig:
 
     def validate(self) -> None:
         """ConfigError naming the `rollout.` key for settings that cannot sample a policy."""
+        from rumik_app.decode.sampling import STOP_MODES  # imports torch: here, not when the module loads
+
         if self.num_generations < 2:
             raise ConfigError("rollout.num_generations must be >= 2 (advantages compare samples of a group)")
         try:  # the bounds and messages every front end uses (rumik_app.request)

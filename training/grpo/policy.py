@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rumik_app.decode.rollouts import Rollouts
-from rumik_app.errors import ConfigError
 from rumik_app.decode.sampling import scoring_temperature
+from rumik_app.errors import ConfigError
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.tokens import TokenLayout
 
@@ -69,9 +69,9 @@ class ScoringBatch:
         n = max(lengths) if lengths else 0
         f = n // q + 1
         prompts = [rollouts.prompt_ids[i] for i in rows]
-        width = max(len(p) + length for p, length in zip(prompts, lengths))
+        width = max(len(p) + length for p, length in zip(prompts, lengths, strict=True))
         input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        for k, (i, p, length) in enumerate(zip(rows, prompts, lengths)):
+        for k, (i, p, length) in enumerate(zip(rows, prompts, lengths, strict=True)):
             input_ids[k, : len(p)] = torch.tensor(p, dtype=torch.long)
             input_ids[k, len(p) : len(p) + length] = rollouts.token_ids[i, :length]
         token_index, stop_index = _positions(torch.tensor([len(p) for p in prompts], dtype=torch.long), n, q, width)

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from rumik_app.errors import ConfigError, PromptError
-from rumik_app.text.languages import get_language
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
+from rumik_app.text.languages import get_language
 from training.grpo.config import PromptSet, SamplingConfig
 
 ANY_LANGUAGE = "*"
@@ -78,7 +78,7 @@ class PromptSampler:
             weights = np.array([lang_w.get(it.get("language") or ANY_LANGUAGE, 1.0) for it in items], dtype=float)
             if ps.weight <= 0 or weights.sum() <= 0:
                 continue
-            for it, w in zip(items, weights):
+            for it, w in zip(items, weights, strict=True):
                 self.items.append({**it, "domain": ps.domain})
                 probs.append(ps.weight / total_domain * w / weights.sum())
         if not self.items:
@@ -91,7 +91,7 @@ class PromptSampler:
         rng = np.random.default_rng([self.seed, step])
         picks = rng.choice(len(self.items), size=count, p=self.probs)
         seeds = rng.integers(0, SEED_SPACE - group_size, size=count)
-        return [(self.items[int(i)], int(s)) for i, s in zip(picks, seeds)]
+        return [(self.items[int(i)], int(s)) for i, s in zip(picks, seeds, strict=True)]
 
 
 def rollout_request(item: dict[str, Any], seed: int, rollout: SamplingConfig) -> SynthesisRequest:

@@ -51,15 +51,17 @@ import functools
 import importlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from evaluation.metrics import DEFAULT_WER_WEIGHT, content_error
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, normalize, spoken_form
 from rumik_app.errors import ConfigError
 from rumik_app.text.languages import PACE_RATE, get_language, rate_for_text, speakable_length
+
+if TYPE_CHECKING:
+    import torch
 
 RewardFn = Callable[..., list]
 DEFAULT_ASR = "pocketsphinx"
@@ -281,7 +283,7 @@ class SpeakerReward:
         rows = [i for i in range(len(prompts)) if _audible(audio[i])]
         embeddings = encoder.embed([audio[i] for i in rows], sample_rate) if rows else []
         out: list[float | None] = [None] * len(prompts)
-        for i, emb in zip(rows, embeddings):
+        for i, emb in zip(rows, embeddings, strict=True):
             out[i] = cosine(refs.get(_row_value(columns, "voice", i, prompts[i])), emb)
         return out
 
@@ -311,7 +313,7 @@ class QualityReward:
         rows = [i for i in range(len(prompts)) if np.asarray(audio[i]).size]
         scores = self._judge.score([audio[i] for i in rows], sample_rate) if rows else []
         out: list[float | None] = [None] * len(prompts)
-        for i, s in zip(rows, scores):
+        for i, s in zip(rows, scores, strict=True):
             out[i] = scaled_ovrl(s)
         return out
 
@@ -380,6 +382,8 @@ def compute_rewards(functions: Sequence[RewardFn], prompts: Sequence[Any], rollo
 
     Raises ValueError when a function returns the wrong number of values or a non-finite one.
     """
+    import torch
+
     out = torch.full((len(prompts), len(functions)), math.nan, dtype=torch.float64)
     for s, fn in enumerate(functions):
         values = fn(list(prompts), rollouts, **columns)

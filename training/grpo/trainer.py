@@ -5,17 +5,17 @@
     python -m training.grpo --config ... --set loss.routing=flat --set optim.lr=5e-7
     python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
     accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
-    .venv-vllm/bin/accelerate launch --num_processes 8 -m training.grpo --config ... --set rollout.backend=vllm
+    .venv/bin/accelerate launch --num_processes 8 -m training.grpo --config ... --set rollout.backend=vllm
     ACCELERATE_USE_CPU=true torchrun --standalone --nproc_per_node 2 -m training.grpo --smoke --out /tmp/ddp
 
 One step (a "rollout batch"):
 1. Draw `prompts_per_step` prompts (domain and language weights, seeded by (seed, step));
    each process takes its shard (prompt k goes to process k mod world).
 2. Rollouts: G = `num_generations` samples per prompt through the `rollout.backend` source
-   (`TTSEngine.generate_batch`, or a colocated vLLM engine; sample j of a prompt uses seed + j), with `stop_mode="sample"` by default: the stop head
-   then draws Bernoulli decisions, so they are policy actions with a log-prob gradient; the
-   inference rule ("threshold") is deterministic and gives the duration stream nothing to
-   push on.
+   (`TTSEngine.generate_batch`, or a colocated vLLM engine; sample j of a prompt uses seed + j),
+   with `stop_mode="sample"` by default: the stop head then draws Bernoulli decisions, so they
+   are policy actions with a log-prob gradient; the inference rule ("threshold") is
+   deterministic and gives the duration stream nothing to push on.
 3. Rewards: every stream's function (training.grpo.rewards) on the rows; None = abstain.
 4. Advantages per stream and group, routed to actions by W (training.grpo.loss): by
    default content -> codebook-0 tokens, duration -> stop-head decisions and `</audio>`,
@@ -74,18 +74,29 @@ import torch
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD
 from rumik_app.request import SynthesisRequest
+from training import cli
 from training.common import clip_gradients, read_metrics
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.loss import (
-    action_columns, clipped_objective, concat_actions, group_advantages, nan_stats, route_advantages,
+    action_columns,
+    clipped_objective,
+    concat_actions,
+    group_advantages,
+    nan_stats,
+    route_advantages,
     routing_matrix,
 )
 from training.grpo.mismatch import (
-    empty_sums, merge_sums, mismatch_metrics, mismatch_sums, reduce_sums, sampler_logps, truncated_is_weights,
+    empty_sums,
+    merge_sums,
+    mismatch_metrics,
+    mismatch_sums,
+    reduce_sums,
+    sampler_logps,
+    truncated_is_weights,
 )
 from training.grpo.policy import PolicyScorer, ScoringBatch
 from training.grpo.rollout import RolloutSource, RolloutTrainer
-from training.trainer import run_cli
 
 SUMMARY_WINDOW = 5  # smoke summary: mean reward of the first and of the last this many steps
 # The smoke passes when the mean reward of its last SUMMARY_WINDOW steps is at least this much
@@ -118,7 +129,6 @@ class GRPOTrainer(RolloutTrainer):
 
     name = "training.grpo"
     config_class = GRPOConfig
-    smoke_help = f"tiny model on CPU with the synthetic codebook-0 reward ({SMOKE_CONFIG.name})"
 
     def __init__(self, cfg: GRPOConfig, accelerator=None, config_dir: Path | None = None,
                  source: RolloutSource | None = None):
@@ -192,7 +202,7 @@ class GRPOTrainer(RolloutTrainer):
                  for lo in range(0, len(r), cfg.micro_batch_size)]
         batches = [ScoringBatch.from_rollouts(r, q, rows, self.engine.pad_id).to(dev) for rows in micro]
         advs = [concat_actions(rb.token_adv[rows, : b.tokens.shape[1]], rb.stop_adv[rows, : b.stop_mask.shape[1]])
-                .to(dev) for rows, b in zip(micro, batches)]
+                .to(dev) for rows, b in zip(micro, batches, strict=True)]
         unwrapped = acc.unwrap_model(self.scorer)
         with torch.no_grad():
             refs = [self._reference_logps(b) for b in batches]
@@ -202,7 +212,7 @@ class GRPOTrainer(RolloutTrainer):
         stats: dict[str, Any] = dict.fromkeys(keys, 0.0)
         stats["learning_rate"], stats["mismatch"] = self.scheduler.get_last_lr()[0], empty_sums()
         weights: list[torch.Tensor | None] = [None] * len(batches)  # per micro-batch, from the old policy
-        for it in range(cfg.loss.num_iterations):
+        for _ in range(cfg.loss.num_iterations):
             if cfg.activation_checkpointing:
                 self.model.train()
             for k, b in enumerate(batches):
@@ -309,5 +319,5 @@ class GRPOTrainer(RolloutTrainer):
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.grpo`: returns OUT."""
-    return run_cli(GRPOTrainer, argv, __doc__)
+    """`python -m training.grpo` in process (its flags: training.cli): returns OUT."""
+    return cli.main("training.grpo", argv)

@@ -5,7 +5,7 @@ its weights synced after every optimiser step (docs/ARCHITECTURE.md §7, §12; T
     rollouts = source.generate(requests, 8, "sample")      # the same Rollouts as the engine's
     report = source.sync_weights(trainer.model)            # after optimizer.step(): what changed
     report.seconds, report.megabytes                       # logged as sync_seconds, sync_megabytes
-    .venv-vllm/bin/python -m training.grpo --config C.toml --set rollout.backend=vllm --out runs/v
+    rumik train grpo --config C.toml --set rollout.backend=vllm --out runs/v
 
 Colocate. Every training process (DDP rank) starts its own `VLLMEngine` on its own GPU and
 samples its shard of the groups there, as the in-process engine does; nothing is shared

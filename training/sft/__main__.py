@@ -1,5 +1,18 @@
-"""`python -m training.sft`: see training.sft.trainer (and training.trainer for the flags)."""
+"""`python -m training.sft` (`rumik train sft`): training.sft.trainer's command line. Its flags
+(training.cli) parse before torch is imported, so `--help` is instant."""
 
-from training.sft.trainer import main
+from __future__ import annotations
 
-main()
+from pathlib import Path
+from typing import Sequence
+
+from training import cli
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Parse ARGV, then import the trainer and train; returns OUT."""
+    return cli.main("training.sft", argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -31,8 +31,8 @@ from typing import Sequence
 import numpy as np
 
 from rumik_app.errors import RumikError
-from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 from rumik_app.model.tokens import TokenLayout
+from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 from training.prepare import INDEX_FILE, PREPARE_FILE, SHARDS_DIR
 
 HASH_BUCKETS = 10_000

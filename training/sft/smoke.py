@@ -35,8 +35,8 @@ from scipy.signal import resample_poly
 
 from evaluation.systems.espeak import espeak_synthesize
 from rumik_app.audio import write_wav
-from rumik_app.files import atomic_write
 from rumik_app.checkpoint.tiny import build_tiny_checkpoint
+from rumik_app.files import atomic_write
 from training.prepare import PrepareError, prepare
 
 # (language code, sentences)

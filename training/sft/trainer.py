@@ -49,6 +49,7 @@ import torch
 
 from rumik_app.engine.local import TTSEngine
 from rumik_app.request import SynthesisRequest
+from training import cli
 from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
 from training.prepare import codec_fingerprint
 from training.sft import smoke
@@ -56,7 +57,7 @@ from training.sft.config import SFTConfig
 from training.sft.data import DataError, DataSource, MixtureSampler, StagePlan, rank_micro_batches
 from training.sft.objective import SFTObjective
 from training.sft.sequences import TrainingExample, acoustic_targets, build_sequence, collate
-from training.trainer import Trainer, run_cli
+from training.trainer import Trainer
 
 SUMMARY_WINDOW = 10  # smoke summary: mean loss of the first and of the last this many steps
 SMOKE_SYNTH_TOKENS = 400
@@ -122,7 +123,6 @@ class SFTTrainer(Trainer):
 
     name = "training.sft"
     config_class = SFTConfig
-    smoke_help = "CPU end-to-end check: espeak-ng speech, tiny model, prepare, train (OUT default runs/sft-smoke)"
 
     def __init__(self, cfg: SFTConfig, accelerator=None, config_dir: Path | None = None):
         super().__init__(cfg, accelerator, config_dir)
@@ -256,5 +256,5 @@ class SFTTrainer(Trainer):
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.sft`: returns OUT."""
-    return run_cli(SFTTrainer, argv, __doc__)
+    """`python -m training.sft` in process (its flags: training.cli): returns OUT."""
+    return cli.main("training.sft", argv)

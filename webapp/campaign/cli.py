@@ -32,8 +32,8 @@ from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
 from webapp.campaign.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.design import build_conditions, parse_settings
 from webapp.campaign.export import export_campaign, results_for
-from webapp.campaign.judges import compute_judges, judges_markdown, judges_path
 from webapp.campaign.generate import DEFAULT_BATCH, ensure_assignment, generate_clips, missing_clips
+from webapp.campaign.judges import compute_judges, judges_markdown, judges_path
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.raters import RatersFile
 from webapp.campaign.store import CampaignStore
@@ -52,7 +52,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(conditions)} conditions "
           f"({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, {campaign.rater_slots} rater slots")
     counts = generate_clips(campaign, args.batch_size, args.engine_options)
-    print(f"clips: {counts['generated']} generated, {counts['kept']} kept from an earlier run, {counts['failed']} failed")
+    print(f"clips: {counts['generated']} generated, {counts['kept']} kept from an earlier run, "
+          f"{counts['failed']} failed")
     if not ensure_assignment(campaign):
         missing = missing_clips(campaign)
         for rec in missing[:MAX_MISSING_SHOWN]:
@@ -85,7 +86,8 @@ def cmd_add_rater(args: argparse.Namespace) -> int:
     if password is None:
         print(f"{args.name} exists already; password unchanged (--reset-password issues a new one).")
     else:
-        print(f"login for {args.name} (shown once; only its hash is stored):\n  user: {args.name}\n  password: {password}")
+        print(f"login for {args.name} (shown once; only its hash is stored):\n  user: {args.name}\n"
+              f"  password: {password}")
     return 0
 
 
@@ -169,7 +171,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m webapp.campaign", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="rumik campaign", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 

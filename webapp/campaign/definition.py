@@ -103,8 +103,8 @@ class Campaign:
         except PromptFileError as exc:
             raise CampaignError(str(exc)) from None
         digest = hashlib.sha256(json.dumps(prompts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-        definition = {"name": name, "created_at": now_iso(), "prompts_file": str(prompts_file), "prompts_sha256": digest,
-                      "prompts": prompts, "conditions": [asdict(c) for c in conditions],
+        definition = {"name": name, "created_at": now_iso(), "prompts_file": str(prompts_file),
+                      "prompts_sha256": digest, "prompts": prompts, "conditions": [asdict(c) for c in conditions],
                       "raters_per_item": raters_per_item, "rater_slots": rater_slots,
                       "repeat_fraction": repeat_fraction, "seed": seed}
         path = layout.campaigns / name / DEFINITION

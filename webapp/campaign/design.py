@@ -55,7 +55,8 @@ class DesignError(RumikError, ValueError):
 
 def check_name(name: str, what: str = "campaign name") -> str:
     if not NAME_PATTERN.match(name or ""):
-        raise DesignError(f"{what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
+        raise DesignError(f"{what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit.")
     return name
 
 
@@ -112,7 +113,7 @@ def build_conditions(systems: Sequence[str], settings: dict[str, list]) -> list[
     conditions = []
     for system in systems:
         for combo in itertools.product(*factors.values()):
-            varied = dict(zip(factors, combo))
+            varied = dict(zip(factors, combo, strict=True))
             tag = ", ".join(f"{k}={v}" for k, v in varied.items())
             conditions.append(Condition(f"{system} [{tag}]" if tag else system, system, {**fixed, **varied}))
     if len(conditions) < MIN_CONDITIONS:

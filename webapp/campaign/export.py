@@ -30,7 +30,7 @@ from pathlib import Path
 from evaluation.charts import ci_bar_chart
 from evaluation.report import write_csv, write_jsonl
 from webapp.campaign.definition import DEFINITION, Campaign
-from webapp.campaign.judges import JUDGES_FILE, first_hearings, judges_path, judges_markdown, load_judges
+from webapp.campaign.judges import JUDGES_FILE, first_hearings, judges_markdown, judges_path, load_judges
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.results import CampaignResults, compute_results, indicemo_judgments, nova_sets
 from webapp.campaign.store import CampaignStore

@@ -2,7 +2,7 @@
 
 Library module (the command line is `python -m webapp.campaign create`)::
 
-    counts = generate_clips(campaign, batch_size=8, engine_options={"device": "cpu"})   # {"kept", "generated", "failed"}
+    counts = generate_clips(campaign, batch_size=8, engine_options={"device": "cpu"})  # {"kept", "generated", "failed"}
     ensure_assignment(campaign)                                    # after every clip exists
 
 Systems load through `evaluation.systems.load_system`, as `python -m evaluation.run` does
@@ -26,7 +26,7 @@ from collections import defaultdict
 from tqdm import tqdm
 
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
-from evaluation.run import prompt_request, clip_seed
+from evaluation.run import clip_seed, prompt_request
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.request import SynthesisRequest
@@ -136,7 +136,7 @@ def _generate_batch(campaign: Campaign, index: int, batch: list[dict], system: S
         except (ValueError, TypeError) as exc:
             records.append(_record(campaign, prompt, index, seed, None, None, f"request: {exc}", system))
     results = system.synthesize_many(requests, [p["id"] for p in ok], run=None) if ok else []
-    for prompt, request, result in zip(ok, requests, results):
+    for prompt, request, result in zip(ok, requests, results, strict=True):
         if isinstance(result, Exception):
             records.append(_record(campaign, prompt, index, request.seed, request, None,
                                    f"synthesis: {str(result).strip() or type(result).__name__}", system))

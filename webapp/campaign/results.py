@@ -182,8 +182,9 @@ def compute_results(campaign: Campaign, rows: list[dict], progress: list[dict] |
         for b in ids[i + 1:]:
             held = [r for r in first if {r["condition_a"], r["condition_b"]} == {a, b}]
             prefs = Counter(r["preferred_condition"] for r in held)
-            pairs.append(PairStats(a, b, bootstrap_mean(_per_prompt_mean([(r["prompt_id"], win_of(r, a)) for r in held]),
-                                                        seed=seed), prefs[a], prefs[b], prefs[None]))
+            pairs.append(PairStats(a, b,
+                                   bootstrap_mean(_per_prompt_mean([(r["prompt_id"], win_of(r, a)) for r in held]),
+                                                  seed=seed), prefs[a], prefs[b], prefs[None]))
     scores = score_ratings(first)
     prefs_by_rater = preference_ratings(first)
     judgments = indicemo_judgments(campaign, rows)

@@ -173,7 +173,8 @@ class CampaignStore(SQLiteStore):
         return True
 
     def rated_entries(self, campaign: str, slot: int | None = None) -> set[str]:
-        query = "SELECT entry_id FROM campaign_ratings WHERE campaign = ?" + (" AND slot = ?" if slot is not None else "")
+        query = ("SELECT entry_id FROM campaign_ratings WHERE campaign = ?"
+                 + (" AND slot = ?" if slot is not None else ""))
         with self._connect() as con:
             return {r[0] for r in con.execute(query, (campaign,) if slot is None else (campaign, slot))}
 
@@ -183,7 +184,7 @@ class CampaignStore(SQLiteStore):
             cur = con.execute("SELECT * FROM campaign_ratings WHERE campaign = ? ORDER BY submitted_at, entry_id",
                               (campaign,))
             names = [d[0] for d in cur.description]
-            return [dict(zip(names, row)) for row in cur.fetchall()]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def activity(self, campaign: str) -> dict[str, dict]:
         """{rater: {"rated": n, "last": time of the last submission}}."""

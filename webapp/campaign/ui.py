@@ -55,8 +55,8 @@ SIDES = ("A", "B")
 ITEM_OUTPUTS = 15  # outputs of an item; the API returns 14 (the form column's visibility is layout)
 PROGRESS_HEADERS = ["slot", "rater", "done", "total", "last rating (UTC)"]
 EXPORT_DOWNLOADS = ("campaign_export.zip", "results.md", "ratings.csv", "indicemo_judgments.jsonl")
-TAG_QUESTION = ("This text asks for a non-verbal sound (a laugh, a chuckle or a sigh) somewhere. For each clip: did you "
-                "hear one? Which, and just before which word?")
+TAG_QUESTION = ("This text asks for a non-verbal sound (a laugh, a chuckle or a sigh) somewhere. For each clip: did "
+                "you hear one? Which, and just before which word?")
 CSS = "#campaign-progress progress { width: 100%; height: 1.1em; }"
 RUBRIC = ("**Expression score, 1-5**, for each clip against the intended delivery: *tone and pitch* (does the "
           "melody fit?), *energy and dynamics* (loudness and intensity), *timing and phrasing* (pauses, emphasis, "
@@ -128,7 +128,7 @@ class CampaignHandlers:
             if not (entry_id or "").strip():
                 raise UserError("No item on this page: reload it.")
             scores = [_int_or_none(score, f"Give clip {side} an expression score from 1 to 5.")
-                      for side, score in zip(SIDES, (score_a, score_b))]
+                      for side, score in zip(SIDES, (score_a, score_b), strict=True)]
             if None in scores:
                 raise UserError(f"Give clip {SIDES[scores.index(None)]} an expression score from 1 to 5.")
             where = [_int_or_none(w, "Click the word the sound came just before.") for w in (where_a, where_b)]

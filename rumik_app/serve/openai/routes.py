@@ -29,13 +29,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.serve.adapters import off_loop
+from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.errors import engine_error
 from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
 from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.scripts import script_stream
-from rumik_app.serve.context import ServeContext
 
 log = logging.getLogger(__name__)
 

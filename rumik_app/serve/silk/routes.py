@@ -29,12 +29,17 @@ from fastapi.responses import JSONResponse, Response
 
 from rumik_app.asgi import unless_disconnected
 from rumik_app.serve.adapters import off_loop
+from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import to_s16, wav_header
 from rumik_app.serve.protocol import SEED_HEADER
-from rumik_app.serve.context import ServeContext
 from rumik_app.serve.scripts import first_request, script_stream
 from rumik_app.serve.silk.schema import (
-    SilkError, SilkFields, SilkVoice, check_silk_model, silk_request, silk_script,
+    SilkError,
+    SilkFields,
+    SilkVoice,
+    check_silk_model,
+    silk_request,
+    silk_script,
 )
 from rumik_app.serve.silk.session import SilkSession, request_id, silk_error
 from rumik_app.serve.sockets import deny

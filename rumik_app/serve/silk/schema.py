@@ -97,7 +97,8 @@ class SilkFields(SamplingFields):
                 sampling = wire_names()
                 own = [name for name in cls.model_fields if name not in ("type", *sampling)]
                 known = ", ".join([*own, *sampling])
-                raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.", "unknown_field") from None
+                raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.",
+                                "unknown_field") from None
             raise SilkError(422, f"{field}: {err.get('msg')}.", "invalid_request") from None
 
 
@@ -111,7 +112,8 @@ class SilkVoice:
     description: str | None = None
 
     def updated(self, fields: SilkFields) -> "SilkVoice":
-        given = {name: getattr(fields, name) for name in ("speaker", "description") if getattr(fields, name) is not None}
+        given = {name: getattr(fields, name) for name in ("speaker", "description")
+                 if getattr(fields, name) is not None}
         return replace(self, **given)
 
 

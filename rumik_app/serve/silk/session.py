@@ -27,11 +27,16 @@ from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest
 from rumik_app.serve.adapters import off_loop
-from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.context import ServeContext
+from rumik_app.serve.encoding import make_encoder
 from rumik_app.serve.scripts import first_request, script_stream
 from rumik_app.serve.silk.schema import (
-    SilkError, SilkFields, SilkVoice, check_silk_model, silk_request, silk_script,
+    SilkError,
+    SilkFields,
+    SilkVoice,
+    check_silk_model,
+    silk_request,
+    silk_script,
 )
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session, SessionsFull
 

@@ -12,7 +12,8 @@ NAN = math.nan
 
 
 def _rows(pairs):
-    return list(zip(pairs.group.tolist(), pairs.chosen.tolist(), pairs.rejected.tolist(), pairs.stream.tolist()))
+    return list(zip(pairs.group.tolist(), pairs.chosen.tolist(), pairs.rejected.tolist(), pairs.stream.tolist(),
+                    strict=True))
 
 
 def test_best_vs_worst_takes_the_first_best_and_the_first_worst():
@@ -65,7 +66,8 @@ def test_totals_skip_streams_nobody_scored_and_members_missing_a_stream():
                            dtype=torch.float64)
     totals = group_totals(rewards)
     assert totals[0].tolist() == pytest.approx([0.5, 0.2, 0.9])
-    assert totals[1, 0].item() == pytest.approx(0.4) and math.isnan(totals[1, 1]) and totals[1, 2].item() == pytest.approx(-0.3)
+    assert totals[1, 0].item() == pytest.approx(0.4) and math.isnan(totals[1, 1])
+    assert totals[1, 2].item() == pytest.approx(-0.3)
     flat = build_pairs(rewards, by_stream=False, cap=1)
     assert _rows(flat) == [(0, 2, 1, TOTAL), (1, 0, 2, TOTAL)]
 

@@ -96,7 +96,7 @@ def test_reference_is_the_phase_start_policy_and_the_gradient_is_hand_built(tiny
     trainer.optimizer.zero_grad(set_to_none=True)
     stats = trainer.update(ids)
     assert stats["count"] == len(ids) and len(ids) > cfg.micro_batch_size // 2  # several micro-batches
-    for got, expected in zip(captured["grads"], want):
+    for got, expected in zip(captured["grads"], want, strict=True):
         if expected is None:
             assert got is None or got.abs().max() == 0
         else:

@@ -7,7 +7,13 @@ import torch
 
 from rumik_app.model.tokens import TokenLayout
 from training.grpo.loss import (
-    PAD_COLUMN, action_columns, clipped_objective, concat_actions, group_advantages, k3_kl, route_advantages,
+    PAD_COLUMN,
+    action_columns,
+    clipped_objective,
+    concat_actions,
+    group_advantages,
+    k3_kl,
+    route_advantages,
     routing_matrix,
 )
 
@@ -192,7 +198,8 @@ def test_acoustic_target_and_per_stream_weights_combine_with_content_and_duratio
     weights = torch.tensor([1.0, 2.0, 0.5, 0.25])
     flat, flat_stop = route_advantages(stream_adv, W, cols, stop_mask, flat=True, stream_weights=weights)
     total = (stream_adv * weights).sum(1, keepdim=True)
-    assert torch.allclose(flat, total.expand_as(flat) * mask) and torch.allclose(flat_stop, total.expand_as(flat_stop) * stop_mask)
+    assert torch.allclose(flat, total.expand_as(flat) * mask)
+    assert torch.allclose(flat_stop, total.expand_as(flat_stop) * stop_mask)
 
 
 def test_routing_targets_by_name():

@@ -32,13 +32,15 @@ def test_the_cap_weights_each_clipped_term_as_the_equation_says():
     # L = -(1/N) sum_k w_k min(rho_k A_k, clip(rho_k, 1 - eps, 1 + eps) A_k), w_k = min(pi_old / pi_sampler, C)
     weights = [1.0, math.exp(0.5), CAP, math.exp(-0.2), 1.0]
     rhos = [math.exp(d) for d in (0.0, 0.3, 0.3, 0.05, -0.4)]
-    terms = [wk * min(r * a, min(max(r, 1 - EPS), 1 + EPS) * a) for wk, r, a in zip(weights, rhos, adv[0].tolist())]
+    terms = [wk * min(r * a, min(max(r, 1 - EPS), 1 + EPS) * a)
+             for wk, r, a in zip(weights, rhos, adv[0].tolist(), strict=True)]
     assert w[0].tolist() == pytest.approx(weights, rel=1e-6)
     assert float(out.loss.detach()) == pytest.approx(-sum(terms) / 5, rel=1e-6)
     out.loss.backward()  # d/d logp: -(w A rho) / N where the term is not clipped, 0 where it is
-    clipped = [min(r * a, min(max(r, 1 - EPS), 1 + EPS) * a) != r * a for r, a in zip(rhos, adv[0].tolist())]
+    clipped = [min(r * a, min(max(r, 1 - EPS), 1 + EPS) * a) != r * a
+               for r, a in zip(rhos, adv[0].tolist(), strict=True)]
     assert clipped == [False, False, True, False, False]  # the third: rho > 1 + eps with A > 0
-    grads = [0.0 if c else -wk * a * r / 5 for wk, a, r, c in zip(weights, adv[0].tolist(), rhos, clipped)]
+    grads = [0.0 if c else -wk * a * r / 5 for wk, a, r, c in zip(weights, adv[0].tolist(), rhos, clipped, strict=True)]
     assert logp.grad[0].tolist() == pytest.approx(grads, rel=1e-5, abs=1e-9)
     metrics = mismatch_metrics(mismatch_sums(old, sampled, known, w))
     assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx((0 + 0.5 + 1.5 + 0.2) / 4)

@@ -79,7 +79,7 @@ def test_merged_state_dict_equals_peft_merge_and_unload(tiny_engine):
     model = copy.deepcopy(tiny_engine.model)
     peft_model = apply_lora(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "down_proj"])
     with torch.no_grad():
-        for name, p in peft_model.named_parameters():
+        for _name, p in peft_model.named_parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))  # nonzero B and a changed stop head
     merged = merged_state_dict(peft_model)

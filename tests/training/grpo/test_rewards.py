@@ -15,7 +15,13 @@ from evaluation.metrics import gcer
 from rumik_app import SynthesisRequest
 from rumik_app.errors import ConfigError
 from training.grpo.rewards import (
-    Codebook0LowReward, ContentReward, DurationReward, RewardSpec, build_reward, compute_rewards, load_callable,
+    Codebook0LowReward,
+    ContentReward,
+    DurationReward,
+    RewardSpec,
+    build_reward,
+    compute_rewards,
+    load_callable,
 )
 
 
@@ -149,7 +155,7 @@ def test_codebook0_low_reward():
 
 
 def user_reward(prompts, rollouts, *, scale=1.0, domain=None, **_):
-    return [scale * len(p.text) if d != "skip" else None for p, d in zip(prompts, domain)]
+    return [scale * len(p.text) if d != "skip" else None for p, d in zip(prompts, domain, strict=False)]
 
 
 def test_user_function_reward_and_compute_rewards():

@@ -64,7 +64,7 @@ def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_pat
     for logp, adv in actions:
         if adv != 0:
             grads = torch.autograd.grad(logp, params, retain_graph=True, allow_unused=True)
-            for e, g in zip(expected, grads):
+            for e, g in zip(expected, grads, strict=True):
                 if g is not None:
                     e.add_(adv * g / n_actions)
 
@@ -87,7 +87,7 @@ def test_one_step_gradient_is_the_plain_policy_gradient(tiny_checkpoint, tmp_pat
     stats = trainer.update(rb)
     assert seen == [float(n_actions)] * 2  # two micro-batches, one global normaliser
     assert stats["count"] == n_actions
-    for got, want in zip(captured["grads"], expected):
+    for got, want in zip(captured["grads"], expected, strict=True):
         torch.testing.assert_close(got, -want, rtol=1e-4, atol=1e-7)  # loss = -objective
     assert any(float(g.abs().max()) > 0 for g in captured["grads"])
 
@@ -143,11 +143,11 @@ def test_acoustic_target_is_the_policy_gradient_on_codebooks_1_to_7(tiny_checkpo
             assert rb.token_adv[i, t] == pytest.approx(float(adv))
             acoustic += 1
             grads = torch.autograd.grad(tok[i, t], params, retain_graph=True, allow_unused=True)
-            for e, g in zip(expected, grads):
+            for e, g in zip(expected, grads, strict=True):
                 if g is not None:
                     e.add_(adv * g / n_actions)
     assert acoustic and rb.stop_adv.eq(0).all()
-    for got, want in zip(_update_grads(trainer, rb, monkeypatch), expected):
+    for got, want in zip(_update_grads(trainer, rb, monkeypatch), expected, strict=True):
         torch.testing.assert_close(got, -want, rtol=1e-4, atol=1e-7)  # loss = -objective
     assert rb.rewards[:, 0].ge(0).all() and rb.rewards[:, 0].le(1).all()  # OVRL scaled to 0-1
 
@@ -267,7 +267,8 @@ def test_resume_continues_exactly(tiny_checkpoint, tmp_path, monkeypatch, capsys
         main(["--smoke", "--out", str(part), *sets, "--set", "optim.lr=5e-4"])
     assert refused.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "optim.lr: 0.001 -> 0.0005" in err[0] and "--resume" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert "optim.lr: 0.001 -> 0.0005" in err[0] and "--resume" in err[0]
     main(["--smoke", "--out", str(part), *sets])  # the same command again: resumes by itself
     a, b = _metrics(whole), _metrics(part)
     assert [row["step"] for row in b] == [1, 2, 3, 4]
@@ -287,12 +288,12 @@ def test_lora_reference_is_the_adapter_disabled_model(tiny_checkpoint, tmp_path)
     batch = ScoringBatch.from_rollouts(trainer.make_batch(1).rollouts, 8, pad_id=trainer.engine.pad_id)
     with torch.no_grad():
         ref_before, policy_before = trainer._reference_logps(batch), trainer.scorer(batch)
-    for a, b in zip(ref_before, policy_before):  # LoRA B starts at zero: policy == reference
+    for a, b in zip(ref_before, policy_before, strict=True):  # LoRA B starts at zero: policy == reference
         torch.testing.assert_close(a, b)
     trainer.train()
     with torch.no_grad():
         ref_after, policy_after = trainer._reference_logps(batch), trainer.scorer(batch)
-    for a, b in zip(ref_before, ref_after):  # the reference stays frozen
+    for a, b in zip(ref_before, ref_after, strict=True):  # the reference stays frozen
         torch.testing.assert_close(a, b)
     assert not torch.allclose(policy_after[0], ref_after[0])
     rows = _metrics(out)
@@ -326,7 +327,7 @@ def test_real_reward_streams_run_in_the_loop(tiny_checkpoint, tmp_path):
     assert len(rb.columns["audio"]) == 4 and rb.columns["sample_rate"] == 24_000
     assert [len(a) for a in rb.columns["audio"]] == [int(n) * 1920 for n in rb.rollouts.num_frames]
     content, duration = rb.rewards[:, 0], rb.rewards[:, 1]
-    for lang, c in zip(langs, content.tolist()):
+    for lang, c in zip(langs, content.tolist(), strict=True):
         assert (0.0 <= c <= 1.0) if lang == "en" else math.isnan(c)  # pocketsphinx: English only
     assert not torch.isnan(duration).any() and (duration <= 0).all()
     stats = trainer.update(rb)

@@ -9,7 +9,6 @@ from tests.conftest import stop_head_bias
 from training.sft.objective import SFTObjective
 from training.sft.sequences import IGNORE_INDEX, build_sequence, collate
 
-
 STOP_BIAS = -2.0
 
 

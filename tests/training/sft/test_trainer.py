@@ -61,7 +61,8 @@ def test_smoke_loss_falls_clearly(smoke_dir):
     assert {r["stage"] for r in rows} == {"english", "indic+replay"}
     for key in ("acoustic_loss", "stop_loss", "learning_rate", "grad_norm", "tokens_per_s"):
         assert all(np.isfinite(r[key]) and r[key] >= 0 for r in rows), key
-    assert "heldout_loss" in rows[-1] and rows[0]["learning_rate"] < rows[20]["learning_rate"]  # warmup; held-out at the end
+    # warmup; held-out at the end
+    assert "heldout_loss" in rows[-1] and rows[0]["learning_rate"] < rows[20]["learning_rate"]
     summary = json.loads((smoke_dir / "smoke_summary.json").read_text())
     assert summary["ratio"] < 0.8 and summary["synth_seconds"] > 0
     assert summary["verdict"] == "PASS" and "needs < 0.8" in summary["criteria"]
@@ -129,7 +130,7 @@ def test_resume_from_a_mid_run_checkpoint_reproduces_the_next_losses(smoke_dir, 
 def test_gradient_accumulation_equals_one_big_batch(smoke_dir, tmp_path):
     one = train(_short_config(smoke_dir, tmp_path / "one", batch__micro_batch=4, save_every=100))
     two = train(_short_config(smoke_dir, tmp_path / "two", batch__micro_batch=1, save_every=100))
-    for x, y in zip(_losses(one), _losses(two)):
+    for x, y in zip(_losses(one), _losses(two), strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
 
