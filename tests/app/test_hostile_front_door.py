@@ -280,7 +280,9 @@ def test_a_full_sign_in_table_forgets_old_entries_and_a_newcomer_signs_in(tiny_c
 
 
 def test_a_guesser_on_one_name_is_slowed_and_a_parallel_flood_is_refused(tiny_checkpoint, tmp_path):
-    throttle = GuessThrottle(first_backoff_s=0.05, max_backoff_s=1.0)  # short waits: same rules, a quick test
+    # Waits of 0.5, 1 and 2 s: a loaded machine answers a sign-in well within its backoff, so each
+    # try after the free ones finds its slot still ahead (0.05 s was too short under load).
+    throttle = GuessThrottle(first_backoff_s=0.5, max_backoff_s=4.0)
     demo, url = _login_app(tiny_checkpoint, tmp_path, throttle=throttle)
     try:
         for _ in range(FREE_FAILURES + 3):
