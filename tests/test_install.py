@@ -9,7 +9,6 @@ downloaded.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,13 @@ import httpx
 import openai
 import pytest
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 900
 START_TIMEOUT_S = 240
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +64,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_rumik_app_serves_the_page(fresh_rumik, tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = _start([str(fresh_rumik), "app", "--model", "tiny", "--port", str(port), "--data-dir",
                    str(tmp_path / "data")], tmp_path, f"http://127.0.0.1:{port}/")
     try:
@@ -80,7 +75,7 @@ def test_rumik_app_serves_the_page(fresh_rumik, tmp_path):
 
 
 def test_rumik_serve_answers_the_openai_client(fresh_rumik, tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = _start([str(fresh_rumik), "serve", "--model", "tiny", "--port", str(port), "--max-seconds", "1"],
                   tmp_path, f"http://127.0.0.1:{port}/health")
     try:
