@@ -91,3 +91,13 @@ def test_judge_speed_fills_every_row(capsys):
     rows = ("DNSMOS (speechmos windows)", "DNSMOS (first window)", "resemblyzer", "IndicConformer stand-in")
     assert all(results[r]["clips_per_s"] > 0 for r in rows) and results["windows"] >= results["clips"]
     assert "goal: DNSMOS (first window) + resemblyzer" in capsys.readouterr().out
+
+
+def test_text_bounds_fills_every_row(capsys):
+    from benchmarks import text_bounds
+
+    assert text_bounds.main(["--repeats", "1"]) in (0, 1)  # the verdict is the benchmark's, not the test's
+    out = capsys.readouterr().out
+    for row in ("lexicon build", "lexicon cached", "ssml largest", "ssml refused", "pls refused"):
+        assert row in out
+    assert "goal: every row <= 10x the reference" in out

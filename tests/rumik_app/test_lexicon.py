@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import time
 import tracemalloc
 import unicodedata
 
 import pytest
 
 from rumik_app.errors import PromptError
+from rumik_app.text import lexicon as lexicon_module
 from rumik_app.text.lexicon import (
     MAX_ALIAS_CHARS,
     MAX_ENTRIES,
@@ -209,20 +209,24 @@ def test_an_alias_with_numbers_is_read_as_words():
     assert normalize_text(say("Open 24x7", E("24x7", "24 by 7")), "en") == "Open twenty four by seven"
 
 
-def test_thousands_of_entries_over_a_long_text_take_milliseconds():
+def test_thousands_of_entries_build_one_trie_once_and_scan_the_text_once(monkeypatch):
+    """The trie is built once per lexicon set (cached), and the scan looks up at most one trie
+    walk per grapheme cluster, so the work is linear in the text whatever the entry count.
+    The time it takes is benchmarks/text_bounds.py's to measure, not a test's."""
     rng = random.Random(38)
     words = list(dict.fromkeys("".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 9)))
                                 for _ in range(8_000)))[:MAX_ENTRIES]
     big = lex(*(E(w, w.upper() + " 1") for w in words))
     text = " ".join(rng.choice(words) for _ in range(1_000))[:4_000]
-    start = time.perf_counter()
+    walks = []
+    longest = lexicon_module._Matcher._longest
+    monkeypatch.setattr(lexicon_module._Matcher, "_longest", lambda self, *a: walks.append(1) or longest(self, *a))
+    lexicon_module._matcher.cache_clear()
     first = apply_lexicons(text, [big], "en")
-    built = time.perf_counter() - start
-    start = time.perf_counter()
     again = apply_lexicons(text, [big], "en")
-    cached = time.perf_counter() - start
-    assert first == again and first != text
-    assert built < 1.0 and cached < 0.1, (built, cached)  # ~20 ms and ~2 ms on one core
+    assert first == again and first != text and len(words) == MAX_ENTRIES
+    assert lexicon_module._matcher.cache_info()[:2] == (1, 1)  # (hits, misses): built once, reused
+    assert 0 < len(walks) <= 2 * len(text)  # one walk per matched-start cluster, both calls
 
 
 def test_lexicons_are_hashable_and_survive_a_dict_round_trip():
@@ -319,20 +323,17 @@ ATTACKS = {"billion-laughs": (BILLION_LAUGHS, "DTD or entities"),
 
 @pytest.mark.parametrize("as_bytes", [False, True], ids=["str", "bytes"])
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_xml_attacks_are_refused_quickly_in_bounded_memory(attack, as_bytes):
+def test_xml_attacks_are_refused_in_bounded_memory(attack, as_bytes):
     document, message = ATTACKS[attack]
     document = document.encode() if as_bytes else document
     read_lexicon(to_pls(ONE_LANGUAGE))  # defusedxml imported before measuring
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(PromptError, match=message):
             read_lexicon(document, "pls")
-        seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert seconds < 1.0, seconds  # 0.2-50 ms measured
     assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MiB"  # ~1.8 MiB for the deepest, the rest far less
 
 

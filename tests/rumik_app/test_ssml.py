@@ -9,7 +9,6 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_ssml.py -q
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import pytest
@@ -30,7 +29,6 @@ from rumik_app.text.ssml import (
 )
 
 # Attack documents must be refused within these bounds (observed: under 5 ms and 200 KiB).
-ATTACK_SECONDS = 1.0
 ATTACK_PEAK_BYTES = 1024 * 1024
 
 
@@ -432,18 +430,15 @@ ATTACKS = {
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))
-def test_attack_refused_fast_with_bounded_memory(name):
+def test_attack_refused_with_bounded_memory(name):
     doc, message = ATTACKS[name]
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(PromptError, match=message):
             parse_ssml(doc)
-        elapsed = time.perf_counter() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < ATTACK_SECONDS, f"{name}: {elapsed:.2f} s"
     assert peak < ATTACK_PEAK_BYTES, f"{name}: peak {peak / 1024:.0f} KiB"
 
 
@@ -475,8 +470,6 @@ def test_comments_ignored_cdata_checked():
     speak('<prosody rate="fast">a</prosody><prosody rate="slow">b</prosody>' * 450),
     speak(('<say-as interpret-as="spell-out">' + "9" * 200 + "</say-as>") * 30),
 ])
-def test_largest_legal_documents_parse_fast(doc):
-    start = time.perf_counter()
+def test_largest_legal_documents_parse(doc):  # how fast: benchmarks/text_bounds.py
     segments = parse_ssml(doc)
-    assert time.perf_counter() - start < ATTACK_SECONDS
     assert all("\x00" not in segment.text for segment in segments)
