@@ -38,6 +38,7 @@ LAYERS = (
     ("prompt", "audio", "cli_args"),
     ("text",),
     ("request",),
+    ("voices",),
     ("model",),
     ("checkpoint",),
     ("decode",),

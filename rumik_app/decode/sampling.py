@@ -87,13 +87,23 @@ def check_row_seed(value) -> int:
     return int(value)
 
 
+def check_adapter(value) -> str | None:
+    """A row's adapter: None or a library voice's name (the engine resolves it)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise PromptError(f"A row's adapter must be a library voice's name or None, not {repr(value)[:40]}.",
+                          field="voice")
+    return value
+
+
 @dataclass(frozen=True)
 class RowParams(SamplingSettings):
     """One sequence of a batch: its sampling settings (`SamplingSettings`, declared and checked
-    there; the request defaults) and its seed. Every decoder sizes its per-row buffers by
-    MAX_NEW_TOKENS_CAP, which the settings' check guarantees."""
+    there; the request defaults), its seed, and the library voice whose LoRA adapter it runs
+    with (`adapter`; None: the checkpoint's own weights, as for every built-in voice). Every
+    decoder sizes its per-row buffers by MAX_NEW_TOKENS_CAP, which the settings' check guarantees."""
 
     seed: int = field(metadata={"check": check_row_seed})
+    adapter: str | None = field(default=None, metadata={"check": check_adapter})
 
     @classmethod
     def of(cls, settings: SamplingSettings, seed: int) -> "RowParams":

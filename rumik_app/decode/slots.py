@@ -9,6 +9,8 @@
     taken = slots.add([prompt_ids], [RowParams(seed=7)])   # prefill into free slots (between frames)
     frame = slots.run_frame()      # Q steps, then one copy to the host: FrameResult
     slots.release(taken[0])        # e.g. a client went away
+    slots = SlotDecoder(model, head, batch=8, max_len=2560, bank=AdapterBank(model, source))  # library voices:
+    slots.add([prompt_ids], [RowParams(seed=7, adapter="Arjun")])   # this row gets Arjun's LoRA
 
 One step (`decode_step`) takes every slot through the rules of `rumik_app.decode.sampling`
 (written out plainly in `rumik_app.decode.reference.ReferenceDecoder`), in this order, as tensors on the device:
@@ -25,6 +27,10 @@ Nothing leaves the device inside a frame: tokens, log-probs and stop decisions g
 small frame buffers that `run_frame` copies to the host once per frame (Q tokens), where
 "all rows finished" is checked. The batch has a fixed number of slots; callers pad to a
 bucket (`batch_bucket`) so one compiled graph serves many batch sizes.
+
+Library voices: a row whose RowParams name an `adapter` holds a slot of the decoder's
+`AdapterBank` (rumik_app.voices.lora) from `add` to `release`; while any slot holds one, the
+step runs the body with per-row LoRA (a second compiled graph), otherwise exactly as without.
 
 All rows share the phase t mod Q, because rows join only at frame boundaries: that is what
 continuous batching (`rumik_app.engine.scheduler`) relies on.
@@ -66,6 +72,7 @@ from rumik_app.decode.sampling import (
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.static_body import StaticBody
 from rumik_app.request import MAX_NEW_TOKENS_CAP
+from rumik_app.voices.lora import AdapterBank
 
 log = logging.getLogger(__name__)
 # Cache lengths are rounded up to a multiple of this, so a few compiled shapes serve all.
@@ -95,7 +102,8 @@ class DecodeState:
     reason: [B] finish code; hidden: [B, h] the final hidden state predicting position t;
     phase: [] t mod Q shared by every live row; per-row sampling settings and pre-drawn
     uniforms; seen: [B, num_units] bool, the audio codes each row has produced (the
-    repetition penalty); frame_* and stop_*: what the current frame produced, read by the host.
+    repetition penalty); adapter: [B] each row's slot in the AdapterBank (0 = none);
+    frame_* and stop_*: what the current frame produced, read by the host.
     """
 
     def __init__(self, batch: int, hidden_size: int, num_quantizers: int, num_units: int, device, dtype):
@@ -112,6 +120,7 @@ class DecodeState:
         self.top_p = torch.ones(batch, **flt)
         self.penalty = torch.ones(batch, **flt)
         self.seen = torch.zeros(batch, num_units, device=device, dtype=torch.bool)
+        self.adapter = torch.zeros(batch, **long)
         self.floor = torch.zeros(batch, **long)
         self.max_new = torch.zeros(batch, **long)
         self.u_token = torch.zeros(batch, MAX_NEW_TOKENS_CAP, **flt)
@@ -125,8 +134,10 @@ class DecodeState:
             torch._dynamo.mark_static_address(value)
 
 
-def decode_step(model, head: AudioHead, body: StaticBody, state: DecodeState, stop_mode: str, pad_id: int) -> None:
-    """One token for every slot, in place on `state` (see the module docstring for the rules)."""
+def decode_step(model, head: AudioHead, body: StaticBody, state: DecodeState, stop_mode: str, pad_id: int,
+                bank: AdapterBank | None = None) -> None:
+    """One token for every slot, in place on `state` (see the module docstring for the rules);
+    with a bank, each row's body step adds its adapter (`state.adapter`)."""
     layout = head.layout
     position = state.t  # [B]: tokens each row has generated, the position it samples now
     phase = state.phase  # []: position mod Q, shared by every live row
@@ -143,7 +154,7 @@ def decode_step(model, head: AudioHead, body: StaticBody, state: DecodeState, st
     reason = torch.where(at_max, MAX_TOKENS, torch.where(stop, STOP_HEAD, torch.where(ended, END_TOKEN, state.reason)))
     state.reason.copy_(reason)
     # One body step for every slot (a fixed shape); only continuing rows keep its result.
-    hidden = body.decode(torch.where(going, token, pad_id), state.pos)
+    hidden = body.decode(torch.where(going, token, pad_id), state.pos, bank, state.adapter if bank else None)
     state.hidden.copy_(torch.where(going[:, None], hidden, state.hidden))
     state.t.copy_(position + sampling.long())
     state.pos.copy_(state.pos + going.long())
@@ -218,10 +229,11 @@ class SlotDecoder:
 
     compile: wrap the step in `torch.compile(fullgraph=True)` (CUDA graphs on CUDA).
     backend: a torch.compile backend to use instead of the default (tests count graphs).
+    bank: the AdapterBank that rows naming an `adapter` (a library voice) take their LoRA from.
     """
 
     def __init__(self, model, head: AudioHead, batch: int, max_len: int, stop_mode: str = "threshold",
-                 pad_id: int = 0, compile: bool = False, backend=None):
+                 pad_id: int = 0, compile: bool = False, backend=None, bank: AdapterBank | None = None):
         self.model = model
         self.head = head
         self.layout = head.layout
@@ -235,18 +247,26 @@ class SlotDecoder:
         self.state = DecodeState(batch, model.config.hidden_size, self.layout.num_quantizers, self.layout.num_units,
                                  self.device, weight.dtype)
         self.free = list(range(batch))
+        self.bank = bank
+        self.adapters: dict[int, int] = {}  # decode slot -> its bank slot, for rows with an adapter
         self.in_use = False  # set while a BatchDecoder or a server loop drives it
         self.compiled = False
-        self._guards_checked = False  # the first compiled frame checks every guard
+        self._checked: set = set()  # the compiled steps whose first frame checked every guard
         self._step = self._eager_step
+        self._adapted_step = self._eager_adapted_step
         if compile:
             self._step = self._compiled_step(backend)
+            if bank is not None:
+                self._adapted_step = self._compiled_step(backend, bank)
             self.compiled = True
 
     def _eager_step(self) -> None:
         decode_step(self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id)
 
-    def _compiled_step(self, backend=None):
+    def _eager_adapted_step(self) -> None:
+        decode_step(self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id, self.bank)
+
+    def _compiled_step(self, backend=None, bank: AdapterBank | None = None):
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         backend = backend if backend is not None else COMPILE_BACKEND
         cuda = self.device.type == "cuda" and backend is None
@@ -255,12 +275,12 @@ class SlotDecoder:
         else:
             fn = torch.compile(decode_step, fullgraph=True, mode="reduce-overhead" if cuda else None)
         # Bound once: the compiled graph guards on these very objects.
-        arguments = (self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id)
+        arguments = (self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id, bank)
 
         def step() -> None:
             if cuda:
                 torch.compiler.cudagraph_mark_step_begin()
-            if self._guards_checked:
+            if step in self._checked:
                 fn(*arguments)
                 return
             try:  # the first call compiles; compilation fails before the step mutates anything
@@ -268,9 +288,9 @@ class SlotDecoder:
             except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly instead
                 log.warning("compiling the decode step failed (%s: %s); decoding eagerly", type(exc).__name__,
                             str(exc).splitlines()[0] if str(exc) else "")
-                self._step = self._eager_step
+                self._step, self._adapted_step = self._eager_step, self._eager_adapted_step
                 self.compiled = False
-                self._eager_step()
+                (self._eager_adapted_step if bank is not None else self._eager_step)()
 
         return step
 
@@ -287,10 +307,31 @@ class SlotDecoder:
         longest = max(len(p) for p in prompt_ids) + max(r.max_new_tokens for r in rows)
         if longest >= self.max_len:
             raise ValueError(f"prompt + max_new_tokens = {longest} does not fit a cache of {self.max_len}")
+        adapters = self._acquire(rows)
         slots = [self.free.pop(0) for _ in rows]
-        hidden = self.body.prefill(list(prompt_ids), slots)
+        for slot, adapter in zip(slots, adapters, strict=True):
+            if adapter:
+                self.adapters[slot] = adapter
+        bank = self.bank if any(adapters) else None
+        hidden = self.body.prefill(list(prompt_ids), slots, bank, adapters)
         self._arm(slots, [len(p) for p in prompt_ids], rows, hidden)
+        self.state.adapter[torch.tensor(slots, device=self.device)] = torch.tensor(adapters, device=self.device)
         return slots
+
+    def _acquire(self, rows: Sequence[RowParams]) -> list[int]:
+        """Each row's bank slot (0 without an adapter), pinned; all or none (VoiceError)."""
+        wanted = [row.adapter for row in rows]
+        if any(wanted) and self.bank is None:
+            raise ValueError("rows name adapters, but this SlotDecoder has no AdapterBank")
+        taken: list[int] = []
+        try:
+            for name in wanted:
+                taken.append(self.bank.acquire(name) if name else 0)
+        except Exception:
+            for slot in taken:
+                self.bank.release(slot)
+            raise
+        return taken
 
     def _arm(self, slots: list[int], lengths: list[int], rows: Sequence[RowParams], hidden: torch.Tensor) -> None:
         """Write the new rows' state into their slots: position 0, their prompt lengths, sampling
@@ -320,8 +361,9 @@ class SlotDecoder:
                                            for row in rows]).to(self.device)
 
     def release(self, slot: int) -> None:
-        """Free a slot (its row stops at once); only between frames."""
+        """Free a slot (its row stops at once, its adapter is unpinned); only between frames."""
         self.state.alive[slot] = False
+        self._unpin(slot)
         if slot not in self.free:
             self.free.append(slot)
 
@@ -329,15 +371,22 @@ class SlotDecoder:
         """Free every slot."""
         self.state.alive.fill_(False)
         self.state.phase.fill_(0)
+        for slot in list(self.adapters):
+            self._unpin(slot)
         self.free = list(range(self.batch))
 
-    def _stance(self):
+    def _unpin(self, slot: int) -> None:
+        if (adapter := self.adapters.pop(slot, 0)) and self.bank is not None:
+            self.bank.release(adapter)
+            self.state.adapter[slot] = 0
+
+    def _stance(self, step):
         """While stepping a compiled decoder, check only the guards that tell its compiled
         graphs apart: the full guard set (every parameter and buffer) was checked by the
         first call, nothing changes shape or dtype between steps, and a full check costs
         more than a whole step on CPU. So modules must not be swapped (e.g. wrapped by peft)
         after a compiled decoder's first frame: build a new decoder then."""
-        if not (self.compiled and self._guards_checked):
+        if not (self.compiled and step in self._checked):
             return contextlib.nullcontext()
         return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
 
@@ -349,10 +398,11 @@ class SlotDecoder:
         """
         state = self.state
         q = self.layout.num_quantizers  # Q, as the docs write it: columns [0, Q) tokens, [Q, 2Q) log-probs
-        with self._stance():
-            for _ in range(q):
-                self._step()
-        self._guards_checked = True
+        adapted = bool(self.adapters)  # the step with per-row LoRA while any row holds an adapter
+        with self._stance(self._adapted_step if adapted else self._step):
+            for _ in range(q):  # looked up each time: a step that fails to compile is replaced
+                (self._adapted_step if adapted else self._step)()
+        self._checked.add(self._adapted_step if adapted else self._step)
         # One packed copy (token ids < 2**24 are exact in float32): one sync per frame.
         flags = [state.stop_eligible, state.stop_decision, state.stop_log_prob, state.alive, state.reason]
         packed = torch.cat([state.frame_tokens.float(), state.frame_log_probs,
@@ -411,7 +461,8 @@ class BatchDecoder(DecoderBase):
         slots = self.slots
         if slots.in_use:  # taken by another caller since we were built: use a private one
             slots = self.slots = SlotDecoder(self.model, self.head, slots.batch, slots.max_len,
-                                             stop_mode=self.stop_mode, pad_id=self.pad_id, compile=slots.compiled)
+                                             stop_mode=self.stop_mode, pad_id=self.pad_id, compile=slots.compiled,
+                                             bank=slots.bank)
         slots.reset()
         slots.in_use = True
         try:

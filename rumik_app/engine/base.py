@@ -25,7 +25,14 @@ from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.planning import plan_request
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.config import RumikOSSConfig
-from rumik_app.request import LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds
+from rumik_app.request import (
+    LIBRARY_LIMITS,
+    RequestLimits,
+    SynthesisRequest,
+    derive,
+    resolve_seed,
+    tokens_for_seconds,
+)
 
 # progress(tokens done, token budget), called once per frame by synthesize / synthesize_many.
 Progress = Callable[[int, int], None]
@@ -40,6 +47,7 @@ class BaseEngine:
 
     backend = ""  # "engine" or "vllm" (rumik_app.cli_args.BACKENDS)
     synth_batch_size = 8
+    library = None  # a VoiceLibrary whose voices are served besides the checkpoint's (use_voices)
 
     def __init__(self, tokenizer, codec, config: RumikOSSConfig, checkpoint_dir: str | Path):
         self.tokenizer = tokenizer
@@ -78,9 +86,22 @@ class BaseEngine:
 
     # ------------------------------------------------------------------ shared
 
+    def use_voices(self, library) -> None:
+        """Serve `library`'s voices (rumik_app.voices.library.VoiceLibrary) besides the
+        checkpoint's, each row with its voice's LoRA adapter; None: the checkpoint's only."""
+        self.library = library
+
     @property
     def voices(self) -> tuple[str, ...]:
-        return self.config.speakers
+        """The checkpoint's voices, then the library's (as it is now: it reloads when it changes)."""
+        return self.config.speakers + (self.library.names() if self.library is not None else ())
+
+    def adapter_for(self, voice: str) -> str | None:
+        """The library voice `voice` names (case-insensitive), or None for any other voice."""
+        if self.library is None or not isinstance(voice, str):
+            return None
+        wanted = voice.strip().lower()
+        return next((name for name in self.library.names() if name.lower() == wanted), None)
 
     @property
     def sample_rate(self) -> int:
@@ -96,8 +117,11 @@ class BaseEngine:
         return [self.bos_id] + self.tokenizer.encode(text, add_special_tokens=False)
 
     def row_params(self, req: SynthesisRequest, seed: int | None = None) -> RowParams:
-        """The sampling row of `req` (its seed unless `seed` is given)."""
-        return RowParams.of(req, req.seed if seed is None else seed)
+        """The sampling row of `req` (its seed unless `seed` is given), with its library voice's
+        adapter when it names one."""
+        row = RowParams.of(req, req.seed if seed is None else seed)
+        adapter = self.adapter_for(req.voice)
+        return derive(row, RowParams, adapter=adapter) if adapter else row
 
     def batch_rows(self, requests: Sequence[SynthesisRequest],
                    num_samples: int = 1) -> tuple[list[list[int]], list[RowParams], list[int]]:

@@ -41,6 +41,8 @@ from rumik_app.model.config import RumikOSSConfig
 from rumik_app.model.lm import AudioHead
 from rumik_app.model.quantize import QUANTIZE_ATTRIBUTE, check_ready, module_bytes, quantize_model
 from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL, SynthesisRequest
+from rumik_app.voices.lora import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, DEFAULT_RANK, AdapterBank, library_source
+from rumik_app.voices.package import VoiceError
 
 __all__ = ["TTSEngine", "SynthesisRequest"]
 
@@ -70,6 +72,8 @@ class TTSEngine(BaseEngine):
         self._decoders_built_for: tuple | None = None  # the model structure the pooled decoders saw
         self.restrict_phase = restrict_phase
         self.head = AudioHead(model, self.layout, restrict_phase=restrict_phase)
+        self.bank: AdapterBank | None = None  # library voices' adapters (use_voices)
+        self.bank_options: dict = {}
         self.home: torch.device | None = None  # set by unload(): where the weights go back to
         self.loader: Callable[[], torch.nn.Module] | None = None  # re-reads the weights after unload()
 
@@ -128,6 +132,21 @@ class TTSEngine(BaseEngine):
                  "compiled" if slots.compiled else "warmed up", slots.batch, slots.max_len, self.device, seconds)
         return seconds
 
+    def use_voices(self, library, capacity: int = DEFAULT_CAPACITY, rank: int = DEFAULT_RANK,
+                   max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        """Serve `library`'s voices: an AdapterBank (rumik_app.voices.lora) of at most `capacity`
+        adapters of rank <= `rank` in `max_bytes` of device memory, shared by every slot decoder.
+        Rows of built-in voices run as before; None removes the library."""
+        super().use_voices(library)
+        self.bank_options = dict(capacity=capacity, rank=rank, max_bytes=max_bytes)
+        self._slot_decoders.clear()
+        self.bank = self._new_bank()
+
+    def _new_bank(self) -> AdapterBank | None:
+        if self.library is None or self.model is None:
+            return None
+        return AdapterBank(self.model, library_source(self.library), **self.bank_options)
+
     def slot_decoder(self, rows: int, longest_prompt: int, max_new_tokens: int,
                      stop_mode: str = "threshold") -> SlotDecoder:
         """A free SlotDecoder for `rows` rows (batch bucket) and this cache length bucket.
@@ -150,7 +169,7 @@ class TTSEngine(BaseEngine):
             self._slot_decoders.move_to_end(key)
             return slots
         slots = SlotDecoder(self.model, self.head, key[0], key[1], stop_mode=stop_mode, pad_id=self.pad_id,
-                            compile=self.compile)
+                            compile=self.compile, bank=self.bank)
         if key not in self._slot_decoders:
             self._slot_decoders[key] = slots
             while len(self._slot_decoders) > MAX_CACHED_DECODERS:
@@ -167,6 +186,9 @@ class TTSEngine(BaseEngine):
                  request_index: list[int] | None = None):
         """The sampler for these rows: the fast BatchDecoder on a pooled slot decoder, or the reference."""
         if self.decoder == "reference":
+            if any(row.adapter for row in rows):
+                raise VoiceError("Library voices need the fast decoder (decoder='fast'); the reference decoder runs "
+                                 "the checkpoint's own weights only.")
             return ReferenceDecoder(self.model, self.head, prompts, rows, pad_id=self.pad_id, stop_mode=stop_mode,
                                     request_index=request_index)
         steps = max(r.max_new_tokens for r in rows)
@@ -198,6 +220,7 @@ class TTSEngine(BaseEngine):
         freed = module_bytes(self.model)  # quantised weights too (buffers, tensor subclasses)
         self._slot_decoders.clear()
         self._decoders_built_for = None
+        self.bank = None  # its adapters are reloaded from the library on demand
         self.home = self.device
         if self.home.type == "cuda":
             self.model.to("cpu")
@@ -219,6 +242,7 @@ class TTSEngine(BaseEngine):
             self.codec.mimi.to(self.home)
         self.home = None
         self.head = AudioHead(self.model, self.layout, restrict_phase=self.restrict_phase)
+        self.bank = self._new_bank()
         if self.compile:
             self.warmup()
         return time.perf_counter() - start
