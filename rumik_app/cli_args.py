@@ -12,6 +12,9 @@ the benchmarks use these flags; an entry point with other defaults (a GPU benchm
 them with `parser.set_defaults`. Torch-free, so CLIs parse their arguments before loading
 anything heavy.
 
+`--voices DIR` (`add_voices_argument`: the speech server, the CLI synthesiser and the app) is a
+voice library served besides the checkpoint's voices (`rumik_app.voices.library.use_library`).
+
 `--quantize` (`quantize=` of `load_engine`) has its one home here: `QUANTIZE_MODES`, where
 each runs (`QUANTIZE_SUPPORT`) and `check_quantize`, the one message for a mode that a
 backend or device lacks; `rumik_app.model.quantize` does the work (docs/ARCHITECTURE.md §2).
@@ -98,6 +101,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) 
                        help="vllm: mp = processes on this node (default); ray = a Ray cluster, for several nodes")
     group.add_argument("--gpu-memory-utilization", type=float, default=None,
                        help="vllm: share of each GPU's memory vLLM may take (default 0.8; Mimi needs the rest)")
+
+
+VOICES_HELP = ("a voice library folder (created if missing): its voice packages are served besides the "
+               "checkpoint's voices, reloaded when it changes; packages made on another checkpoint are skipped "
+               "with a warning (docs/voices.md)")
+
+
+def add_voices_argument(parser: argparse.ArgumentParser) -> None:
+    """--voices DIR, the one declaration of the voice library flag."""
+    parser.add_argument("--voices", metavar="DIR", default=None, help=VOICES_HELP)
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

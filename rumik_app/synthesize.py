@@ -4,20 +4,21 @@
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
     python -m rumik_app.synthesize --model tiny --text "Hello." --stream --out /tmp/noise.wav
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
+    python -m rumik_app.synthesize --model /models/rumik-oss-1 --voices voices/ --voice Arjun --text "..." --out a.wav
     rumik synthesize --backend vllm --model PATH --text "..." --out x.wav
 
 The request is checked before the weights load: the text, tone, accent, pace and description
-first, then the model (a hub id that cannot be fetched fails within seconds, naming the
-fixes), then the voice against the checkpoint's own voices. Numbers, money, dates and times
-are read as words (`rumik_app.text.normalize`; the spoken text is printed when it differs);
-`--no-normalize` sends the text as typed. A progress bar (seconds of audio generated out of
-the budget, on stderr) runs while it generates, when stderr is a terminal and `--quiet` is
-not given. At the end it prints the duration, tokens/s and the real-time factor (seconds of
-compute per second of audio; below 1 is faster than real time, as in gpu_speed.py), and
-warns when a chunk stopped at the `--max-seconds` cap instead of ending by itself. `--stream` synthesises
-through the streaming path and also reports the time to first audio. `--model tiny` has
-random weights: its audio is noise (it exercises the pipeline), and its default length is
-short (3 s).
+first, then the model (a hub id that cannot be fetched fails within seconds, naming the fixes),
+then the voice against the checkpoint's own voices and, with `--voices DIR`, a voice library's
+(docs/voices.md). Numbers, money, dates and times are read as words
+(`rumik_app.text.normalize`; the spoken text is printed when it differs); `--no-normalize`
+sends the text as typed. A progress bar (seconds of audio generated out of the budget, on
+stderr) runs while it generates, when stderr is a terminal and `--quiet` is not given. At the
+end it prints the duration, tokens/s and the real-time factor (seconds of compute per second of
+audio; below 1 is faster than real time, as in gpu_speed.py), and warns when a chunk stopped at
+the `--max-seconds` cap instead of ending by itself. `--stream` synthesises through the
+streaming path and also reports the time to first audio. `--model tiny` has random weights: its
+audio is noise (it exercises the pipeline), and its default length is short (3 s).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 import numpy as np
 
 from rumik_app.audio import Audio
-from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
+from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options, quiet_vllm_logs
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.prompt import PromptError
@@ -94,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="no progress bar and no summary lines (errors and warnings still print)")
     p.add_argument("--out", help="output .wav path (required unless --print-prompt)")
     add_engine_arguments(p)  # --device --dtype --compile --backend and vLLM's flags
+    add_voices_argument(p)  # --voices DIR: library voices for --voice
     args = p.parse_args(argv)
     if args.out is None and not args.print_prompt:
         p.error("--out is required (or --print-prompt to see the prompts without synthesising)")
@@ -174,6 +176,7 @@ def run(args: argparse.Namespace) -> Audio | None:
     from rumik_app.engine.loading import load_engine
     from rumik_app.engine.script import build_script
     from rumik_app.model.config import RumikOSSConfig
+    from rumik_app.voices.library import open_library
 
     # Checked twice: every field now, before fetching or loading a 7 GB model (a script's turns
     # and SSML once the checkpoint's voices are known); then the voice against the checkpoint's
@@ -185,13 +188,15 @@ def run(args: argparse.Namespace) -> Audio | None:
     path = resolve_checkpoint(args.model)
     config = RumikOSSConfig.from_file(path)
     layout = config.layout  # the checkpoint's own frames: tokens per second of audio
-    build = {"voices": config.speakers,
+    library = open_library(args.voices, path, config.speakers) if args.voices else None
+    voices = config.speakers + (library.names() if library is not None else ())
+    build = {"voices": voices,
              "tokens_for": lambda seconds: tokens_for_seconds(seconds, layout.frame_rate_hz, layout.num_quantizers)}
     gap = DEFAULT_GAP_SECONDS if args.gap is None else args.gap
     script = build_script(fields, dialogue=args.dialogue is not None, gap_s=gap, **build) if scripted else None
     req = None if script else build_request(fields, **build)
     if args.print_prompt:
-        print_prompts(script or [Part(req)], config)
+        print_prompts(script or [Part(req)], config, voices)
         return None
     if script and args.stream:
         raise PromptError("--stream speaks one request; a dialogue or SSML document is synthesised whole (drop "
@@ -199,6 +204,8 @@ def run(args: argparse.Namespace) -> Audio | None:
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
+    if library is not None:
+        engine.use_voices(library)
     say = (lambda line: None) if args.quiet else print
     audio = synthesize_script_cli(engine, script, say) if script else synthesize_one(engine, req, args, say)
     audio.save(args.out)
@@ -224,8 +231,9 @@ def write_spans(path: str, audio: Audio, req: SynthesisRequest | None) -> None:
                                   indent=1) + "\n")
 
 
-def print_prompts(parts, config) -> None:
-    """Each part's chunks' exact prompts (BOS as [BOS]), with a header line per part when there are several."""
+def print_prompts(parts, config, voices=None) -> None:
+    """Each part's chunks' exact prompts (BOS as [BOS]), with a header line per part when there are
+    several; voices: the checkpoint's and a library's (default: the checkpoint's)."""
     from rumik_app.engine.planning import plan_request
 
     for index, part in enumerate(parts):
@@ -236,7 +244,7 @@ def print_prompts(parts, config) -> None:
             who = f" ({part.speaker})" if part.speaker else ""
             print(f"# part {index + 1}{who}, seed {part.request.seed}, then {part.pause_after_s:g} s of silence")
         for chunk in plan_request(part.request, config.layout):
-            print("[BOS]" + chunk.prompt(voices=config.speakers))
+            print("[BOS]" + chunk.prompt(voices=voices or config.speakers))
 
 
 def synthesize_script_cli(engine, parts, say) -> Audio:

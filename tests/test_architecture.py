@@ -53,7 +53,8 @@ LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_ap
                  "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens", "rumik_app.engine.serving",
                  "rumik_app.engine.planning", "rumik_app.engine.script", "rumik_app.serve.protocol",
                  "rumik_app.serve.adapters", "training.config", "training.cli", "training.grpo.config",
-                 "training.dpo.config", "webapp.access")
+                 "training.dpo.config", "webapp.access", "rumik_app.voices.package", "rumik_app.voices.library",
+                 "rumik_app.voices.archive")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 

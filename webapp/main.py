@@ -8,6 +8,7 @@
     rumik app --auth-file logins.txt                # a private deployment: USER:PASS lines, Gradio's login
     rumik app --host 0.0.0.0 --forwarded-allow-ips 10.0.0.5   # behind your reverse proxy at 10.0.0.5
     rumik app --backend vllm                        # rumik-oss-1 on vLLM's engine (pip install rumik-oss[vllm])
+    rumik app --voices voices/                      # library voices too, in the Voice menu (docs/voices.md)
 
 `python app.py` (the Hugging Face Space's entry point) and `python -m webapp` run the same.
 
@@ -51,7 +52,7 @@ zerogpu.import_spaces()
 
 # Nothing below imports torch, transformers or gradio, so `--help` is instant (`rumik app --help`):
 # Gradio, and the rate tab that needs it to load, are imported where the page is built (`build_demo`, `_theme`).
-from rumik_app.cli_args import add_engine_arguments, engine_options  # noqa: E402
+from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options  # noqa: E402
 from rumik_app.errors import report_user_error  # noqa: E402
 from rumik_app.request import DEFAULT_MODEL  # noqa: E402
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, GuessThrottle, LoginCheck, LoginError, read_logins  # noqa: E402
@@ -97,7 +98,7 @@ INTRO = (
 def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
                engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,),
-               speaker_encoder: str = DEFAULT_SPEAKER_ENCODER) -> gr.Blocks:
+               speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, voices: str | os.PathLike | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
@@ -106,7 +107,8 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     `engine_options`: `load_engine`'s (device, dtype, compile, backend "engine" | "vllm", vLLM's
     options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags; `asr_models`: the
     Hugging Face ASR judges visitors may pick in the Evaluate tab (hub ids or folders);
-    `speaker_encoder`: the Evaluate tab's speaker-similarity model (`evaluation.speaker` spec).
+    `speaker_encoder`: the Evaluate tab's speaker-similarity model (`evaluation.speaker` spec);
+    `voices`: a voice library folder whose voices rumik-oss-1 speaks too (docs/voices.md).
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
     """
     import gradio as gr
@@ -116,7 +118,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
     admin = admin if admin is not None else AdminGate.from_sources()
-    registry = SystemRegistry(model=model, **(engine_options or {}))
+    registry = SystemRegistry(model=model, voices=voices, **(engine_options or {}))
     if preload:
         registry.preload(SYSTEM_RUMIK)
     store = RatingStore(layout.database)
@@ -220,6 +222,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="unload the model after this many minutes without a visitor (frees the GPU; the next "
                         "synthesis reloads it); in-process engine only, not on ZeroGPU (it frees the GPU itself)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM
+    add_voices_argument(p)  # --voices DIR: library voices in the Voice menu
     args = p.parse_args(argv)
     args.engine_options = zerogpu.engine_options(engine_options(p, args))
     try:
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         admin = AdminGate.from_sources(args.admin_password)
         demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
                           asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)),
-                          speaker_encoder=args.speaker_encoder)
+                          speaker_encoder=args.speaker_encoder, voices=args.voices)
     except (LoginError, UnsafeLayoutError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)

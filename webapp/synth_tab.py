@@ -240,6 +240,17 @@ class SynthHandlers:
             return TINY_MAX_SECONDS
         return default_max_seconds(self.registry.model) if key == SYSTEM_RUMIK else DEFAULT_MAX_SECONDS
 
+    def voice_choices(self, system: str | None):
+        """The Voice menu for a system: its voices once loaded, a voice library's included
+        (`--voices`, re-read when its folder changed); the published ones before. Never loads a model."""
+        import gradio as gr
+
+        try:
+            voices = _ready_voices(self.registry, self.registry.resolve_key(system))
+        except SystemUnavailable:
+            voices = VOICES
+        return gr.update(choices=list(voices))
+
     def preview(self, form: SynthForm) -> tuple[str, str]:
         """(exact prompt string or a '⚠' line saying what to fix, notes) for the live preview;
         with `normalize` the prompt shows the text as the model reads it (numbers as words).
@@ -435,8 +446,9 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                                          label="Gap between turns (seconds)")
         with gr.Column(scale=2):
             system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
-            voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", info="All four voices are female-presenting.",
-                                allow_custom_value=True)
+            voice = gr.Dropdown(list(_ready_voices(handlers.registry, default_system)), value="Ira", label="Voice",
+                                info="The four built-in voices are female-presenting; library voices (--voices) "
+                                     "follow them.", allow_custom_value=True)
             language = gr.Dropdown(LANGUAGE_CHOICES, value=DEFAULT_LANGUAGE, label="Language",
                                    info="Loads an example in its script. "
                                         "The model reads the language from the text itself.")
@@ -488,6 +500,9 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     language.input(example_for, inputs=language, outputs=text, api_name="language_example")
     system.input(handlers.default_seconds, inputs=system, outputs=max_seconds, api_name="default_seconds",
                  queue=False, show_progress="hidden")
+    # The Voice menu follows the system and the voice library (re-read when a visitor opens it).
+    gr.on([system.input, voice.focus], handlers.voice_choices, inputs=system, outputs=voice, api_name="voice_choices",
+          queue=False, show_progress="hidden")
     mode.change(lambda mode: (gr.update(visible=mode == MODE_STRUCTURED), gr.update(visible=mode == MODE_FREE)),
                 inputs=mode, outputs=[structured, description], api_name="description_mode")
     # In the queue with a small limit of its own (normalising a long text is CPU work, and a

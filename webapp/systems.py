@@ -3,6 +3,7 @@
 Library module for `app.py` (no command line)::
 
     registry = SystemRegistry(model="rumik-ai/rumik-oss-1", device=None)   # any load_engine option
+    registry = SystemRegistry(model=path, voices="voices/")   # rumik-oss-1 speaks a voice library's voices too
     registry.preload(SYSTEM_RUMIK)          # never raises; a failure becomes the banner
     print(registry.banner_markdown())
     system = registry.get("tiny")           # raises SystemUnavailable with reason and fix
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import threading
 import time
@@ -230,11 +232,12 @@ def _load(kind: str, spec: str, options: tuple = ()) -> LoadedSystem:
     raise ValueError(f"unknown system kind {kind!r}")
 
 
-def _load_engine(spec: str, **engine_options) -> LoadedSystem:
+def _load_engine(spec: str, voices: str | None = None, **engine_options) -> LoadedSystem:
     """rumik-oss-1 (or tiny) through `evaluation.systems.RumikSystem`, keeping its engine for streaming.
 
     engine_options: `load_engine`'s (backend, device, dtype, compile: None = on for CUDA, the
-    compiled step built and warmed up here, before serving; vLLM's options).
+    compiled step built and warmed up here, before serving; vLLM's options). voices: a voice
+    library folder (`rumik_app.voices.library.use_library`), attached before anyone uses the engine.
     """
     from evaluation.systems import RumikSystem, SynthesisError
     from rumik_app.checkpoint.load import ModelUnavailable
@@ -258,6 +261,13 @@ def _load_engine(spec: str, **engine_options) -> LoadedSystem:
             "or try the app with --model tiny."
         ) from exc
     log.info("loaded %s: %r", spec, engine)
+    if voices is not None:
+        from rumik_app.voices.library import use_library
+
+        try:
+            use_library(engine, voices)
+        except RumikError as exc:  # a folder that cannot be used: its reason and fix
+            raise SystemUnavailable(f"The voice library {voices!r} cannot be used: {exc}") from exc
     loaded = LoadedSystem(key=key, label=SYSTEM_LABELS[key], engine=engine, synthesizer=system)
     if getattr(engine, "backend", "engine") == "vllm":
         loaded.lock = contextlib.nullcontext()  # vLLM batches concurrent visitors itself
@@ -293,7 +303,8 @@ class SystemStatus:
 
 
 class SystemRegistry:
-    """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path).
+    """The three systems of one app process; `model` is what `rumik-oss-1` loads (hub id or path),
+    `voices` a voice library folder it speaks too (`--voices`; its voices join `LoadedSystem.voices`).
 
     engine_options: `load_engine`'s (`rumik_app.cli_args.engine_kwargs` of app.py's flags):
     backend, device, dtype, compile (None = on for CUDA) and vLLM's options for rumik-oss-1;
@@ -301,13 +312,14 @@ class SystemRegistry:
     same device, dtype and compile.
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, **engine_options):
+    def __init__(self, model: str = DEFAULT_MODEL, voices: str | os.PathLike | None = None, **engine_options):
         self.model = model
         options = {k: v for k, v in engine_options.items() if v is not None}
         kind = options.pop("backend", "engine")
         local = tuple(sorted((k, v) for k, v in options.items() if k in LOAD_OPTIONS))
+        library = (("voices", str(voices)),) if voices is not None else ()  # rumik-oss-1's voice library
         self._specs = {
-            SYSTEM_RUMIK: (kind, str(model), tuple(sorted(options.items())) if kind == "vllm" else local),
+            SYSTEM_RUMIK: (kind, str(model), (tuple(sorted(options.items())) if kind == "vllm" else local) + library),
             SYSTEM_ESPEAK: ("espeak", SYSTEM_ESPEAK, ()),
             SYSTEM_TINY: ("engine", TINY_MODEL, local),
         }

@@ -3,6 +3,7 @@
     python -m rumik_app.serve --model rumik-ai/rumik-oss-1                  # http://127.0.0.1:8000
     python -m rumik_app.serve --model /models/rumik-oss-1 --host 0.0.0.0 --max-batch 32 --api-key "$KEY"
     python -m rumik_app.serve --model tiny --port 8001                      # random weights: noise, no download
+    python -m rumik_app.serve --model /models/rumik-oss-1 --voices voices/ --admin-key "$ADMIN"   # + library voices
     rumik serve --backend vllm --model rumik-ai/rumik-oss-1 \
         --max-batch 64 --tensor-parallel-size 2                             # vLLM's engine (pip install -e .[vllm])
 
@@ -12,7 +13,8 @@ it stops accepting connections, answers requests that have no audio yet with 503
 (`Retry-After`), lets the ones already streaming finish (up to --shutdown-timeout seconds,
 after which they are cut), shuts the backend down (vLLM's engine processes too) and exits.
 The API key can also come from the environment variable RUMIK_API_KEY, the admin key
-(POST /v1/admin/unload; a key of its own) from RUMIK_ADMIN_KEY.
+(POST /v1/admin/unload, POST and DELETE /v1/voices; a key of its own) from RUMIK_ADMIN_KEY.
+--voices DIR serves a voice library's voices too (docs/voices.md).
 
 Every connection has deadlines (headers, body, idle keep-alive) and one client address a
 share of them (`rumik_app.serve.connections`), so idle or slow sockets cannot take the server
@@ -32,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from rumik_app.cli_args import add_engine_arguments, engine_options
+from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options
 from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
 from rumik_app.errors import CheckpointError
 from rumik_app.request import (
@@ -67,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
     add_engine_arguments(p)  # --device --dtype --compile --backend engine|vllm, --tensor-parallel-size, ...
+    add_voices_argument(p)  # --voices DIR: a voice library (GET/POST /v1/voices, DELETE /v1/voices/NAME)
     p.add_argument("--host", default=DEFAULT_HOST, help="address to bind (0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
@@ -190,12 +193,14 @@ def build_server(args: argparse.Namespace):
     from rumik_app.serve.app import SpeechServer, create_app
     from rumik_app.serve.connections import ConnectionPolicy, guarded_protocol
     from rumik_app.serve.openai.schema import parse_voice_map
+    from rumik_app.voices.library import use_library
 
     sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
     if args.idle_unload is not None:
         sizes["idle_unload_s"] = args.idle_unload * 60
     adapter = load_adapter(args.backend, args.model, max_batch=args.max_batch, max_queue=args.max_queue, **sizes,
                            **args.engine_options)
+    use_library(adapter.engine, args.voices)  # before --voice-map, which may name library voices
     name = args.served_model_name or served_name(args.model)
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_keys, data_dir=args.data_dir,

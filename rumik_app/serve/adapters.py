@@ -88,7 +88,24 @@ async def off_loop(fn: Callable, *args):
     return await asyncio.wrap_future(_prepare_pool().submit(fn, *args))
 
 
-class SchedulerAdapter:
+class EngineVoices:
+    """An adapter's voices, read from its engine each time: the checkpoint's and, after
+    `engine.use_voices(library)` (--voices), the library's as it is now (it rescans its folder
+    when that changes), so routes and request checks see an imported or deleted voice at once."""
+
+    engine = None
+
+    @property
+    def voices(self) -> tuple[str, ...]:
+        return tuple(self.engine.voices)
+
+    @property
+    def library(self):
+        """The engine's VoiceLibrary (rumik_app.voices.library), or None."""
+        return getattr(self.engine, "library", None)
+
+
+class SchedulerAdapter(EngineVoices):
     """This process's `TTSEngine` behind a `BatchScheduler` (continuous batching, one thread)."""
 
     backend = "engine"
@@ -98,7 +115,6 @@ class SchedulerAdapter:
         self.engine = scheduler.engine
         self.layout = self.engine.layout
         self.sample_rate = self.engine.sample_rate
-        self.voices = tuple(self.engine.voices)
         self.max_batch = scheduler.max_batch
         self.limits = scheduler.limits
 
@@ -163,7 +179,7 @@ class SchedulerAdapter:
         await asyncio.to_thread(self.scheduler.stop, timeout)
 
 
-class AsyncEngineAdapter:
+class AsyncEngineAdapter(EngineVoices):
     """An engine with an async `astream(req, stats=...)` that batches concurrent calls itself:
     the vLLM engine (`load_engine(..., backend="vllm")`, continuous batching in vLLM's
     scheduler). This adapter adds the server's admission limit, drain and stats.
@@ -195,7 +211,6 @@ class AsyncEngineAdapter:
         self.layout = engine.layout
         self.limits = limits
         self.sample_rate = int(engine.sample_rate)
-        self.voices = tuple(engine.voices)
         self.max_batch = int(max_batch if max_batch is not None else getattr(engine, "max_num_seqs", DEFAULT_MAX_BATCH))
         self.max_queue = max_queue
         self.owns_engine = owns_engine  # stop() closes only an engine this backend loaded

@@ -5,7 +5,8 @@
 
 Routers, each in its own module: OpenAI's speech API (`rumik_app.serve.openai.routes`),
 Rumik's hosted API (`rumik_app.serve.silk.routes`), text streamed in
-(`rumik_app.serve.text_in`) and the operators' routes (`rumik_app.serve.ops`). They share one
+(`rumik_app.serve.text_in`), lexicons (`rumik_app.serve.lexicons`), the voice library
+(`rumik_app.serve.voices`) and the operators' routes (`rumik_app.serve.ops`). They share one
 `ServeContext` (`app.state.ctx`: the adapter, metrics, sessions, names and defaults). With an
 API key the /v1 routes need `Authorization: Bearer KEY` (`rumik_app.serve.gate.RequestGate`
 checks it, and the body size, before FastAPI parses anything) and /docs and /openapi.json are
@@ -29,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rumik_app.request import DEFAULT_MAX_SECONDS, check_max_seconds
 from rumik_app.serve import lexicons as lexicon_routes
 from rumik_app.serve import ops, text_in
+from rumik_app.serve import voices as voice_routes
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.gate import RequestGate
@@ -48,7 +50,8 @@ from rumik_app.serve.sockets import SessionRegistry
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, lexicon_routes.router, ops.router)
+ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, lexicon_routes.router, voice_routes.router,
+           ops.router)
 
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (),
@@ -69,7 +72,8 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
     ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
-                       lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None))
+                       lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None),
+                       body_timeout=body_timeout)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

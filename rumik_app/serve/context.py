@@ -17,7 +17,7 @@ from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part, build_script, pla
 from rumik_app.request import DEFAULT_MAX_SECONDS, SynthesisRequest, build_request
 from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
-from rumik_app.serve.protocol import SpeechAdapter
+from rumik_app.serve.protocol import DEFAULT_BODY_TIMEOUT_S, SpeechAdapter
 from rumik_app.serve.sockets import SessionRegistry
 
 
@@ -25,7 +25,8 @@ from rumik_app.serve.sockets import SessionRegistry
 class ServeContext:
     """What every route of the server shares (`app.state.ctx`): the adapter, its metrics and
     sessions, the model names it answers to (the served name first), other voice names, the
-    length cap when a request gives none, and the API keys' lexicons."""
+    length cap when a request gives none, the API keys' lexicons, and the seconds a request
+    body may take (routes that read their own body: a voice archive)."""
 
     adapter: SpeechAdapter
     metrics: ServerMetrics
@@ -34,6 +35,7 @@ class ServeContext:
     voice_map: dict[str, str] | None = None
     default_max_seconds: float = DEFAULT_MAX_SECONDS
     lexicons: LexiconStore = field(default_factory=LexiconStore)
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S
 
     @property
     def model_name(self) -> str:

@@ -5,10 +5,13 @@
 Pure ASGI, in front of FastAPI: the API key of /v1 routes from the headers alone, and no body
 over `max_body` bytes (413), each refused before any body is read or parsed, so a caller
 without the key, or with a huge body, costs the server nothing. /health and /metrics stay
-open for load balancers and scrapers. Admin routes (/v1/admin/) take the admin key
-(--admin-key), never an API key, and are closed when the server has none. WebSocket upgrades to /v1 need the key too (as
-`Authorization: Bearer`), except Rumik's socket, whose single-use token its route checks; a
-refused upgrade gets the HTTP 401. Rumik's routes get their errors in Rumik's body shape.
+open for load balancers and scrapers. Admin routes (/v1/admin/, and changes to the voice
+library: POST /v1/voices, DELETE /v1/voices/NAME) take the admin key (--admin-key), never an
+API key, and are closed when the server has none. A voice archive's body is not read here: its
+declared length is checked, and its route reads it incrementally under the same cap and deadline.
+WebSocket upgrades to /v1 need the key too (as `Authorization: Bearer`), except Rumik's
+socket, whose single-use token its route checks; a refused upgrade gets the HTTP 401.
+Rumik's routes get their errors in Rumik's body shape.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from rumik_app.asgi import declared_length, header, read_body, replay, send_json
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.metrics import ServerMetrics
 from rumik_app.serve.protocol import DEFAULT_BODY_TIMEOUT_S, MAX_LEXICON_BODY_BYTES, OPEN_OWNER
+from rumik_app.voices.archive import MAX_ARCHIVE_BYTES, archive_too_large
 
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
 # else in this API takes a body.
@@ -30,8 +34,11 @@ MAX_BODY_BYTES = 64 * 1024
 SILK_PREFIX = "/v1/tts"  # Rumik's hosted-API routes (rumik_app.serve.silk): errors in its body shape
 SILK_SOCKET = "/v1/tts/ws"  # its socket carries a token minted with the key, not the key itself
 ADMIN_PREFIX = "/v1/admin/"  # operators' actions: the admin key only
+VOICES_PATH = "/v1/voices"  # the voice library (serve.voices): reading it takes an API key, changing it the admin key
 # Routes whose bodies may be larger than a speech request's: a lexicon upload (serve.lexicons).
 LARGE_BODIES = {"/v1/lexicons": MAX_LEXICON_BODY_BYTES}
+# Routes that read their own body incrementally (to a file), under this cap and the body deadline.
+STREAMED_BODIES = {VOICES_PATH: MAX_ARCHIVE_BYTES}
 
 
 def key_error(authorization: str | None, api_key: str | Sequence[str] | None,
@@ -66,6 +73,13 @@ def owner_id(key: str | None) -> str:
     return OPEN_OWNER if key is None else "key_" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+def is_admin_route(method: str, path: str) -> bool:
+    """Whether (method, path) is an operator's action: /v1/admin/, or a change to the voice library."""
+    path = path.rstrip("/")
+    voices = path == VOICES_PATH or path.startswith(VOICES_PATH + "/")
+    return (path + "/").startswith(ADMIN_PREFIX) or (voices and method not in ("GET", "HEAD", "OPTIONS"))
+
+
 def admin_error(authorization: str | None, admin_key: str | None) -> ApiError | None:
     """The 403 when the server has no admin key, the 401 for a header without it, else None."""
     if admin_key is None:
@@ -91,7 +105,7 @@ class RequestGate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refused = self._check_headers(scope)
-        if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
+        if refused is None and scope["method"] in ("POST", "PUT", "PATCH") and not self._streamed(scope):
             try:
                 async with asyncio.timeout(self.body_timeout):
                     body = await read_body(receive, self._body_cap(scope))
@@ -127,7 +141,7 @@ class RequestGate:
 
     def _check_headers(self, scope) -> ApiError | None:
         path, authorization = scope["path"], header(scope, b"authorization")
-        if path.startswith(ADMIN_PREFIX):
+        if is_admin_route(scope["method"], path):
             error = admin_error(authorization, self.admin_key)
             if error is not None:
                 return error
@@ -145,8 +159,13 @@ class RequestGate:
 
     def _body_cap(self, scope) -> int:
         path = scope["path"].rstrip("/")
+        if path in STREAMED_BODIES:
+            return STREAMED_BODIES[path]
         return next((cap for prefix, cap in LARGE_BODIES.items() if path == prefix or path.startswith(prefix + "/")),
                     self.max_body)
+
+    def _streamed(self, scope) -> bool:
+        return scope["path"].rstrip("/") in STREAMED_BODIES
 
     def _too_slow(self) -> ApiError:
         return ApiError(408, f"The request body did not arrive within {self.body_timeout:g} s of its headers; send it "
@@ -154,6 +173,8 @@ class RequestGate:
                         headers={"Connection": "close"})
 
     def _too_large(self, scope) -> ApiError:
+        if self._streamed(scope):
+            return ApiError(413, str(archive_too_large()), code="request_too_large", headers={"Connection": "close"})
         cap = self._body_cap(scope)
         what = "a speech request is a few KB" if cap == self.max_body else "split the upload"
         return ApiError(413, f"The request body is larger than {cap // 1024} KB; {what}.", code="request_too_large")

@@ -19,13 +19,16 @@ frees whatever the request held.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from rumik_app.engine.serving import ServingStats
 from rumik_app.model.tokens import TokenLayout
 from rumik_app.request import RequestLimits, SynthesisRequest
+
+if TYPE_CHECKING:
+    from rumik_app.voices.library import VoiceLibrary
 
 SEED_HEADER = "x-rumik-seed"  # every protocol's HTTP answer: the seed used (drawn when none was given)
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0  # --shutdown-timeout: streaming requests may finish this long after SIGTERM
@@ -50,7 +53,8 @@ class SpeechAdapter(Protocol):
 
     backend: str
     sample_rate: int
-    voices: tuple[str, ...]
+    voices: tuple[str, ...]  # the checkpoint's, then the voice library's as it is now (--voices)
+    library: VoiceLibrary | None  # the engine's voice library (rumik_app.serve.voices), if any
     max_batch: int
     limits: RequestLimits  # how much one request may ask for (typed/spoken characters, audio seconds)
     layout: TokenLayout  # the checkpoint's audio tokens: what a script is planned with before it takes rows

@@ -99,6 +99,10 @@ class Consent:
         if not self.statement.strip() or len(self.statement) > MAX_STATEMENT_CHARS:
             raise VoiceError(f"The consent statement must be 1 to {MAX_STATEMENT_CHARS:,} characters: who consents, "
                              "to what use of their voice, and until when.")
+        if self.evidence_file not in {CONSENT_STEM + suffix for suffix in CONSENT_SUFFIXES}:
+            kinds = ", ".join(CONSENT_SUFFIXES)
+            raise VoiceError(f"The consent record's evidence_file must be consent.<ext> ({kinds}) inside the "
+                             f"package, not {str(self.evidence_file)[:60]!r}. Re-create the package.")
         if not re.fullmatch(r"[0-9a-f]{64}", self.evidence_sha256):
             raise VoiceError("The consent record's evidence_sha256 must be 64 lowercase hex digits.")
         return self

@@ -24,17 +24,8 @@ from rumik_app.decode.sampling import RowParams
 from rumik_app.decode.slots import SlotDecoder
 from rumik_app.model.lm import AudioHead
 from rumik_app.voices.lora import AdapterBank, library_source, projection
-from rumik_app.voices.package import (
-    LoraSpec,
-    VoiceError,
-    VoicePackage,
-    adapter_key,
-    base_fingerprint,
-    consent_record,
-    load_adapter,
-    read_package,
-    write_package,
-)
+from rumik_app.voices.package import VoiceError, VoicePackage, load_adapter, read_package
+from rumik_app.voices.tiny import build_random_voice
 
 NAMES = ("Arjun", "Kabir", "Dev", "Rohan")
 RANKS = (4, 8, 2, 4)  # mixed ranks: the bank zero-pads to its own
@@ -58,20 +49,8 @@ class FolderLibrary:
         return self.folder / name
 
 
-def make_package(folder: Path, model, name: str, rank: int, seed: int, checkpoint: Path, scale: float = 0.3) -> Path:
-    generator = torch.Generator().manual_seed(seed)
-    spec = LoraSpec(rank=rank, alpha=2.0 * rank)
-    tensors = {}
-    for index, layer in enumerate(model.model.layers):
-        for module in spec.target_modules:
-            linear = projection(layer, module)
-            tensors[adapter_key(index, module, "A")] = torch.randn(rank, linear.in_features, generator=generator) * scale
-            tensors[adapter_key(index, module, "B")] = torch.randn(linear.out_features, rank, generator=generator) * scale
-    evidence = folder / f".{name}-consent.txt"
-    evidence.write_text(f"I, {name}, agree that my recorded voice may be used to synthesise speech for tests.")
-    package = VoicePackage(name, base_fingerprint(checkpoint), spec, consent_record(evidence.read_text(), evidence),
-                           languages=("en",))
-    return write_package(folder / name, package, tensors, evidence)
+def make_package(folder: Path, model, name: str, rank: int, seed: int, checkpoint: Path) -> Path:
+    return build_random_voice(folder, model, name, checkpoint, rank=rank, seed=seed)
 
 
 def merged(model, folder: Path):
