@@ -385,7 +385,8 @@ class BatchScheduler:
 
     def _new_decoder(self) -> SlotDecoder:
         return SlotDecoder(self.engine.model, self.engine.head, self.max_batch, self.max_len,
-                           pad_id=self.engine.pad_id, compile=self.engine.compile, bank=getattr(self.engine, "bank", None))
+                           pad_id=self.engine.pad_id, compile=self.engine.compile,
+                           bank=getattr(self.engine, "bank", None))
 
     def _unload(self) -> None:
         idle = time.monotonic() - self._last_busy
