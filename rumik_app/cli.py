@@ -5,6 +5,7 @@
     rumik serve --model tiny --port 8000           # the speech server (OpenAI and Rumik APIs)
     rumik train sft --config training/configs/finetune_voice.toml --out runs/sft
     rumik campaign status --name pilot --data-dir outputs/app
+    rumik watermark detect out/*.wav               # PerthNet watermark: watermarked or clean, and a score
 
 `rumik NAME ARGS...` calls NAME's module `main(ARGS)` unchanged, so its flags, help and exit
 status are the module's own, and `python -m MODULE ARGS...` stays the same command. Every
@@ -42,6 +43,7 @@ COMMANDS: dict[str, Command] = {
     "campaign": Command("webapp.campaign.cli", "annotation campaigns: create, add-rater, serve, status, ..."),
     "tiny": Command("rumik_app.checkpoint.tiny", "write a random checkpoint in the published format"),
     "normalize": Command("rumik_app.text.normalize", "show how text is read: numbers, dates, currency, units"),
+    "watermark detect": Command("evaluation.watermark", "say whether audio files carry the PerthNet watermark"),
 }
 
 
@@ -71,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     found = find_command(argv)
     if found is None:
-        hint = " (train takes sft, grpo or dpo)" if argv[0] == "train" else ""
+        second = [name.split()[1] for name in COMMANDS if name.startswith(f"{argv[0]} ")]  # train: sft, grpo, dpo
+        choices = ", ".join(second[:-1]) + " or " * (len(second) > 1) + second[-1] if second else ""
+        hint = f" ({argv[0]} takes {choices})" if second else ""
         print(f"{PROG}: unknown command {' '.join(argv[:2])!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 2
     name, args = found
