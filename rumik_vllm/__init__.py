@@ -17,7 +17,8 @@ as the engine's `Rollouts`), `loop` (its event loop in
 a thread; starting vLLM from any `__main__`), `rules` (the sampling rules on vLLM's logits,
 vLLM-free) and `logits` (the logits processors that apply them), `weights` (pushing a
 trainer's weights into the served model: the sender and the worker extension), `model`,
-`config`. Importing the package itself loads nothing (vLLM imports it in every process).
+`config`, `lora_fix` (vLLM's CPU multi-LoRA gave rows without an adapter the last one's).
+Importing the package itself loads nothing (vLLM imports it in every process).
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ MODEL_CLASS = "rumik_vllm.model:RumikOSSForCausalLM"
 def register() -> None:
     """vLLM general-plugin hook; safe to call more than once in a process."""
     from vllm import ModelRegistry
+    from vllm.platforms import current_platform
 
     from rumik_vllm.config import register_config
 
     register_config()
+    if current_platform.is_cpu():
+        from rumik_vllm.lora_fix import patch_cpu_lora_ops
+
+        patch_cpu_lora_ops()  # library voices beside built-in ones on vLLM's CPU multi-LoRA
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         # A string, not the class: vLLM imports the model lazily, after CUDA is set up.
         ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)

@@ -28,6 +28,12 @@ Rollouts differ from the engine's in one field: vLLM returns no stop-head probab
 for "continue" decisions, so `stop_log_probs` is NaN there (the terminal "stop" decision's
 log-prob is returned exactly). GRPO rescores every action with the trainer's own head.
 
+Library voices (`use_voices`): each row naming one runs as a vLLM request with that voice's
+`LoRARequest` (vLLM's multi-LoRA batches rows of many adapters together; our logits processor
+is unchanged). vLLM must start with `enable_lora=True` and a `max_lora_rank` at least the
+voices' rank. vLLM reads PEFT's file names, so each adapter is linked (or copied) once into a
+view folder as `adapter_model.safetensors` beside its `adapter_config.json`.
+
 For RL (training.grpo's `rollout.backend = "vllm"`): `load_weights` pushes a trainer's
 tensors into the served model between rollouts (rumik_vllm.weights),
 and `sleep`/`wake_up` free and restore its GPU memory (`enable_sleep_mode=True`; not on CPU).
@@ -44,6 +50,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import tempfile
 import time
 import uuid
 import weakref
@@ -66,6 +75,7 @@ from rumik_app.errors import CheckpointError, PromptError
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.request import DEFAULT_MODEL, SynthesisRequest
+from rumik_app.voices.package import ADAPTER_FILE, PEFT_CONFIG_FILE, VoiceError
 from rumik_vllm.loop import LoopThread, main_module_hidden
 from rumik_vllm.rollouts import RequestOutput, build_rollouts
 from rumik_vllm.rules import AudioColumns, RequestRules
@@ -242,6 +252,39 @@ class VLLMEngine(BaseEngine):
     def is_sleeping(self) -> bool:
         return bool(self.engine_loop.call(self._llm().is_sleeping()))
 
+    # ------------------------------------------------------------------ library voices: vLLM's multi-LoRA
+
+    def use_voices(self, library) -> None:
+        """Serve `library`'s voices as LoRA adapters (module docstring); VoiceError when vLLM was
+        started without LoRA support."""
+        if library is not None and self._llm().vllm_config.lora_config is None:
+            raise VoiceError("The vLLM backend serves library voices only when vLLM starts with LoRA: "
+                             "load_engine(model, backend='vllm', enable_lora=True, max_lora_rank=64), or give "
+                             "--voices when the server starts (it does so).")
+        super().use_voices(library)
+        self._lora_views: dict[tuple, tuple[int, Path]] = {}
+        self._lora_root = Path(tempfile.mkdtemp(prefix="rumik-vllm-lora-"))
+        weakref.finalize(self, shutil.rmtree, self._lora_root, True)
+
+    def lora_request(self, adapter: str | None):
+        """vLLM's LoRARequest for a row's adapter (a library voice's name), None for none."""
+        if adapter is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        package = self.library.get(adapter)  # VoiceError once the voice is gone from the library
+        folder = self.library.path(package.name)
+        stat = (folder / ADAPTER_FILE).stat()
+        key = (package.name, stat.st_mtime_ns, stat.st_size)
+        if key not in self._lora_views:
+            view = self._lora_root / f"{package.name}-{len(self._lora_views) + 1}"
+            view.mkdir()
+            _link_or_copy(folder / ADAPTER_FILE, view / "adapter_model.safetensors")
+            _link_or_copy(folder / PEFT_CONFIG_FILE, view / PEFT_CONFIG_FILE)
+            self._lora_views[key] = (len(self._lora_views) + 1, view)
+        lora_id, view = self._lora_views[key]
+        return LoRARequest(package.name, lora_id, str(view))
+
     def _llm(self):
         if self.engine_loop.llm is None:
             raise RuntimeError("this VLLMEngine was closed")
@@ -284,12 +327,16 @@ class VLLMEngine(BaseEngine):
                 f"{max_new_tokens:,} new tokens); vLLM holds {limit:,} per request (max_model_len). Shorten the "
                 "sentence or the description, or lower max_seconds.")
 
-    async def _deltas(self, prompt_ids: list[int], params) -> AsyncIterator[tuple[RequestOutput, list[int]]]:
-        """On the engine loop: (row so far, new ids) per vLLM output; the row is finished last."""
+    async def _deltas(self, prompt_ids: list[int], params,
+                      lora=None) -> AsyncIterator[tuple[RequestOutput, list[int]]]:
+        """On the engine loop: (row so far, new ids) per vLLM output; the row is finished last.
+        lora: the row's LoRARequest (a library voice) or None."""
         self.check_length(prompt_ids, params.max_tokens)
         row = RequestOutput()
         completion = None
-        async for out in self._llm().generate({"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex):
+        outputs = self._llm().generate({"prompt_token_ids": prompt_ids}, params, request_id=uuid.uuid4().hex,
+                                       lora_request=lora)
+        async for out in outputs:
             completion = out.outputs[0]
             new = row.extend(completion)
             if out.finished:
@@ -305,7 +352,8 @@ class VLLMEngine(BaseEngine):
 
         async def one(ids, row):
             last = None
-            async for row_so_far, _ in self._deltas(ids, self.sampling_params(row, stop_mode)):
+            lora = self.lora_request(row.adapter)
+            async for row_so_far, _ in self._deltas(ids, self.sampling_params(row, stop_mode), lora):
                 last = row_so_far
             return last
 
@@ -384,10 +432,11 @@ class VLLMEngine(BaseEngine):
     async def _chunk_tokens(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[tuple[list[int], str]]:
         """One chunk request's generated ids as vLLM streams them, on any loop: (new ids, finish
         reason so far); the stop column is dropped (the row's end is reported as "stop_head")."""
-        params = self.sampling_params(self.row_params(req), stream=True)
+        row = self.row_params(req)
+        params, lora = self.sampling_params(row, stream=True), self.lora_request(row.adapter)
         prompt_ids = self.prompt_ids(req)
         stats["prompt_tokens"] = stats.get("prompt_tokens", 0) + len(prompt_ids)
-        deltas = self.engine_loop.aiterate(lambda: self._deltas(prompt_ids, params))
+        deltas = self.engine_loop.aiterate(lambda: self._deltas(prompt_ids, params, lora))
         async with contextlib.aclosing(deltas):
             async for row, new in deltas:
                 yield [t for t in new if t != self.stop_column], row.reason
@@ -396,6 +445,15 @@ class VLLMEngine(BaseEngine):
         lm = self.config.lm
         return (f"VLLMEngine({self.checkpoint_dir}, layers={lm.num_hidden_layers}, hidden={lm.hidden_size}, "
                 f"dtype={self.dtype}, compile={self.compile}, mimi on {self.device})")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link when both are on one file system (no copy of the adapter's bytes), else a copy:
+    never a symbolic link, which a voice deleted from the library would leave dangling."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def check_head_size(config: RumikOSSConfig, model: str) -> None:

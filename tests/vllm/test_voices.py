@@ -1,0 +1,117 @@
+"""Library voices on vLLM's multi-LoRA, against the engine's per-row LoRA and against merged weights.
+
+A batch of 4 library voices and 2 built-in voices (fp32, the calibrated checkpoint):
+  - greedy: vLLM's tokens equal the engine backend's, row for row, and log-probs agree;
+  - seeded: each vLLM row equals that request alone on vLLM with its adapter merged into the
+    served weights (pushed with `load_weights`, no LoRA), tokens and log-probs;
+and a voice deleted from the library is refused by the next request.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+import torch
+
+from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app.decode.sampling import RowParams
+from rumik_app.errors import PromptError
+from rumik_app.voices.library import VoiceLibrary
+from rumik_app.voices.lora import projection
+from rumik_app.voices.package import VoiceError, base_fingerprint, load_adapter, read_package
+from rumik_app.voices.tiny import build_random_voice
+from rumik_vllm.rollouts import build_rollouts
+
+pytestmark = pytest.mark.slow
+NAMES = ("Arjun", "Kabir", "Dev", "Rohan")
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def voices(calibrated, tmp_path_factory):
+    """(engine backend, vLLM backend, voices folder), both serving the same 4 random voices."""
+    from rumik_app.engine.loading import load_engine
+
+    checkpoint = calibrated[0]
+    folder = tmp_path_factory.mktemp("vllm-voices")
+    engine = TTSEngine.from_pretrained(str(checkpoint), device="cpu", dtype="float32")
+    for seed, name in enumerate(NAMES):
+        build_random_voice(folder, engine.model, name, checkpoint, rank=4 if seed % 2 else 8, seed=seed)
+    engine.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)))
+    vllm = load_engine(str(checkpoint), backend="vllm", device="cpu", dtype="float32", enable_lora=True,
+                       max_loras=4, max_lora_rank=8)
+    vllm.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)))
+    yield engine, vllm, folder
+    vllm.close()
+
+
+def mixed(temperature: float) -> list[SynthesisRequest]:
+    voices = ["Arjun", "Ira", "Kabir", "Dev", "Zoya", "Rohan"]
+    return [SynthesisRequest(f"Sentence {i} for the voice test.", voice=voice, seed=40 + i, temperature=temperature,
+                             max_new_tokens=40) for i, voice in enumerate(voices)]
+
+
+def assert_rows_equal(got, row: int, expected, expected_row: int) -> None:
+    n = int(expected.lengths[expected_row])
+    assert int(got.lengths[row]) == n
+    assert torch.equal(got.token_ids[row, :n], expected.token_ids[expected_row, :n])
+    torch.testing.assert_close(got.log_probs[row, :n], expected.log_probs[expected_row, :n], atol=ATOL, rtol=0)
+
+
+def test_greedy_vllm_tokens_equal_the_engines_row_for_row(voices):
+    engine, vllm, _ = voices
+    reqs = mixed(0.0)
+    ours, theirs = engine.generate_batch(reqs), vllm.generate_batch(reqs)
+    for row in range(len(reqs)):
+        assert_rows_equal(theirs, row, ours, row)
+    plain = engine.generate_batch([r.with_(voice="Siya") for r in reqs[:1]])
+    assert not torch.equal(ours.token_ids[0], plain.token_ids[0])  # the adapter is applied
+
+
+def merged_weights(model, folder) -> dict[str, torch.Tensor]:
+    """The checkpoint names -> tensors of `model` with the package in `folder` merged in."""
+    package = read_package(folder)
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for (index, module), (a, b) in load_adapter(folder, package).items():
+            projection(model.model.layers[index], module).weight += package.lora.scale * (b @ a)
+    return {name: tensor for name, tensor in model.state_dict().items() if ".layers." in name}
+
+
+def without_adapter(vllm, req: SynthesisRequest):
+    """`req` alone on vLLM with its voice's prompt but no LoRA request (the weights hold it)."""
+    prompts, rows = [vllm.prompt_ids(req)], [RowParams.of(req, req.seed)]
+    results = vllm.engine_loop.call(vllm._generate_rows(prompts, rows, "threshold"))
+    return build_rollouts(results, prompts, rows, [0], "threshold", vllm.layout, {})
+
+
+def test_seeded_rows_equal_each_request_alone_with_its_adapter_merged(voices):
+    engine, vllm, folder = voices
+    reqs = mixed(0.9)
+    batch = vllm.generate_batch(reqs)
+    base = {name: t.clone() for name, t in engine.model.state_dict().items() if ".layers." in name}
+    try:
+        for row, req in enumerate(reqs):
+            adapter = engine.adapter_for(req.voice)
+            if adapter is None:
+                alone = vllm.generate_batch([req])
+            else:
+                vllm.load_weights(merged_weights(engine.model, folder / adapter))
+                alone = without_adapter(vllm, req)
+                vllm.load_weights(base)
+            assert_rows_equal(batch, row, alone, 0)
+    finally:
+        vllm.load_weights(base)
+
+
+def test_a_deleted_voice_is_refused_by_the_next_request(voices, tmp_path):
+    engine, vllm, folder = voices
+    shutil.copytree(folder / "Dev", tmp_path / "Dev")
+    try:
+        shutil.rmtree(folder / "Dev")
+        with pytest.raises((VoiceError, PromptError), match="Dev"):
+            vllm.generate_batch([SynthesisRequest("Hello.", voice="Dev", seed=1, max_new_tokens=16)])
+    finally:
+        shutil.copytree(tmp_path / "Dev", folder / "Dev")
