@@ -132,12 +132,17 @@ class TTSEngine(BaseEngine):
                  "compiled" if slots.compiled else "warmed up", slots.batch, slots.max_len, self.device, seconds)
         return seconds
 
-    def use_voices(self, library, capacity: int = DEFAULT_CAPACITY, rank: int = DEFAULT_RANK,
+    def use_voices(self, library, capacity: int = DEFAULT_CAPACITY, rank: int | None = None,
                    max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         """Serve `library`'s voices: an AdapterBank (rumik_app.voices.lora) of at most `capacity`
         adapters of rank <= `rank` in `max_bytes` of device memory, shared by every slot decoder.
-        Rows of built-in voices run as before; None removes the library."""
+        rank None: the library's highest, at least DEFAULT_RANK (every row reads the bank's rank,
+        so a needlessly high one costs memory traffic). Rows of built-in voices run as before;
+        None removes the library."""
         super().use_voices(library)
+        if rank is None:
+            ranks = [package.lora.rank for package in library.packages()] if library is not None else []
+            rank = max([DEFAULT_RANK, *ranks])
         self.bank_options = dict(capacity=capacity, rank=rank, max_bytes=max_bytes)
         self._slot_decoders.clear()
         self.bank = self._new_bank()

@@ -1,6 +1,6 @@
 """Per-row LoRA for the engine's static body: many voices' adapters in one batch (Punica/S-LoRA style).
 
-    bank = AdapterBank(model, library_source(library), capacity=16, max_bytes=2**30, rank=64)
+    bank = AdapterBank(model, library_source(library), capacity=16, max_bytes=2**30, rank=16)
     slot = bank.acquire("Arjun")                # loads (LRU) and pins the voice's adapter; slot >= 1
     ids = torch.tensor([0, slot, 0])            # per batch row: 0 = no adapter
     y = base(h) + bank.delta(layer, "q_proj", h, ids)   # h: [B, T, in] -> [B, T, out]
@@ -36,7 +36,7 @@ from rumik_app.voices.package import (
 )
 
 DEFAULT_CAPACITY = 16
-DEFAULT_RANK = 64
+DEFAULT_RANK = 16  # LoraSpec's default; the engine raises it to its library's highest
 DEFAULT_MAX_BYTES = 2 * 2**30
 Loader = Callable[[], tuple[VoicePackage, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]]]
 Source = Callable[[str], tuple[Hashable, Loader]]  # voice name -> (its adapter's identity, how to load it)

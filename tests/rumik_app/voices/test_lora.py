@@ -23,30 +23,18 @@ from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.sampling import RowParams
 from rumik_app.decode.slots import SlotDecoder
 from rumik_app.model.lm import AudioHead
+from rumik_app.voices.library import VoiceLibrary
 from rumik_app.voices.lora import AdapterBank, library_source, projection
-from rumik_app.voices.package import VoiceError, VoicePackage, load_adapter, read_package
+from rumik_app.voices.package import VoiceError, load_adapter, read_package
 from rumik_app.voices.tiny import build_random_voice
 
 NAMES = ("Arjun", "Kabir", "Dev", "Rohan")
 RANKS = (4, 8, 2, 4)  # mixed ranks: the bank zero-pads to its own
 
 
-class FolderLibrary:
-    """The VoiceLibrary interface the engine uses (names, get, path), over a folder of packages."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted(p.name for p in self.folder.iterdir() if not p.name.startswith(".")))
-
-    def get(self, name: str) -> VoicePackage:
-        if not (self.folder / name).is_dir():
-            raise VoiceError(f"Unknown voice {name!r}.")
-        return read_package(self.folder / name)
-
-    def path(self, name: str) -> Path:
-        return self.folder / name
+def library_over(folder: Path) -> VoiceLibrary:
+    """The library over `folder`, serving packages of any base (the fixture's are all this one's)."""
+    return VoiceLibrary(folder)
 
 
 def make_package(folder: Path, model, name: str, rank: int, seed: int, checkpoint: Path) -> Path:
@@ -70,7 +58,7 @@ def voices(tiny_checkpoint, tmp_path_factory):
     folder = tmp_path_factory.mktemp("voices")
     for seed, (name, rank) in enumerate(zip(NAMES, RANKS, strict=True)):
         make_package(folder, engine.model, name, rank, seed, Path(tiny_checkpoint))
-    engine.use_voices(FolderLibrary(folder), capacity=8, rank=8)
+    engine.use_voices(library_over(folder), capacity=8, rank=8)
     return engine, folder
 
 
@@ -145,7 +133,7 @@ def test_the_adapted_step_traces_without_graph_breaks(voices):
 
 def test_the_bank_evicts_the_least_recently_used_unpinned_adapter_and_refuses_when_all_are_pinned(voices):
     engine, folder = voices
-    bank = AdapterBank(engine.model, library_source(FolderLibrary(folder)), capacity=2, rank=8)
+    bank = AdapterBank(engine.model, library_source(library_over(folder)), capacity=2, rank=8)
     first, second = bank.acquire("Arjun"), bank.acquire("Kabir")
     with pytest.raises(VoiceError, match="slots all serve running requests"):
         bank.acquire("Dev")
@@ -156,7 +144,7 @@ def test_the_bank_evicts_the_least_recently_used_unpinned_adapter_and_refuses_wh
 
 def test_the_bank_is_bounded_by_bytes_and_by_rank(voices):
     engine, folder = voices
-    source = library_source(FolderLibrary(folder))
+    source = library_source(library_over(folder))
     one = AdapterBank(engine.model, source, capacity=64, rank=8).bytes / 65
     bounded = AdapterBank(engine.model, source, capacity=64, rank=8, max_bytes=int(3.5 * one))
     assert bounded.capacity == 2 and bounded.bytes <= 3.5 * one  # the zero slot counts too
@@ -169,7 +157,7 @@ def test_the_bank_is_bounded_by_bytes_and_by_rank(voices):
 def test_a_voice_deleted_mid_request_finishes_that_request_and_refuses_the_next(voices, tmp_path, tiny_checkpoint):
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
     make_package(tmp_path, engine.model, "Veer", 4, 9, Path(tiny_checkpoint))
-    engine.use_voices(FolderLibrary(tmp_path))
+    engine.use_voices(library_over(tmp_path))
     req = SynthesisRequest("Hello there, friend.", voice="Veer", seed=3, max_new_tokens=64)
     stream = engine.stream(req)
     first = next(stream)
