@@ -108,9 +108,30 @@ VOICES_HELP = ("a voice library folder (created if missing): its voice packages 
                "with a warning (docs/voices.md)")
 
 
+# vLLM's multi-LoRA when --voices is given: adapters on the device at once, and the highest rank it
+# takes (vLLM allocates its slots at that rank, so the engine's own bank default, "the library's
+# highest", cannot apply: vLLM starts before the library is read).
+VLLM_MAX_LORAS = 16
+VLLM_MAX_LORA_RANK = 64
+
+
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
-    """--voices DIR, the one declaration of the voice library flag."""
+    """--voices DIR, the one declaration of the voice library flag, and its adapter bank's sizes."""
     parser.add_argument("--voices", metavar="DIR", default=None, help=VOICES_HELP)
+    parser.add_argument("--max-adapters", type=int, default=None, metavar="N",
+                        help="library voices' adapters held on the device at once, least recently used "
+                             f"evicted (default: 16; vllm: {VLLM_MAX_LORAS})")
+    parser.add_argument("--adapter-rank", type=int, default=None, metavar="R",
+                        help="the highest LoRA rank served (default: the library's highest, at least 16; "
+                             f"vllm: {VLLM_MAX_LORA_RANK})")
+
+
+def lora_options(args: argparse.Namespace, backend: str) -> dict:
+    """vLLM's LoRA keywords for `load_engine` when --voices is given on the vLLM backend, else {}."""
+    if getattr(args, "voices", None) is None or backend != "vllm":
+        return {}
+    return {"enable_lora": True, "max_loras": args.max_adapters or VLLM_MAX_LORAS,
+            "max_lora_rank": args.adapter_rank or VLLM_MAX_LORA_RANK}
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -123,7 +144,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         flags = ", ".join("--" + name.replace("_", "-") for name in vllm)
         raise ValueError(f"{flags} apply to --backend vllm only")
     load = {name: getattr(args, name) for name in LOAD_OPTIONS if getattr(args, name, None) is not None}
-    return {"backend": backend, **load, **vllm}
+    return {"backend": backend, **load, **vllm, **lora_options(args, backend)}
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:

@@ -254,11 +254,23 @@ class SlotDecoder:
         self._checked: set = set()  # the compiled steps whose first frame checked every guard
         self._step = self._eager_step
         self._adapted_step = self._eager_adapted_step
+        self._backend = backend
         if compile:
             self._step = self._compiled_step(backend)
             if bank is not None:
                 self._adapted_step = self._compiled_step(backend, bank)
             self.compiled = True
+
+    def use_bank(self, bank: AdapterBank | None) -> None:
+        """Take adapters from `bank` from now on (the engine's library changed); only while no
+        row holds an adapter. The adapted step is rebuilt (compiled again when compiling)."""
+        if self.adapters:
+            raise RuntimeError("use_bank while rows hold adapters; release them first")
+        self.bank = bank
+        self._checked.discard(self._adapted_step)
+        self._adapted_step = self._eager_adapted_step
+        if self.compiled and bank is not None:
+            self._adapted_step = self._compiled_step(self._backend, bank)
 
     def _eager_step(self) -> None:
         decode_step(self.model, self.head, self.body, self.state, self.stop_mode, self.pad_id)

@@ -407,6 +407,9 @@ class BatchScheduler:
 
     def _start(self, job: Job, index: int) -> None:
         chunk = job.chunks[index]
+        bank = getattr(self.engine, "bank", None)
+        if self.decoder.bank is not bank and not self.decoder.adapters:  # a library attached since we began
+            self.decoder.use_bank(bank)
         try:
             slot = self.decoder.add([chunk.prompt_ids], [chunk.row])[0]  # alone: batch-invariant prefill
         except ValueError as exc:

@@ -200,7 +200,8 @@ def build_server(args: argparse.Namespace):
         sizes["idle_unload_s"] = args.idle_unload * 60
     adapter = load_adapter(args.backend, args.model, max_batch=args.max_batch, max_queue=args.max_queue, **sizes,
                            **args.engine_options)
-    use_library(adapter.engine, args.voices)  # before --voice-map, which may name library voices
+    use_library(adapter.engine, args.voices, args.max_adapters, args.adapter_rank)  # before --voice-map, which
+    # may name library voices
     name = args.served_model_name or served_name(args.model)
     voice_map = parse_voice_map(args.voice_map, adapter.voices)
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_keys, data_dir=args.data_dir,

@@ -377,13 +377,17 @@ def open_library(folder: str | os.PathLike, checkpoint_dir: str | os.PathLike,
     return library
 
 
-def use_library(engine, folder: str | os.PathLike | None) -> VoiceLibrary | None:
+def use_library(engine, folder: str | os.PathLike | None, max_adapters: int | None = None,
+                adapter_rank: int | None = None) -> VoiceLibrary | None:
     """`--voices DIR` for every front end: open the library for the engine's checkpoint and
-    attach it (`engine.use_voices`); None when no folder is given."""
+    attach it (`engine.use_voices`); None when no folder is given. max_adapters, adapter_rank:
+    the engine backend's AdapterBank (None: its defaults); vLLM takes its own at start-up
+    (rumik_app.cli_args.lora_options)."""
     if folder is None:
         return None
     library = open_library(folder, engine.checkpoint_dir, builtin=tuple(engine.config.speakers))
-    engine.use_voices(library)
+    bank = {"capacity": max_adapters, "rank": adapter_rank} if engine.backend == "engine" else {}
+    engine.use_voices(library, **{name: value for name, value in bank.items() if value is not None})
     return library
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rumik_app.cli_args import add_engine_arguments, engine_kwargs
+from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_kwargs
 from rumik_app.engine import loading
 from rumik_app.engine.loading import load_engine
 from rumik_app.errors import CheckpointError
@@ -61,6 +61,20 @@ def test_engine_flags_become_load_engine_arguments():
         "backend": "vllm", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.7}
     with pytest.raises(ValueError, match="--tensor-parallel-size apply to --backend vllm only"):
         engine_kwargs(_parse("--tensor-parallel-size", "2"))
+
+
+def test_a_voice_library_on_vllm_starts_vllm_with_lora():
+    def parse(*argv: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        add_engine_arguments(parser)
+        add_voices_argument(parser)
+        return parser.parse_args(list(argv))
+
+    assert engine_kwargs(parse("--voices", "v/")) == {"backend": "engine"}  # the engine's bank: use_library
+    assert engine_kwargs(parse("--backend", "vllm", "--voices", "v/")) == {
+        "backend": "vllm", "enable_lora": True, "max_loras": 16, "max_lora_rank": 64}
+    assert engine_kwargs(parse("--backend", "vllm", "--voices", "v/", "--max-adapters", "4",
+                               "--adapter-rank", "16"))["max_loras"] == 4
 
 
 def test_load_engine_rejects_unknown_backends_and_misplaced_options(tiny_checkpoint):

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -22,6 +23,7 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.sampling import RowParams
 from rumik_app.decode.slots import SlotDecoder
+from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.model.lm import AudioHead
 from rumik_app.voices.library import VoiceLibrary
 from rumik_app.voices.lora import AdapterBank, library_source, projection
@@ -166,3 +168,20 @@ def test_a_voice_deleted_mid_request_finishes_that_request_and_refuses_the_next(
     assert len(first) and sum(len(p) for p in rest) >= 0  # the running request finished
     with pytest.raises(Exception, match="Unknown voice"):
         engine.synthesize(req)
+
+
+def test_the_servers_scheduler_takes_a_library_attached_after_it_started(tiny_checkpoint, tmp_path):
+    """The scheduler's decoder exists before `--voices` attaches the library; its rows get the bank
+    then, and a library voice streams what the engine streams for it (same tokens, same audio)."""
+    engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    scheduler = BatchScheduler(engine, max_batch=4, max_queue=4, max_prompt_tokens=256)
+    scheduler.start()
+    try:
+        make_package(tmp_path, engine.model, "Veer", 4, 5, Path(tiny_checkpoint))
+        engine.use_voices(library_over(tmp_path))
+        req = SynthesisRequest("Through the scheduler.", voice="Veer", seed=8, max_new_tokens=96)
+        served = np.concatenate(list(scheduler.submit(req)))
+        assert np.array_equal(served, np.concatenate(list(engine.stream(req))))
+        assert not np.array_equal(served, np.concatenate(list(engine.stream(req.with_(voice="Ira")))))
+    finally:
+        scheduler.stop(timeout=5)
