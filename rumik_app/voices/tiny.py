@@ -1,6 +1,7 @@
 """Random-weight voice packages in the exact format, for tests and benchmarks (as `checkpoint.tiny` is for models).
 
     folder = build_random_voice(voices_dir, model, "Arjun", checkpoint_dir, rank=8, seed=1)
+    tensors = random_adapter(model_shapes(model), rank=4, seed=2)   # the adapter alone, PEFT's names
 
 The adapter's A and B are Gaussian (std `scale`), so every adapted projection changes: the
 voice's tokens differ from the base's, which is what tests of per-row LoRA need. The consent
@@ -26,15 +27,20 @@ from rumik_app.voices.package import (
 )
 
 
-def random_adapter(model, rank: int, seed: int, scale: float = 0.3,
-                   modules: tuple[str, ...] = TARGET_MODULES) -> dict[str, torch.Tensor]:
-    """PEFT-named LoRA matrices for every layer of `model`: A [r, in], B [out, r], float32."""
+def model_shapes(model, modules: tuple[str, ...] = TARGET_MODULES) -> list[dict[str, tuple[int, int]]]:
+    """(in, out) of every adapted projection of every layer of a loaded model."""
+    return [{module: (projection(layer, module).in_features, projection(layer, module).out_features)
+             for module in modules} for layer in model.model.layers]
+
+
+def random_adapter(shapes: list[dict[str, tuple[int, int]]], rank: int, seed: int,
+                   scale: float = 0.3) -> dict[str, torch.Tensor]:
+    """PEFT-named LoRA matrices, per layer and projection of `shapes` ((in, out) each, as
+    `model_shapes` gives): A [r, in], B [out, r], float32, Gaussian with std `scale`."""
     generator = torch.Generator().manual_seed(seed)
     tensors = {}
-    for index, layer in enumerate(model.model.layers):
-        for module in modules:
-            linear = projection(layer, module)
-            out_features, in_features = linear.weight.shape
+    for index, layer in enumerate(shapes):
+        for module, (in_features, out_features) in layer.items():
             tensors[adapter_key(index, module, "A")] = torch.randn(rank, in_features, generator=generator) * scale
             tensors[adapter_key(index, module, "B")] = torch.randn(out_features, rank, generator=generator) * scale
     return tensors
@@ -51,6 +57,7 @@ def build_random_voice(voices_dir: str | os.PathLike, model, name: str, checkpoi
                            consent_record(evidence.read_text(), evidence), languages=("en",),
                            training={"random": True, "seed": seed, "scale": scale})
     try:
-        return write_package(voices_dir / name, package, random_adapter(model, rank, seed, scale), evidence)
+        return write_package(voices_dir / name, package, random_adapter(model_shapes(model), rank, seed, scale),
+                             evidence)
     finally:
         evidence.unlink(missing_ok=True)

@@ -12,38 +12,17 @@ import io
 import zipfile
 from pathlib import Path
 
-import torch
-
-from rumik_app.voices.package import (
-    TARGET_MODULES,
-    LoraSpec,
-    VoicePackage,
-    adapter_key,
-    consent_record,
-    write_package,
-)
+from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoicePackage, consent_record, write_package
+from rumik_app.voices.tiny import model_shapes, random_adapter  # noqa: F401 - model_shapes: for the tests
 
 SMALL_SHAPES = [{module: (8, 8) for module in TARGET_MODULES}]  # one layer: (in, out) per projection
-
-
-def model_shapes(model) -> list[dict[str, tuple[int, int]]]:
-    """(in, out) of every adapted projection of every layer of a loaded model."""
-    from rumik_app.voices.lora import projection
-
-    return [{module: (projection(layer, module).in_features, projection(layer, module).out_features)
-             for module in TARGET_MODULES} for layer in model.model.layers]
 
 
 def write_voice(library: Path, name: str, fingerprint: str, shapes=None, rank: int = 2, seed: int = 0,
                 folder: str | None = None, **record) -> Path:
     """A package for voice `name` in `library/<folder or name>` (consent evidence: a .txt statement)."""
-    generator = torch.Generator().manual_seed(seed)
     spec = LoraSpec(rank=rank, alpha=2.0 * rank)
-    tensors = {}
-    for index, layer in enumerate(shapes or SMALL_SHAPES):
-        for module, (fan_in, fan_out) in layer.items():
-            tensors[adapter_key(index, module, "A")] = torch.randn(rank, fan_in, generator=generator) * 0.01
-            tensors[adapter_key(index, module, "B")] = torch.randn(fan_out, rank, generator=generator) * 0.01
+    tensors = random_adapter(shapes or SMALL_SHAPES, rank, seed, scale=0.01)
     evidence = library.parent / f"{name}-{seed}-consent.txt"
     statement = f"I, {name}, agree that my recorded voice may be used to synthesise speech in tests."
     evidence.write_text(statement)
