@@ -253,17 +253,20 @@ def test_use_library_attaches_it_for_the_checkpoint(tiny_checkpoint, tmp_path):
     write_voice(tmp_path / "voices", "Old", BASE, seed=1)
 
     class Engine:  # what use_library needs of an engine
+        backend = "engine"
         checkpoint_dir = Path(tiny_checkpoint)
         config = type("Config", (), {"speakers": ("Ira", "Aisha", "Siya", "Zoya")})()
         library = None
 
-        def use_voices(self, library) -> None:
-            self.library = library
+        def use_voices(self, library, **bank) -> None:
+            self.library, self.bank = library, bank
 
     engine = Engine()
     assert use_library(engine, None) is None and engine.library is None
     library = use_library(engine, tmp_path / "voices")
     assert engine.library is library and library.names() == ("Arjun",) and "Old" in library.problems
+    use_library(engine, tmp_path / "voices", max_adapters=4)  # the engine backend's bank: only what is given
+    assert engine.bank == {"capacity": 4}
 
 
 def test_the_synthesizer_takes_library_voices(tiny_checkpoint, tmp_path, capsys):
