@@ -40,6 +40,8 @@ COMMANDS: dict[str, Command] = {
     "train grpo": Command("training.grpo.__main__", "GRPO with per-codebook reward routing"),
     "train dpo": Command("training.dpo.__main__", "phased online DPO"),
     "prepare": Command("training.prepare", "encode a manifest's audio into Mimi-token training shards"),
+    "voice": Command("training.voice.cli", "your own voices: create (LoRA from recordings), list, show, delete, "
+                                           "export, import"),
     "campaign": Command("webapp.campaign.cli", "annotation campaigns: create, add-rater, serve, status, ..."),
     "tiny": Command("rumik_app.checkpoint.tiny", "write a random checkpoint in the published format"),
     "normalize": Command("rumik_app.text.normalize", "show how text is read: numbers, dates, currency, units"),

@@ -1,0 +1,102 @@
+"""`rumik voice create`'s steps in order, cheap refusals first: name, consent, data, model, training, package.
+
+    summary = create_voice("Arjun", "recordings/arjun", "consent.wav", "I, Arjun Rao, consent to ...",
+                           Path("voices"), load_config(VoiceConfig, None), work=Path("runs/voices/Arjun"))
+    summary = run_smoke(Path("/tmp/voices"))        # training.voice.smoke's run; summary["verdict"]
+
+Before anything loads, a bad name, a missing or unusable consent file, a voice that already
+exists in VOICES_DIR, recordings without transcripts and without an ASR judge, and too much
+audio are refused, each with its fix; too little usable audio is refused once the clips are
+cut (before the model loads). Torch is imported only once the data is ready.
+The run's config is saved as WORK/voice_config.json and in the package's voice.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rumik_app.files import atomic_write
+from rumik_app.voices.package import VoiceError, check_voice_name, consent_record
+from training.config import load_config, save_config
+from training.voice.data import collect_clips, find_recordings
+from training.voice.voice_config import VoiceConfig
+
+CONFIG_FILE = "voice_config.json"
+SUMMARY_FILE = "summary.json"
+
+
+def check_new_voice(name: str, voices_dir: Path) -> str:
+    """The name, checked, and not yet a package (any case) in VOICES_DIR."""
+    check_voice_name(name)
+    if voices_dir.is_dir():
+        taken = [p.name for p in voices_dir.iterdir() if p.name.lower() == name.lower()]
+        if taken:
+            raise VoiceError(f"{voices_dir / taken[0]} exists: delete it first (rumik voice delete {taken[0]} "
+                             f"--voices {voices_dir}) or give the new voice another name.")
+    return name
+
+
+def load_judge(spec: str | None):
+    """The ASR judge of `eval.asr` (evaluation.asr.load_asr), or None."""
+    if not spec:
+        return None
+    from evaluation.asr import load_asr
+
+    return load_asr(spec)
+
+
+def create_voice(name: str, audio: str | Path, consent_file: str | Path, statement: str, voices_dir: Path,
+                 cfg: VoiceConfig, work: Path, transcripts: str | Path | None = None) -> dict:
+    """Make VOICES_DIR/NAME from recordings (module docstring); returns the run's summary
+    (also WORK/summary.json): the package's path, its evaluation figures and the timings."""
+    start = time.perf_counter()
+    cfg.validate()
+    check_new_voice(name, voices_dir)
+    consent = consent_record(statement, consent_file)
+    recordings = find_recordings(audio, cfg.data.language, transcripts)
+    work.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, work / CONFIG_FILE)
+    root = Path(audio) if Path(audio).is_dir() else Path(audio).parent
+    made = collect_clips(recordings, cfg.data, work, name, load_judge(cfg.eval.asr), root=root)
+    data_seconds = time.perf_counter() - start
+    from training.voice.voice_trainer import run
+
+    trainer, figures, stages = run(cfg, name, made, work)
+    path = trainer.write_package(voices_dir, consent, Path(consent_file), made, figures)
+    summary = {"voice": name, "package": str(path), "checkpoint": str(trainer.checkpoint),
+               "kept_minutes": made.report["kept_minutes"], "languages": list(made.languages),
+               "evaluation": figures, "seconds": {"data_s": round(data_seconds, 1), **stages},
+               "total_seconds": round(time.perf_counter() - start, 1)}
+    atomic_write(work / SUMMARY_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
+def smoke_config(overrides: list[str], model: str | None, work: Path) -> VoiceConfig:
+    """The smoke's VoiceConfig (training.voice.smoke.SMOKE_SETTINGS) under the user's --set."""
+    from training.voice.smoke import smoke_overrides
+
+    path = atomic_write(work / "smoke_settings.json", json.dumps(smoke_overrides(model), indent=2) + "\n")
+    return load_config(VoiceConfig, path, overrides)
+
+
+def run_smoke(voices_dir: Path, work: Path | None = None, overrides: list[str] | None = None,
+              model: str | None = None, minutes: float | None = None) -> dict:
+    """training.voice.smoke's run: recordings, the smoke base, create_voice, the verdict
+    (summary["verdict"] is "PASS" or "FAIL", summary["criteria"] says why)."""
+    from training.voice import smoke
+
+    work = work or voices_dir.parent / f"{voices_dir.name}-smoke-work"
+    work.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    recordings = smoke.make_recordings(work / "recordings", minutes or smoke.SMOKE_MINUTES)
+    consent = atomic_write(work / "consent.txt", smoke.STATEMENT + "\n")
+    cfg = smoke_config(list(overrides or []), model, work)
+    summary = create_voice(smoke.SMOKE_NAME, recordings, consent, smoke.STATEMENT, voices_dir, cfg,
+                           work / smoke.SMOKE_NAME)
+    passed, criteria = smoke.smoke_verdict(summary["evaluation"])
+    summary.update(verdict="PASS" if passed else "FAIL", criteria=criteria, overrides=list(overrides or []),
+                   smoke_seconds=round(time.perf_counter() - start, 1))
+    atomic_write(work / "smoke_summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
