@@ -6,6 +6,7 @@
         --runs 3 --asr hf:openai/whisper-large-v3 --out results/rumik --seed 0
     python -m evaluation.run ... --gcer-segmentation unicode   # GCER over regex \\X clusters
     python -m evaluation.run ... --asr indicconformer --quality --speaker   # + DNSMOS, speaker similarity, drift
+    python -m evaluation.run --system tiny ... --watermark all   # marks every clip (default: library voices only)
     rumik eval --system rumik:PATH --backend vllm --batch-size 64 ...   # on vLLM
 
 `--gcer-segmentation` picks the clusters behind the `gcer` column and the content error
@@ -27,7 +28,9 @@ Writes under --out:
   clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
                          (gcer, gcer_segmentation, gcer_grapheme, gcer_unicode, gcer_rules); with
                          --quality/--speaker also dnsmos_*, speaker_sim, speaker_drift and their
-                         means with bootstrap CIs (evaluation.acoustic; acoustic.jsonl caches them)
+                         means with bootstrap CIs (evaluation.acoustic; acoustic.jsonl caches them);
+                         always the watermark detector's watermark_score and verdict per clip and
+                         the watermarked_fraction per group (evaluation.watermark, docs/watermark.md)
   nova_verdicts.jsonl, nova.csv   when prompts carry tags
   report.md, charts/*.png
 A clip that fails (synthesis error, unreadable or silent audio, ASR error) gets its error in
@@ -54,7 +57,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from evaluation import acoustic, nova
+from evaluation import acoustic, nova, watermark
 from evaluation.asr import load_asr, run_key
 from evaluation.asr_judge import ASRError, ASRJudge
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
@@ -72,15 +75,17 @@ from evaluation.run_report import (  # noqa: F401 - the output file names are pa
     SUMMARY_CSV,
     TRANSCRIPTS,
     gcer_headers,
+    watermark_text,
     write_outputs,
 )
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from evaluation.text import DEFAULT_SEGMENTATION, SEGMENTATIONS, segmentation_source, spoken_form
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from rumik_app.cli_args import add_engine_arguments, engine_options, quiet_vllm_logs
+from rumik_app.cli_args import add_engine_arguments, add_watermark_argument, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
+from rumik_app.watermark.marker import shared_watermarker
 
 DEFAULT_CACHE = "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
@@ -274,7 +279,8 @@ def _pool(rows: list[dict]) -> dict:
             if scored else None
     durations = [r["duration"] for r in rows if r["duration"] is not None]  # every clip with audio
     out["mean_duration"] = sum(durations) / len(durations) if durations else None
-    return {**out, **acoustic.pool(rows)}  # audio judges: every clip with audio, whatever its ASR said
+    # audio judges and the watermark detector: every clip with audio, whatever its ASR said
+    return {**out, **acoustic.pool(rows), **watermark.pool(rows)}
 
 
 def gcer_rules() -> str:
@@ -363,6 +369,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
                              "(default: numbers, money, dates, times become words for both)")
     acoustic.add_arguments(parser)  # --quality --speaker --speaker-ref --speaker-encoder
     add_engine_arguments(parser)  # --device (also for HF ASR) --dtype --compile --backend vllm (raise --batch-size)
+    add_watermark_argument(parser)  # --watermark library|all|off: whose clips the engine marks
     args = parser.parse_args(argv)
     normalize = not args.no_normalize
     if min(args.runs, args.batch_size, args.limit or 1, args.max_new_tokens or 1) < 1:
@@ -380,6 +387,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
             system.load()  # the model before the judge: both are checked before any synthesis
         judge = load_asr(args.asr, cache=cache, device=args.device)
         judges = acoustic.load_judges(args, system)
+        detector = shared_watermarker()  # every clip is scored: a missing detector stops here, with its fix
         manifest, counts = synthesize_all(system, prompts, out, args.runs, args.seed, args.batch_size,
                                           args.max_new_tokens, normalize)
     except RumikError as exc:
@@ -389,6 +397,8 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
         extra = acoustic.clip_values(judges, prompts, manifest, out)
     except RumikError as exc:
         return report_user_error(exc)
+    for key, scores in watermark.clip_scores(manifest, out, detector).items():
+        extra[key] = {**extra.get(key, {}), **scores}
     rows, summary = score_all(prompts, manifest, transcripts, args.gcer_segmentation, normalize, extra)
     verdicts, agg = nova_all(prompts, manifest, transcripts, system.label, judge.name)
     args_line = "python -m evaluation.run " + shlex.join(argv)
@@ -404,6 +414,7 @@ def main(argv: list[str] | None = None, system: Synthesizer | None = None) -> in
     for col in acoustic.COLUMNS:
         if overall.get(col) is not None:
             print(f"{acoustic.HEADERS[col]}: {acoustic.pooled_text(overall, col)}")
+    print(f"watermarked (PerthNet detector): {watermark_text(overall)}")
     print(f"report: {report}")
     return 0
 

@@ -7,7 +7,8 @@ Library module of `evaluation.run` (its command line writes them)::
                            verdicts, agg, segmentation, normalize, judges)
 
 rows and summary come from `evaluation.run.score_all`; `judges` (the DNSMOS and speaker
-judges, `evaluation.acoustic.AcousticJudges`, or None) add their columns and a section.
+judges, `evaluation.acoustic.AcousticJudges`, or None) add their columns and a section; the
+watermark detector's columns (`evaluation.watermark`) are always there, with a section.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from evaluation.text import (
     segmentation_label,
     segmentation_unicode_version,
 )
+from evaluation.watermark import CLIP_COLUMNS as WATERMARK_COLUMNS
+from evaluation.watermark import SUMMARY_COLUMNS as WATERMARK_SUMMARY
+from evaluation.watermark import THRESHOLD
 
 MANIFEST, TRANSCRIPTS, REPORT = "manifest.jsonl", "transcripts.jsonl", "report.md"
 CLIPS_CSV, SUMMARY_CSV, NOVA_JSONL, NOVA_CSV = "clips.csv", "summary.csv", "nova_verdicts.jsonl", "nova.csv"
@@ -42,6 +46,24 @@ def gcer_headers(segmentation: str) -> list[str]:
     """Markdown headers of the side-by-side GCER columns; the chosen segmentation in bold."""
     names = [f"GCER {seg} (U{segmentation_unicode_version(seg)})" for seg in SEGMENTATIONS]
     return [f"**{n}**" if seg == segmentation else n for seg, n in zip(SEGMENTATIONS, names, strict=True)]
+
+
+def watermark_text(summary_row: dict) -> str:
+    """"3 of 4 clips (75%)": how many of a group's clips with audio carry the watermark."""
+    fraction = summary_row.get("watermarked_fraction")
+    if fraction is None:
+        return "no clip with audio"
+    return f"{summary_row['watermarked_clips']} of {summary_row['watermark_scored']} clips ({fraction:.0%})"
+
+
+def watermark_lines(summary: list[dict]) -> list[str]:
+    """The report's section on the watermark detector: the watermarked share overall and per run."""
+    rows = [[s["group"] if s["level"] != "overall" else "all", watermark_text(s)] for s in summary
+            if s["level"] in ("overall", "run")]
+    return ["## Watermark", "", "Every clip with audio scored by the PerthNet detector (`evaluation.watermark`, "
+            f"docs/watermark.md); a score of {THRESHOLD} or more is watermarked. The engines mark library voices' "
+            "audio by default (`--watermark`); `watermark_score` per clip is in clips.csv.", "",
+            markdown_table(["run", "watermarked"], rows), ""]
 
 
 def _short(text: str | None) -> str:
@@ -61,10 +83,10 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
     clip_cols = ["run", "id", "language", "domain", "duration", "wer", "cer", *gcer_cols, "content_error",
                  "word_errors", "word_ref_len", "char_errors", "char_ref_len", "grapheme_errors",
                  "grapheme_ref_len", *(f"{unit}_{n}" for _, unit in CLUSTER_RATE_KEYS for n in ("errors", "ref_len")),
-                 *audio_cols, "ref", "ref_spoken", "hyp", "error"]
+                 *audio_cols, *WATERMARK_COLUMNS, "ref", "ref_spoken", "hyp", "error"]
     write_csv(out / CLIPS_CSV, clip_cols, [[r.get(c) for c in clip_cols] for r in rows])
     sum_cols = ["level", "group", "clips", "scored", "failed", "wer", "cer", *gcer_cols, "mean_duration",
-                *summary_columns(summary)]
+                *summary_columns(summary), *WATERMARK_SUMMARY]
     write_csv(out / SUMMARY_CSV, sum_cols, [[s.get(c) for c in sum_cols] for s in summary])
     charts = []
     for level in ("language", "domain"):
@@ -117,6 +139,7 @@ def write_outputs(out: Path, system: Synthesizer, judge: ASRJudge, args_line: st
                                                     [[s["group"], *(s[c] for c in table_cols)] for s in part]), ""]
     lines += [f"![by language]({CHARTS_DIR}/by_language.png)", f"![by domain]({CHARTS_DIR}/by_domain.png)", ""]
     lines += report_lines(judges, summary)
+    lines += watermark_lines(summary)
     if agg is not None:
         lines += [agg.markdown(), "", "Clips that failed count as not rendered; ASR failures are listener errors."]
         if not any(v.get("hyp_tags") for v in verdicts):

@@ -1,25 +1,17 @@
-"""An inaudible watermark for synthesised speech: Resemble AI's PerthNet, from resemble-perth's shipped weights.
-
-    from evaluation.watermark import Watermarker
-    marker = Watermarker.load()                      # the weights inside the installed resemble-perth wheel
-    marked = marker.apply(wave, 24000)               # float32 [N] -> float32 [N], same rate
-    marker.detect(marked, 24000)                     # score in [0, 1]; >= THRESHOLD (0.5) means watermarked
-    marker.is_watermarked(wave, 24000)               # False for speech that never went through apply
+"""The watermark's detector command, the attacks it is measured against, and its share of a benchmark run.
 
     python -m evaluation.watermark out/*.wav         # one line a file: path, watermarked|clean, score
     rumik watermark detect out/*.wav                 # the same command
 
-The network is evaluation/perth_net.py, a torch-only port of perth's PerthImplicitWatermarker:
-perth itself is never imported (it needs torchaudio, which does not load beside this torch, and
-pkg_resources). Only its checkpoint is read, from the wheel's files as importlib.metadata lists
-them, checked against the sha256 of 1.0.1's, and loaded with weights_only=True. Perth works at
-32 kHz: other rates are resampled there and back with evaluation.audio_io.resample. At 32 kHz
-the port's output and scores equal perth's; elsewhere its scores do too (perth detects through
-scipy's polyphase filter as well), but perth applies through librosa's soxr, so the marked audio
-differs from perth's about 54 dB below the signal (tests/evaluation/test_watermark.py).
+    from evaluation.watermark import Watermarker, detection_rates, ATTACKS
+    marker = Watermarker.load()                      # rumik_app.watermark.marker's, from resemble-perth's wheel
+    marker.detect(wave, 24000)                       # score in [0, 1]; >= THRESHOLD (0.5) means watermarked
+    rates = detection_rates(clean, marked, 24000)    # per attack: true and false positive rates
+    scores = clip_scores(manifest, out)              # evaluation.run: {(run, id): {"watermark_score", "watermarked"}}
 
-The mark is one bit: "made here", no payload. What survives it and what does not (mp3,
-resampling, 8 kHz mu-law) is measured by benchmarks/watermark_robustness.py with
+The mark itself (PerthNet, applied by the engines to library voices' audio, docs/watermark.md)
+lives in the core, rumik_app.watermark; this module only reads it. What survives it and what
+does not (mp3, resampling, 8 kHz mu-law) is measured by benchmarks/watermark_robustness.py with
 `detection_rates`; docs/watermark.md has the table. The command reads at most MAX_SECONDS of
 audio a file (refused from the header, before decoding) and exits 2 when any file could not be read.
 """
@@ -27,8 +19,6 @@ audio a file (refused from the header, before decoding) and exits 2 when any fil
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import io
 import shutil
 import subprocess
@@ -36,104 +26,21 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import soundfile as sf
 
-from evaluation.audio_io import AudioLoadError, load_audio, resample
+from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, load_audio, resample
 from rumik_app.errors import RumikError, report_user_error
+from rumik_app.watermark import WatermarkError
+from rumik_app.watermark.marker import PERTH_RATE, THRESHOLD, Watermarker, fit, shared_watermarker
 
-PERTH_DISTRIBUTION, PERTH_VERSION = "resemble-perth", "1.0.1"
-WEIGHTS_NAME = "perth_net_250000.pth.tar"
-WEIGHTS_SHA256 = "oVvORX68U85ebJw_Ed94z37iv5zasKeYkCE1tMQCdnA"  # urlsafe base64, as in the wheel's RECORD
-PERTH_RATE = 32_000  # = perth_net.SAMPLE_RATE, here without importing torch
-THRESHOLD = 0.5  # perth rounds the decoder's output: >= 0.5 is "watermarked"
-MIN_SECONDS = 0.05  # the STFT's reflect padding needs more than 1024 samples at 32 kHz
+__all__ = ["ATTACKS", "CLIP_COLUMNS", "MAX_SECONDS", "SUMMARY_COLUMNS", "THRESHOLD", "Attack", "DetectionRates",
+           "Watermarker", "WatermarkError", "clip_scores", "detection_rates", "main", "mp3", "mu_law_8k", "pool",
+           "resampled", "score_file"]
 MAX_SECONDS = 600.0  # the command's limit per file
 FFMPEG_TIMEOUT_S = 120
-
-
-class WatermarkError(RumikError, ValueError):
-    """The weights cannot be found or the audio cannot be watermarked; the message says how to fix it."""
-
-
-def weights_path() -> Path:
-    """PerthNet's checkpoint inside the installed resemble-perth wheel, found from its RECORD (perth is
-    not imported) and checked against 1.0.1's sha256."""
-    fix = f"pip install {PERTH_DISTRIBUTION}=={PERTH_VERSION}"
-    try:
-        dist = metadata.distribution(PERTH_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise WatermarkError(f"{PERTH_DISTRIBUTION} is not installed; the weights ship in it: {fix}") from None
-    found = [f for f in dist.files or () if f.name == WEIGHTS_NAME]
-    if not found:
-        raise WatermarkError(f"{PERTH_DISTRIBUTION} {dist.version} has no {WEIGHTS_NAME}; {fix}")
-    path = Path(dist.locate_file(found[0]))
-    if not path.is_file():
-        raise WatermarkError(f"{path} is listed in {PERTH_DISTRIBUTION}'s RECORD but missing; {fix}")
-    digest = hashlib.sha256(path.read_bytes()).digest()
-    if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != WEIGHTS_SHA256:
-        raise WatermarkError(f"{path} is not {PERTH_VERSION}'s checkpoint (sha256 differs); {fix}")
-    return path
-
-
-def _as_wave(wave: np.ndarray, sample_rate: int) -> np.ndarray:
-    """float32 [N], refused (WatermarkError) when not mono, not finite or shorter than MIN_SECONDS."""
-    wave = np.asarray(wave, dtype=np.float32)
-    if wave.ndim != 1:
-        raise WatermarkError(f"expected mono audio shaped [N], got {wave.shape}; average the channels first.")
-    if wave.size < MIN_SECONDS * sample_rate:
-        raise WatermarkError(f"{wave.size / sample_rate:.3f} s of audio is too short; the watermark needs "
-                             f"at least {MIN_SECONDS} s.")
-    if not np.isfinite(wave).all():
-        raise WatermarkError("the audio holds NaN or infinite samples.")
-    return wave
-
-
-def _fit(wave: np.ndarray, length: int) -> np.ndarray:
-    """`wave` cut or zero-padded to `length` samples."""
-    return wave[:length] if wave.size >= length else np.pad(wave, (0, length - wave.size))
-
-
-@dataclass(frozen=True)
-class Watermarker:
-    """PerthNet's tensors on `device`; `apply` marks speech, `detect` scores it."""
-
-    weights: dict[str, Any]
-    device: str = "cpu"
-
-    @classmethod
-    def load(cls, device: str = "cpu", path: str | Path | None = None) -> Watermarker:
-        """The network from `path`, by default the checkpoint in the installed wheel (weights_path)."""
-        from evaluation import perth_net
-
-        return cls(perth_net.load_weights(path or weights_path(), device), device)
-
-    def _tensor(self, wave: np.ndarray, sample_rate: int):
-        import torch
-
-        return torch.tensor(resample(wave, sample_rate, PERTH_RATE), device=self.device)  # a copy: never a view
-
-    def apply(self, wave: np.ndarray, sample_rate: int) -> np.ndarray:
-        """The watermarked float32 [N]: same length and rate as `wave`."""
-        from evaluation import perth_net
-
-        wave = _as_wave(wave, sample_rate)
-        marked = perth_net.watermark_signal(self.weights, self._tensor(wave, sample_rate)).cpu().numpy()
-        return _fit(resample(marked, PERTH_RATE, sample_rate), wave.size)
-
-    def detect(self, wave: np.ndarray, sample_rate: int) -> float:
-        """The decoder's confidence that `wave` carries the mark, clipped to [0, 1] (0 for silence)."""
-        from evaluation import perth_net
-
-        raw = perth_net.decode_signal(self.weights, self._tensor(_as_wave(wave, sample_rate), sample_rate))
-        return 0.0 if np.isnan(raw) else float(np.clip(raw, 0.0, 1.0))
-
-    def is_watermarked(self, wave: np.ndarray, sample_rate: int) -> bool:
-        return self.detect(wave, sample_rate) >= THRESHOLD
 
 
 # ---------------------------------------------------------------- robustness: attacks and detection rates
@@ -156,12 +63,12 @@ def mp3(wave: np.ndarray, sample_rate: int, bitrate: str = "128k") -> np.ndarray
         sf.write(source, wave, sample_rate, subtype="FLOAT")
         _ffmpeg("-i", source, "-c:a", "libmp3lame", "-b:a", bitrate, encoded)
         _ffmpeg("-i", encoded, "-c:a", "pcm_f32le", "-ar", str(sample_rate), decoded)
-        return _fit(sf.read(decoded, dtype="float32")[0], wave.size)
+        return fit(sf.read(decoded, dtype="float32")[0], wave.size)
 
 
 def resampled(wave: np.ndarray, sample_rate: int, via: int = 16_000) -> np.ndarray:
     """`wave` down to `via` Hz and back."""
-    return _fit(resample(resample(wave, sample_rate, via), via, sample_rate), wave.size)
+    return fit(resample(resample(wave, sample_rate, via), via, sample_rate), wave.size)
 
 
 def mu_law_8k(wave: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -170,7 +77,7 @@ def mu_law_8k(wave: np.ndarray, sample_rate: int) -> np.ndarray:
     sf.write(buffer, np.clip(resample(wave, sample_rate, 8000), -1, 1), 8000, format="WAV", subtype="ULAW")
     buffer.seek(0)
     phone, _rate = sf.read(buffer, dtype="float32")
-    return _fit(resample(phone, 8000, sample_rate), wave.size)
+    return fit(resample(phone, 8000, sample_rate), wave.size)
 
 
 Attack = Callable[[np.ndarray, int], np.ndarray]
@@ -209,6 +116,43 @@ def detection_rates(clean_waves: Sequence[np.ndarray], marked_waves: Sequence[np
     return rates
 
 
+# ---------------------------------------------------------------- the benchmark runner's columns
+
+CLIP_COLUMNS = ("watermark_score", "watermarked")
+
+
+def score_file(marker: Watermarker, path: str | Path, max_seconds: float = MAX_SECONDS) -> float:
+    """The detector's score for an audio file, read at perth's 32 kHz (AudioLoadError, WatermarkError)."""
+    return marker.detect(load_audio(path, PERTH_RATE, max_seconds=max_seconds), PERTH_RATE)
+
+
+def clip_scores(manifest: Sequence[dict], out: Path, marker: Watermarker | None = None) -> dict[tuple[int, str], dict]:
+    """evaluation.run's per-clip columns: the detector's score and its verdict for every clip with
+    audio (a manifest line without an error), {(run, id): {"watermark_score", "watermarked"}}."""
+    marker = marker or shared_watermarker()
+    scores = {}
+    for rec in manifest:
+        if rec["error"] is None:
+            try:
+                score = score_file(marker, out / rec["path"], LOCAL_MAX_SECONDS)
+            except (AudioLoadError, WatermarkError):  # the clip's own error is in the manifest already
+                continue
+            scores[(rec["run"], rec["id"])] = {"watermark_score": round(score, 4), "watermarked": score >= THRESHOLD}
+    return scores
+
+
+SUMMARY_COLUMNS = ("watermark_scored", "watermarked_clips", "watermarked_fraction")
+
+
+def pool(rows: Sequence[dict]) -> dict:
+    """A summary row's SUMMARY_COLUMNS: clips the detector scored, how many it calls watermarked,
+    and that share (None when it scored none)."""
+    verdicts = [r["watermarked"] for r in rows if r.get("watermarked") is not None]
+    marked = sum(verdicts)
+    return {"watermark_scored": len(verdicts), "watermarked_clips": marked,
+            "watermarked_fraction": marked / len(verdicts) if verdicts else None}
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -228,8 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for path in args.files:
         try:
-            wave = load_audio(path, PERTH_RATE, max_seconds=args.max_seconds)
-            score = marker.detect(wave, PERTH_RATE)
+            score = score_file(marker, path, args.max_seconds)
         except (AudioLoadError, WatermarkError) as exc:
             status = report_user_error(exc if isinstance(exc, AudioLoadError) else f"{path}: {exc}")
             continue

@@ -14,6 +14,9 @@ anything heavy.
 
 `--voices DIR` (`add_voices_argument`: the speech server, the CLI synthesiser and the app) is a
 voice library served besides the checkpoint's voices (`rumik_app.voices.library.use_library`).
+It comes with `--watermark library|all|off` (`add_watermark_argument`; also the benchmark runner):
+whose audio carries the PerthNet watermark, `load_engine(watermark=...)`, `BaseEngine.watermark`
+(docs/watermark.md); `engine_kwargs` passes it on with the load options when given.
 
 `--quantize` (`quantize=` of `load_engine`) has its one home here: `QUANTIZE_MODES`, where
 each runs (`QUANTIZE_SUPPORT`) and `check_quantize`, the one message for a mode that a
@@ -26,12 +29,13 @@ import argparse
 import os
 
 from rumik_app.errors import CheckpointError
+from rumik_app.watermark import DEFAULT_POLICY, POLICIES
 
 BACKENDS = ("engine", "vllm")
 # vLLM's own engine options, as `load_engine(backend="vllm")` keywords and --kebab-case flags.
 VLLM_OPTIONS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
                 "distributed_executor_backend", "gpu_memory_utilization")
-LOAD_OPTIONS = ("device", "dtype", "compile", "quantize")
+LOAD_OPTIONS = ("device", "dtype", "compile", "quantize", "watermark")
 # Weight quantisation at load: int8 weight-only (CPU: aten's int8 GEMV; CUDA: torchao), int4
 # (torchao, CUDA), nf4 (bitsandbytes, CUDA); fp8 is vLLM's own online quantisation.
 QUANTIZE_MODES = ("int8", "int4", "nf4", "fp8")
@@ -115,9 +119,21 @@ VLLM_MAX_LORAS = 16
 VLLM_MAX_LORA_RANK = 64
 
 
+WATERMARK_HELP = (f"whose audio carries the inaudible PerthNet watermark (docs/watermark.md): library = library "
+                  f"voices' (default: {DEFAULT_POLICY}), all = every voice's, off = none")
+
+
+def add_watermark_argument(parser: argparse.ArgumentParser) -> None:
+    """--watermark {library,all,off}, the one declaration of the watermark policy flag (None when not
+    given: the engine's default)."""
+    parser.add_argument("--watermark", choices=POLICIES, default=None, help=WATERMARK_HELP)
+
+
 def add_voices_argument(parser: argparse.ArgumentParser) -> None:
-    """--voices DIR, the one declaration of the voice library flag, and its adapter bank's sizes."""
+    """--voices DIR, the one declaration of the voice library flag, its adapter bank's sizes, and
+    --watermark (add_watermark_argument)."""
     parser.add_argument("--voices", metavar="DIR", default=None, help=VOICES_HELP)
+    add_watermark_argument(parser)
     parser.add_argument("--max-adapters", type=int, default=None, metavar="N",
                         help="library voices' adapters held on the device at once, least recently used "
                              f"evicted (default: 16; vllm: {VLLM_MAX_LORAS})")
@@ -136,7 +152,7 @@ def lora_options(args: argparse.Namespace, backend: str) -> dict:
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     """Keyword arguments for `load_engine(model, **kwargs)` from parsed flags: backend (when the
-    parser has it), device/dtype/compile/quantize when given, and vLLM's options when given.
+    parser has it), device/dtype/compile/quantize/watermark when given, and vLLM's options when given.
     ValueError when vLLM options come with the engine backend."""
     backend = getattr(args, "backend", "engine")
     vllm = {name: getattr(args, name) for name in VLLM_OPTIONS if getattr(args, name, None) is not None}

@@ -426,7 +426,7 @@ class VLLMEngine(BaseEngine):
                             yield piece
             if len(rest := await asyncio.to_thread(assembler.end_chunk, reason)):
                 yield rest
-        if len(rest := assembler.finish()):
+        if len(rest := await asyncio.to_thread(assembler.finish)):  # the watermark's last window: off the loop
             yield rest
 
     async def _chunk_tokens(self, req: SynthesisRequest, stats: dict) -> AsyncIterator[tuple[list[int], str]]:

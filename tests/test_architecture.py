@@ -35,6 +35,7 @@ FORBIDDEN = {
 # A name is a subpackage (every module in it) or a top-level module of rumik_app.
 LAYERS = (
     ("errors", "files", "asgi"),
+    ("watermark",),
     ("prompt", "audio", "cli_args"),
     ("text",),
     ("request",),
@@ -54,7 +55,7 @@ LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_ap
                  "rumik_app.engine.planning", "rumik_app.engine.script", "rumik_app.serve.protocol",
                  "rumik_app.serve.adapters", "training.config", "training.cli", "training.grpo.config",
                  "training.dpo.config", "webapp.access", "rumik_app.voices.package", "rumik_app.voices.library",
-                 "rumik_app.voices.archive")
+                 "rumik_app.voices.archive", "rumik_app.watermark")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 
@@ -282,7 +283,7 @@ def test_each_check_finds_a_mistake_planted_in_a_copy_of_the_tree(tmp_path):
     _plant(copy / "rumik_app" / "engine" / "loading.py", "import rumik_vllm.engine")
     assert "rumik_app/engine/loading.py imports rumik_vllm" in forbidden_arrows(copy)
     _plant(copy / "rumik_app" / "request.py", "from rumik_app.engine.local import TTSEngine")
-    assert any(a.startswith("rumik_app.request (layer 3) imports rumik_app.engine.local") for a in
+    assert any(a.startswith("rumik_app.request (layer 4) imports rumik_app.engine.local") for a in
                upward_arrows(module_graph(copy)))
     (copy / "rumik_app" / "serve" / "extra.py").write_text('"""A module nobody wrote into §1."""\n')
     assert table_drift(copy) == ["rumik_app.serve.extra is missing from §1's table"]

@@ -7,7 +7,17 @@
 
 A subclass generates tokens (`generate_batch`, `stream`) and says where Mimi runs (`device`);
 everything before (validation, prompt ids, sampling rows, chunking) and after (decoding
-rows, crossfading, the info dict) is here, so both backends plan and join audio the same way.
+rows, crossfading, the watermark, the info dict) is here, so both backends plan and join audio
+the same way.
+
+The watermark (docs/watermark.md): `engine.watermark` is "library" (the default: library
+voices' audio carries PerthNet's mark), "all" or "off". Every audio path goes through one of
+two places here: `joined_audio` (synthesize, synthesize_many, scripts, vLLM's asynthesize) marks
+the whole clip, `assembler` (every stream: TTSEngine.stream, VLLMEngine.astream, the server's
+scheduler) gives the stream assembler a `StreamWatermarker`, equal to it piece by piece. `plan`
+refuses a request that must be marked when the weights cannot load (WatermarkUnavailable,
+naming the install) before any compute; built-in voices under "library" need nothing and their
+audio is untouched, bit for bit.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.planning import plan_request
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
 from rumik_app.model.config import RumikOSSConfig
+from rumik_app.prompt import normalize_voice
 from rumik_app.request import (
     LIBRARY_LIMITS,
     RequestLimits,
@@ -33,6 +44,9 @@ from rumik_app.request import (
     resolve_seed,
     tokens_for_seconds,
 )
+from rumik_app.watermark import DEFAULT_POLICY, check_policy, marks
+from rumik_app.watermark.marker import Watermarker, shared_watermarker
+from rumik_app.watermark.stream import StreamWatermarker
 
 # progress(tokens done, token budget), called once per frame by synthesize / synthesize_many.
 Progress = Callable[[int, int], None]
@@ -48,6 +62,7 @@ class BaseEngine:
     backend = ""  # "engine" or "vllm" (rumik_app.cli_args.BACKENDS)
     synth_batch_size = 8
     library = None  # a VoiceLibrary whose voices are served besides the checkpoint's (use_voices)
+    _watermark = DEFAULT_POLICY
 
     def __init__(self, tokenizer, codec, config: RumikOSSConfig, checkpoint_dir: str | Path):
         self.tokenizer = tokenizer
@@ -104,6 +119,25 @@ class BaseEngine:
         return next((name for name in self.library.names() if name.lower() == wanted), None)
 
     @property
+    def watermark(self) -> str:
+        """Whose audio carries the watermark: "library" (library voices', the default), "all" or "off"."""
+        return self._watermark
+
+    @watermark.setter
+    def watermark(self, policy: str) -> None:
+        self._watermark = check_policy(policy)
+
+    def watermarker_for(self, req: SynthesisRequest) -> Watermarker | None:
+        """The Watermarker `req`'s audio goes through under `watermark` (loaded once per process and
+        device), or None; WatermarkUnavailable, naming the install, when it is needed and cannot load.
+        A library voice is any voice but the checkpoint's own, so one deleted from the library while
+        its request runs is still marked."""
+        builtin = str(req.voice).strip().lower() in {name.lower() for name in self.config.speakers}
+        if not marks(self.watermark, library_voice=not builtin):
+            return None
+        return shared_watermarker(str(self.device))
+
+    @property
     def sample_rate(self) -> int:
         return self.codec.sample_rate
 
@@ -146,13 +180,21 @@ class BaseEngine:
     def plan(self, req: SynthesisRequest, limits: RequestLimits = LIBRARY_LIMITS) -> list[SynthesisRequest]:
         """Split a request into chunk requests of at most ~16 s (25 s with a larger budget)
         of expected speech (`rumik_app.engine.planning.plan_request`, docs/ARCHITECTURE.md §5).
-        `max_new_tokens` caps each chunk; chunk i uses seed + i; limits: a front end's bounds."""
-        return plan_request(req, self.layout, limits)
+        `max_new_tokens` caps each chunk; chunk i uses seed + i; limits: a front end's bounds.
+        PromptError for an unknown voice, then WatermarkUnavailable when `req` must be watermarked
+        and cannot be (`watermarker_for`): every path plans first, so it is refused before any compute."""
+        chunks = plan_request(req, self.layout, limits)
+        normalize_voice(req.voice, self.voices)  # an unknown voice is refused as such, not for the watermark
+        self.watermarker_for(req)
+        return chunks
 
     def assembler(self, plan: Sequence[SynthesisRequest], stats: dict | None = None,
                   first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES) -> StreamAssembler:
-        """The stream assembler for one planned request (fills `stats`)."""
-        return StreamAssembler(self.codec, self.layout, plan, stats, first_frames, frames_per_piece)
+        """The stream assembler for one planned request (fills `stats`), watermarking its pieces
+        when `watermark` asks it for this voice."""
+        marker = self.watermarker_for(plan[0])
+        watermark = StreamWatermarker(marker, self.sample_rate) if marker is not None else None
+        return StreamAssembler(self.codec, self.layout, plan, stats, first_frames, frames_per_piece, watermark)
 
     def decode(self, codes: torch.Tensor, num_frames: torch.Tensor | Sequence[int]) -> list[np.ndarray]:
         """codes: [B, Q, T] -> one float32 waveform per row, cut to its own frame count."""
@@ -204,11 +246,17 @@ class BaseEngine:
 
     def joined_audio(self, waves: list[np.ndarray], plan: Sequence[SynthesisRequest], tokens: int, elapsed: float,
                      finish: list[str]) -> Audio:
-        """One request's chunks crossfaded into an `Audio` with its info dict."""
+        """One request's chunks crossfaded into an `Audio` with its info dict, watermarked when
+        `watermark` asks it for this voice (info["watermarked"])."""
         fade = int(CROSSFADE_SECONDS * self.sample_rate)
-        audio = Audio(crossfade_concat(waves, fade), self.sample_rate, seed=plan[0].seed)
+        samples = crossfade_concat(waves, fade)
+        marker = self.watermarker_for(plan[0])
+        if marker is not None and samples.size:
+            samples = marker.apply(samples, self.sample_rate)
+        audio = Audio(samples, self.sample_rate, seed=plan[0].seed)
         spans = chunk_spans([len(w) for w in waves], fade)
         audio.info = {"tokens": tokens, "chunks": len(plan), "finish_reasons": list(finish), "seconds": elapsed,
+                      "watermarked": marker is not None,
                       # where each planned chunk lies in the audio, in seconds (long-form speaker drift)
                       "chunk_seconds": [[a / self.sample_rate, b / self.sample_rate] for a, b in spans],
                       "tokens_per_second": tokens / elapsed if elapsed else 0.0,

@@ -23,6 +23,7 @@ from rumik_app.cli_args import BACKENDS, VLLM_OPTIONS, check_quantize
 from rumik_app.engine.base import BaseEngine
 from rumik_app.errors import CheckpointError
 from rumik_app.request import DEFAULT_MODEL
+from rumik_app.watermark import DEFAULT_POLICY, check_policy
 
 BACKEND_GROUP = "rumik_app.backends"  # entry points: backend name -> its engine class
 VLLM_MISSING = ("backend='vllm' needs vLLM, which is not installed here. Install it into this environment: "
@@ -48,23 +49,29 @@ def backend_class(backend: str) -> type[BaseEngine]:
     raise CheckpointError(f"{missing} (no {backend!r} entry point in {BACKEND_GROUP}: pip install -e . first)")
 
 
-def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", **options) -> BaseEngine:
+def load_engine(model: str = DEFAULT_MODEL, backend: str = "engine", watermark: str | None = None,
+                **options) -> BaseEngine:
     """Load `model` (a folder, a hub id or "tiny") on `backend`; never runs remote code.
 
-    options: device, dtype, compile, quantize (int8/int4/nf4 on "engine", fp8 on "vllm";
-    `rumik_app.cli_args.check_quantize`), and for "engine" restrict_phase, decoder
-    (`TTSEngine.from_pretrained`); for "vllm" also tensor_parallel_size, data_parallel_size,
-    gpu_memory_utilization, max_num_seqs and other vLLM engine arguments
-    (`rumik_vllm.engine.VLLMEngine.from_pretrained`). Raises CheckpointError with the fix in
-    the message, and TypeError for vLLM's options on the engine backend.
+    watermark: the engine's watermark policy, "library" (None: the default), "all" or "off"
+    (`BaseEngine.watermark`, docs/watermark.md). options: device, dtype, compile, quantize
+    (int8/int4/nf4 on "engine", fp8 on "vllm"; `rumik_app.cli_args.check_quantize`), and for
+    "engine" restrict_phase, decoder (`TTSEngine.from_pretrained`); for "vllm" also
+    tensor_parallel_size, data_parallel_size, gpu_memory_utilization, max_num_seqs and other
+    vLLM engine arguments (`rumik_vllm.engine.VLLMEngine.from_pretrained`). Raises
+    CheckpointError with the fix in the message, and TypeError for vLLM's options on the engine backend.
     """
+    policy = check_policy(DEFAULT_POLICY if watermark is None else watermark)  # before any weights load
     if check_backend(backend) != "engine":
         # Checked here too, so a mode the backend lacks is named in any environment, vLLM or not.
         check_quantize(options.get("quantize"), backend, "cuda" if torch.cuda.is_available() else "cpu")
-        return backend_class(backend).from_pretrained(model, **options)
-    given = sorted(set(options) & set(VLLM_OPTIONS))
-    if given:
-        raise TypeError(f"{given} apply to backend='vllm' only")
-    from rumik_app.engine.local import TTSEngine
+        engine = backend_class(backend).from_pretrained(model, **options)
+    else:
+        given = sorted(set(options) & set(VLLM_OPTIONS))
+        if given:
+            raise TypeError(f"{given} apply to backend='vllm' only")
+        from rumik_app.engine.local import TTSEngine
 
-    return TTSEngine.from_pretrained(model, **options)
+        engine = TTSEngine.from_pretrained(model, **options)
+    engine.watermark = policy
+    return engine

@@ -17,12 +17,19 @@ rounding) and the frames not yet decoded: the first piece after `first_frames` f
 time to first audio), then every `frames_per_piece`. Across chunks a `CrossfadeStream` joins
 them with the engine's crossfade; a one-chunk request skips it, so nothing is held back.
 
+With a `StreamWatermarker` (`BaseEngine.assembler` gives one when the engine's watermark policy
+asks it for the request's voice) every sample goes through it last, so the pieces concatenate
+to the offline clip marked whole; it holds back up to `latency_seconds()` (about 0.3 s of
+audio), so the first piece waits for that many more frames (4 at 24 kHz) to carry audio.
+
 `stats` is filled as `TTSEngine.stream` documents: `seed`, `chunks`, `max_tokens` (the token
-budget) at the start, then `tokens` (every id pushed) and `finish_reasons` (one per chunk).
+budget) and `watermarked` at the start, then `tokens` (every id pushed) and `finish_reasons`
+(one per chunk).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +38,7 @@ import torch
 from rumik_app.audio import CrossfadeStream
 from rumik_app.model.tokens import FrameParser, TokenLayout
 from rumik_app.request import SynthesisRequest
+from rumik_app.watermark.stream import StreamWatermarker
 
 CROSSFADE_SECONDS = 0.05  # between the chunks of long text (equal-power)
 FIRST_PIECE_FRAMES = 2  # 160 ms of audio: low time to first audio
@@ -57,19 +65,26 @@ class StreamAssembler:
     """Audio pieces of one request as its chunks' ids arrive (see the module docstring).
 
     codec: a `MimiCodec`; layout: the checkpoint's token layout; plan: the request's chunk
-    requests (`engine.plan(req)`); stats: filled as described above (a new dict if None).
+    requests (`engine.plan(req)`); stats: filled as described above (a new dict if None);
+    watermark: marks every sample on its way out (None: untouched).
     Every method returns float32 samples that are final (possibly empty).
     """
 
     def __init__(self, codec, layout: TokenLayout, plan: Sequence[SynthesisRequest], stats: dict | None = None,
-                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES):
+                 first_frames: int = FIRST_PIECE_FRAMES, frames_per_piece: int = PIECE_FRAMES,
+                 watermark: StreamWatermarker | None = None):
         self.codec = codec
         self.layout = layout
         self.first_frames = first_frames
         self.frames_per_piece = frames_per_piece
         self.stats = new_stream_stats(plan, stats)
+        self.stats["watermarked"] = watermark is not None
         fade = int(CROSSFADE_SECONDS * codec.sample_rate)
         self.joiner = CrossfadeStream(fade) if len(plan) > 1 else None  # one chunk: nothing held back
+        self.watermark = watermark
+        # the first piece also covers what the watermark holds back, so that it carries audio
+        self.lead = 0 if watermark is None else math.ceil(watermark.latency_seconds() * codec.sample_rate
+                                                          / codec.frame_size)
         self.parser: FrameParser | None = None
         self.codec_stream = None
         self.pending: list[list[int]] = []
@@ -80,7 +95,8 @@ class StreamAssembler:
         self.parser = FrameParser(self.layout)
         self.codec_stream = self.codec.streaming_decoder(batch=1)
         self.pending = []
-        self.want = self.first_frames
+        self.want = self.first_frames + self.lead
+        self.lead = 0
         if self.joiner is not None:
             self.joiner.start_chunk()
 
@@ -100,7 +116,7 @@ class StreamAssembler:
         self.pending = []
         self.want = self.frames_per_piece
         audio = self.codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
-        return self.joiner.push(audio) if self.joiner is not None else audio
+        return self._out(self.joiner.push(audio) if self.joiner is not None else audio)
 
     def end_chunk(self, finish_reason: str) -> np.ndarray:
         """The chunk ended (`finish_reason`, as the decoder reports it): the rest of its audio."""
@@ -108,8 +124,13 @@ class StreamAssembler:
         out = self.piece()
         if self.joiner is None:
             return out
-        return np.concatenate([out, self.joiner.end_chunk()])
+        return np.concatenate([out, self._out(self.joiner.end_chunk())])
 
     def finish(self) -> np.ndarray:
-        """After the last chunk: the samples held back for a seam that never came."""
-        return self.joiner.finish() if self.joiner is not None else _EMPTY
+        """After the last chunk: the samples held back for a seam that never came, and by the watermark."""
+        out = self._out(self.joiner.finish()) if self.joiner is not None else _EMPTY
+        return out if self.watermark is None else np.concatenate([out, self.watermark.finish()])
+
+    def _out(self, audio: np.ndarray) -> np.ndarray:
+        """Final samples on their way out: through the watermark when there is one."""
+        return audio if self.watermark is None or not len(audio) else self.watermark.push(audio)

@@ -14,6 +14,7 @@ import logging
 
 from rumik_app.engine.serving import EngineFailed, ServerBusy, ShuttingDown
 from rumik_app.prompt import PromptError
+from rumik_app.watermark import WatermarkUnavailable
 
 log = logging.getLogger(__name__)
 # A request field under its name in OpenAI's API, where the two differ.
@@ -53,5 +54,8 @@ def engine_error(exc: Exception) -> ApiError:
         log.error("the speech engine failed: %s", exc)
         return ApiError(500, "The speech engine failed; the server log says why.", type="server_error",
                         code="backend_failed")
+    if isinstance(exc, WatermarkUnavailable):  # this voice's audio must be marked: refused, never sent unmarked
+        log.error("refused a request that must be watermarked: %s", exc)
+        return ApiError(500, str(exc), type="server_error", code="watermark_unavailable")
     log.error("speech request failed", exc_info=exc)
     return ApiError(500, "Synthesis failed; the server log says why.", type="server_error", code="server_error")

@@ -21,6 +21,7 @@ from evaluation import run as runner
 from evaluation.systems import SynthesisError, Synthesizer
 from evaluation.text import SEGMENTATIONS, segmentation_label
 from rumik_app.audio import Audio
+from rumik_app.watermark.marker import shared_watermarker
 
 REPO = Path(__file__).resolve().parents[2]
 TONE_RATE = 16_000
@@ -102,6 +103,34 @@ def test_runner_scores_per_language_and_domain(setup):
     assert (out / "charts" / "by_domain.png").is_file()
     clips = read_csv(out / "clips.csv")
     assert len(clips) == 6 and clips[0]["hyp"] == "the cat sat on a mat"
+    assert {c["watermarked"] for c in clips} == {"False"} and float(clips[0]["watermark_score"]) < 0.5
+    assert summary[("overall", "all")]["watermarked_fraction"] == "0.0"
+    assert "## Watermark" in report and "| all | 0 of 6 clips (0%) |" in report
+
+
+class MarkedNoiseSystem(ToneSystem):
+    """Seeded noise (as the tiny checkpoint speaks) with the PerthNet watermark on, as the engines mark
+    library voices' audio; silent for chosen ids. (Not a tone: a pure sine's mark is lost to 16-bit WAV.)"""
+
+    def _synthesize(self, request, *, clip_id, run):
+        audio = super()._synthesize(request, clip_id=clip_id, run=run)
+        noise = np.random.default_rng(request.seed).normal(0, 0.1, audio.samples.size).astype(np.float32)
+        wave = noise * (np.max(np.abs(audio.samples)) > 0)
+        return Audio(shared_watermarker().apply(wave, audio.sample_rate), audio.sample_rate, seed=audio.seed)
+
+
+def test_the_runner_reports_the_watermark_detector_per_clip_and_per_run(setup, capsys):
+    tmp, prompts, hyps = setup
+    out = tmp / "out"
+    assert run_main(MarkedNoiseSystem(silent=("p3",)), prompts, hyps, out) == 0  # p3 silent: no audio to score
+    clips = {c["id"]: c for c in read_csv(out / "clips.csv")}
+    assert clips["p1"]["watermarked"] == clips["p2"]["watermarked"] == "True" and clips["p3"]["watermarked"] == ""
+    assert float(clips["p1"]["watermark_score"]) > 0.9
+    summary = {(r["level"], r["group"]): r for r in read_csv(out / "summary.csv")}
+    assert summary[("overall", "all")]["watermarked_fraction"] == "1.0"
+    assert summary[("overall", "all")]["watermark_scored"] == "2"
+    assert "| 1 | 2 of 2 clips (100%) |" in (out / "report.md").read_text()
+    assert "watermarked (PerthNet detector): 2 of 2 clips (100%)" in capsys.readouterr().out
 
 
 # The two sentences of issue 18 (hand-counted in tests/evaluation/test_metrics.py): GCER

@@ -1,12 +1,15 @@
-"""evaluation.watermark and evaluation.perth_net: the port against resemble-perth's own output, detection
-on espeak-ng speech, the weights-only load, the attacks, and the command.
+"""The watermark's port against resemble-perth's own output (rumik_app.watermark), detection on espeak-ng
+speech, the weights-only load, and evaluation.watermark: the attacks, the command and the runner's columns.
 
 data/perth_fixture.npz holds perth 1.0.1's apply_watermark output and get_watermark scores on three
 clips (data/make_perth_fixture.py, run in a scratch environment with torch 2.11 and torchaudio).
-Tolerances: at perth's own 32 kHz the port must agree to 1e-5 in every sample (it agreed exactly,
-max |diff| 0.0, against torch 2.11); at 24 kHz perth resamples with soxr and the port with scipy's
-polyphase, so the difference must stay 50 dB below the signal (54.3 dB measured; 37.6 dB below the
-watermark itself). Scores: within 1e-4 of perth's (they agreed to 1e-7).
+Tolerances: at perth's own 32 kHz the port must agree to 1e-5 in every sample (max |diff| 3.7e-9
+measured: `apply` adds perth's residual back to the input, wave + (perth(wave) - wave), float
+rounding) and in its scores to 1e-4 (they agreed exactly). At 24 kHz perth resamples the whole
+marked clip back through soxr, while `apply` adds only the mark, resampled with the same soxr, to
+the untouched clip: the two differ by soxr's round trip of the clip, which must stay 55 dB below
+it (58.0 dB measured). Perth scores through scipy's polyphase filter, the port through soxr:
+scores within 2e-3 at 24 kHz (9.7e-4 measured).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from evaluation import perth_net
 from evaluation.watermark import (
     THRESHOLD,
     Watermarker,
@@ -29,15 +31,17 @@ from evaluation.watermark import (
     mp3,
     mu_law_8k,
     resampled,
-    weights_path,
 )
 from rumik_app.cli import find_command
+from rumik_app.watermark import perth_net
+from rumik_app.watermark.marker import weights_path
 from tests.evaluation.conftest import espeak_wav
 
 FIXTURE = Path(__file__).with_name("data") / "perth_fixture.npz"
 SAMPLE_TOLERANCE = 1e-5  # max |ours - perth| at 32 kHz
-RESAMPLED_SNR_DB = 50.0  # perth's output over (ours - perth) at 24 kHz
-SCORE_TOLERANCE = 1e-4
+RESAMPLED_SNR_DB = 55.0  # perth's output over (ours - perth) at 24 kHz
+SCORE_TOLERANCE = 1e-4  # at 32 kHz
+RESAMPLED_SCORE_TOLERANCE = 2e-3  # at 24 kHz: perth detects through scipy's resampler, the port through soxr
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +75,8 @@ def test_the_port_matches_perth_through_resampling(marker, perth):
     difference = ours[: theirs.size] - theirs
     snr = 10 * np.log10(np.sum(theirs**2) / np.sum(difference**2))
     assert snr >= RESAMPLED_SNR_DB, f"ours differs from perth by {snr:.1f} dB"
-    assert abs(marker.detect(wave, rate) - scores[0]) <= SCORE_TOLERANCE
-    assert abs(marker.detect(theirs, rate) - scores[1]) <= SCORE_TOLERANCE
+    assert abs(marker.detect(wave, rate) - scores[0]) <= RESAMPLED_SCORE_TOLERANCE
+    assert abs(marker.detect(theirs, rate) - scores[1]) <= RESAMPLED_SCORE_TOLERANCE
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,14 @@ Run: .venv/bin/python -m pytest -n0 tests/rumik_app/test_serve_voices.py -q
 
 One real server (the tiny checkpoint, `--voices` as `build_server` attaches it) with an API key
 and an admin key: listing takes the API key, importing and deleting the admin key; a server
-without an admin key keeps them closed (403).
+without an admin key keeps them closed (403). Speech: a library voice's carries the watermark and a
+built-in voice's does not; without resemble-perth a library voice is refused (500, naming the install).
 """
 
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 
 from rumik_app.engine.local import TTSEngine
@@ -18,6 +20,8 @@ from rumik_app.serve import gate, voices
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.voices.library import use_library
 from rumik_app.voices.package import base_fingerprint
+from rumik_app.watermark.marker import shared_watermarker
+from tests.rumik_app.test_watermark_engine import perth_uninstalled
 from tests.rumik_app.voices.packages import archive_of, model_shapes, write_voice, zip_bytes
 from tests.servers import ServerThread
 
@@ -80,6 +84,27 @@ def test_a_library_voice_speaks(server):
     spoken = httpx.post(server.url + "/v1/audio/speech", json={**SPEECH, "voice": "arjun"}, headers=auth(KEY),
                         timeout=60)
     assert spoken.status_code == 200 and len(spoken.content) > 0, spoken.text
+
+
+def test_a_library_voices_speech_is_watermarked_and_a_builtin_one_is_not(server):
+    """The server's path: its scheduler's streamed pieces, marked on their way out (docs/watermark.md)."""
+    marker = shared_watermarker()
+    for voice, marked in (("arjun", True), ("Ira", False)):
+        spoken = httpx.post(server.url + "/v1/audio/speech", json={**SPEECH, "voice": voice, "max_seconds": 1.0},
+                            headers=auth(KEY), timeout=60)
+        assert spoken.status_code == 200, spoken.text
+        wave = np.frombuffer(spoken.content, "<i2").astype(np.float32) / 32768  # pcm: 16-bit at 24 kHz
+        assert marker.is_watermarked(wave, 24_000) is marked, voice
+
+
+def test_without_resemble_perth_a_library_voice_is_refused_with_the_fix(server, monkeypatch):
+    with perth_uninstalled(monkeypatch):
+        refused = httpx.post(server.url + "/v1/audio/speech", json={**SPEECH, "voice": "Arjun"}, headers=auth(KEY),
+                             timeout=60)
+        assert "pip install resemble-perth==1.0.1" in error_of(refused, 500)  # never sent unmarked
+        spoken = httpx.post(server.url + "/v1/audio/speech", json={**SPEECH, "voice": "Ira"}, headers=auth(KEY),
+                            timeout=60)
+        assert spoken.status_code == 200 and len(spoken.content) > 0, spoken.text
 
 
 def test_import_and_delete_take_the_admin_key(server, made):

@@ -39,6 +39,7 @@ from rumik_app.serve.silk.schema import (
     silk_script,
 )
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session, SessionsFull
+from rumik_app.watermark import WatermarkUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ def silk_error(exc: BaseException) -> SilkError:
     if isinstance(exc, EngineFailed):
         log.error("the speech engine failed: %s", exc)
         return SilkError(500, "The speech engine failed; the server log says why.", "server_error")
+    if isinstance(exc, WatermarkUnavailable):  # this voice's audio must be marked: refused, never sent unmarked
+        log.error("refused a request that must be watermarked: %s", exc)
+        return SilkError(500, str(exc), "watermark_unavailable")
     log.error("Silk request failed", exc_info=exc)
     return SilkError(500, "Synthesis failed; the server log says why.", "server_error")
 

@@ -3,9 +3,9 @@
 The arithmetic of `perth.perth_net.perth_net_implicit` (model/, audio_processor.py, utils.py)
 in plain torch functions over the shipped state dict, with `torch.stft`/`torch.istft` in place
 of torchaudio's Spectrogram/InverseSpectrogram, so that neither perth nor torchaudio is
-imported. evaluation/watermark.py is the interface (resampling, scores, the CLI):
+imported. rumik_app.watermark.marker is the interface (the weights, resampling, scores):
 
-    from evaluation.perth_net import load_weights, watermark_signal, decode_signal
+    from rumik_app.watermark.perth_net import load_weights, watermark_signal, decode_signal
     weights = load_weights(path)                  # torch.load(..., weights_only=True): tensors only
     marked = watermark_signal(weights, signal)    # float32 [N] at 32 kHz -> [N]
     score = decode_signal(weights, marked)        # the decoder's raw output (perth clips it to [0, 1])
@@ -20,6 +20,11 @@ loud frames and weighs the three by a softmax of their attention outputs.
 One deliberate difference: the inverse STFT is asked for the input's length, where perth's
 returns a whole number of hops (up to 319 samples shorter). The samples both have are the same.
 Tested against perth's own output by tests/evaluation/test_watermark.py.
+
+What a marked sample depends on (rumik_app.watermark.stream marks a stream with it): the
+frames whose 2048-sample windows cover it, the encoder's input at `encoder_reach` (15) frames
+either side of those, and those frames' samples; plus one number for the whole clip, the
+loudest frame's summed magnitude (`loudest`), against which a frame counts as loud.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rumik_app.errors import RumikError
+from rumik_app.watermark import WatermarkUnavailable
 
 SAMPLE_RATE = 32_000  # hparams.yaml of the shipped checkpoint
 N_FFT = 2048
@@ -47,7 +52,7 @@ N_LAYERS = 7  # 1x1 in, five k=7 hidden, 1x1 out; LeakyReLU after all but the la
 Weights = dict[str, torch.Tensor]
 
 
-class WeightsError(RumikError, RuntimeError):
+class WeightsError(WatermarkUnavailable):
     """The checkpoint file is missing, not a tensors-only checkpoint, or not PerthNet's."""
 
 
@@ -110,16 +115,29 @@ def _stack(weights: Weights, prefix: str, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def loud_frames(mag: torch.Tensor) -> torch.Tensor:
-    """magmask: [B, F, T] -> [B, T], 1.0 where a frame's summed magnitude exceeds 5% of the loudest."""
-    total = mag.sum(dim=1)
-    return (total > total.max(dim=1).values[:, None] * LOUD_FRAME).float()
+def encoder_reach(weights: Weights) -> int:
+    """Frames either side that one encoder output frame reads: (k - 1) / 2 summed over the convs (15)."""
+    return sum((weights[f"encoder.layers.{i}.conv.weight"].shape[-1] - 1) // 2 for i in range(N_LAYERS))
 
 
-def encode(weights: Weights, mag: torch.Tensor) -> torch.Tensor:
-    """Encoder: [B, 1025, T] -> the same with the watermark residual added to the lowest SUBBAND bins."""
+def frame_totals(mag: torch.Tensor) -> torch.Tensor:
+    """A frame's summed normalised magnitude, what "loud" is measured in: [..., F, T] -> [..., T]."""
+    return mag.sum(dim=-2)
+
+
+def loud_frames(mag: torch.Tensor, loudest: torch.Tensor | float | None = None) -> torch.Tensor:
+    """magmask: [B, F, T] -> [B, T], 1.0 where a frame's summed magnitude exceeds 5% of the
+    loudest frame's; `loudest`: that total when the clip is longer than `mag` (a stream's window)."""
+    total = frame_totals(mag)
+    top = total.max(dim=1).values[:, None] if loudest is None else loudest
+    return (total > top * LOUD_FRAME).float()
+
+
+def encode(weights: Weights, mag: torch.Tensor, loudest: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Encoder: [B, 1025, T] -> the same with the watermark residual added to the lowest SUBBAND bins
+    of the loud frames (`loud_frames`; loudest: as there)."""
     mag = mag.clone()
-    mask = loud_frames(mag)[:, None]
+    mask = loud_frames(mag, loudest)[:, None]
     mag[:, :SUBBAND] += _stack(weights, "encoder.layers", mag[:, :SUBBAND]) * mask
     return mag
 
