@@ -31,18 +31,20 @@ import hashlib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import soxr
-import torch
 
-from rumik_app.watermark import WatermarkError, WatermarkUnavailable, perth_net
+from rumik_app.watermark import WatermarkError, WatermarkUnavailable
+
+if TYPE_CHECKING:
+    import torch
 
 PERTH_DISTRIBUTION, PERTH_VERSION = "resemble-perth", "1.0.1"
 WEIGHTS_NAME = "perth_net_250000.pth.tar"
 WEIGHTS_SHA256 = "oVvORX68U85ebJw_Ed94z37iv5zasKeYkCE1tMQCdnA"  # urlsafe base64, as in the wheel's RECORD
-PERTH_RATE = perth_net.SAMPLE_RATE  # 32 kHz
+PERTH_RATE = 32_000  # perth_net.SAMPLE_RATE, named here so that importing this module needs no torch
 THRESHOLD = 0.5  # perth rounds the decoder's output: >= 0.5 is "watermarked"
 MIN_SECONDS = 0.05  # the STFT's reflect padding needs more than 1024 samples at 32 kHz
 RESAMPLE_QUALITY = "HQ"  # soxr's, librosa's default (what perth applies through)
@@ -112,13 +114,19 @@ class Watermarker:
     @classmethod
     def load(cls, device: str = "cpu", path: str | Path | None = None) -> Watermarker:
         """The network from `path`, by default the checkpoint in the installed wheel (weights_path)."""
+        from rumik_app.watermark import perth_net
+
         return cls(perth_net.load_weights(path or weights_path(), device), str(device))
 
     def tensor(self, wave: np.ndarray) -> torch.Tensor:
+        import torch
+
         return torch.tensor(wave, dtype=torch.float32, device=self.device)  # a copy: never a view
 
     def residual(self, up: np.ndarray) -> np.ndarray:
         """What the mark adds to float32 [N] at PERTH_RATE (perth's output minus its input)."""
+        from rumik_app.watermark import perth_net
+
         return perth_net.watermark_signal(self.weights, self.tensor(up)).cpu().numpy() - up
 
     def apply(self, wave: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -130,6 +138,8 @@ class Watermarker:
     def detect(self, wave: np.ndarray, sample_rate: int) -> float:
         """The decoder's confidence that `wave` carries the mark, clipped to [0, 1] (0 for silence)."""
         up = resample(check_wave(wave, sample_rate), sample_rate, PERTH_RATE)
+        from rumik_app.watermark import perth_net
+
         raw = perth_net.decode_signal(self.weights, self.tensor(up))
         return 0.0 if np.isnan(raw) else float(np.clip(raw, 0.0, 1.0))
 

@@ -178,3 +178,10 @@ def test_the_flag_reaches_the_engine(tiny_checkpoint, tmp_path, marker):
                             "--max-seconds", "1", "--quiet", "--watermark", "all", "--out", str(out)]) == 0
     wave, rate = sf.read(out, dtype="float32")
     assert marker.is_watermarked(wave, rate)
+
+
+def test_the_light_rate_constant_is_the_networks():
+    from rumik_app.watermark import perth_net
+    from rumik_app.watermark.marker import PERTH_RATE
+
+    assert PERTH_RATE == perth_net.SAMPLE_RATE  # named twice only so that the marker imports no torch
