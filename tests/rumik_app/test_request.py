@@ -47,12 +47,16 @@ def test_a_copy_checks_only_what_changed():
         derive(SamplingSettings(), RowParams)  # a field the source lacks and that has no default
 
 
-def test_a_decoder_row_is_the_requests_settings_and_a_seed():
+def test_a_decoder_row_is_the_requests_settings_a_seed_and_an_adapter():
     req = SynthesisRequest("hi", temperature=0.3, top_k=7, top_p=0.9, repetition_penalty=1.2, max_new_tokens=64)
     row = RowParams.of(req, seed=11)
-    assert {spec.name for spec in fields(RowParams)} == {spec.name for spec in fields(SamplingSettings)} | {"seed"}
+    expected = {spec.name for spec in fields(SamplingSettings)} | {"seed", "adapter"}
+    assert {spec.name for spec in fields(RowParams)} == expected
     assert (row.seed, row.temperature, row.top_k, row.top_p, row.repetition_penalty, row.max_new_tokens) == (
         11, 0.3, 7, 0.9, 1.2, 64)
+    assert row.adapter is None  # a request's own row: the checkpoint's weights (the engine names a library voice's)
+    with pytest.raises(PromptError, match="library voice's name or None"):
+        RowParams(seed=1, adapter="  ")
     with pytest.raises(PromptError, match="max_new_tokens 5000 is out of range"):  # every decoder sizes by the cap
         RowParams(seed=1, max_new_tokens=5000)
 
