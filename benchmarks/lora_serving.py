@@ -2,6 +2,7 @@
 
     python benchmarks/lora_serving.py                       # published width, 4 layers, batch 16, CPU
     python benchmarks/lora_serving.py --new-tokens 48 --repeats 1 --layers 2   # quicker look
+    python benchmarks/lora_serving.py --checkpoint tiny --new-tokens 8 --repeats 1   # a dry run of the script
 
 Builds (once, cached) the random-weight checkpoint of the published width that
 benchmarks/decode_speed.py uses, 16 random voice packages of rank `--rank` on it
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.decode_speed import PROMPT_TEXT, build_checkpoint  # noqa: E402
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
-from rumik_app.checkpoint.load import cache_root  # noqa: E402
+from rumik_app.checkpoint.load import cache_root, resolve_checkpoint  # noqa: E402
 from rumik_app.voices.library import VoiceLibrary  # noqa: E402
 from rumik_app.voices.lora import projection  # noqa: E402
 from rumik_app.voices.package import base_fingerprint, load_adapter, read_package  # noqa: E402
@@ -45,8 +46,8 @@ VOICES = tuple(f"Voice{i:02d}" for i in range(BATCH))
 
 
 def build_voices(engine: TTSEngine, checkpoint: Path, rank: int) -> Path:
-    """16 random packages of rank `rank` for `checkpoint`, cached beside it."""
-    folder = cache_root() / f"bench-voices-{checkpoint.name}-r{rank}"
+    """16 random packages of rank `rank` for `checkpoint`, cached (by its fingerprint)."""
+    folder = cache_root() / f"bench-voices-{base_fingerprint(checkpoint)[7:23]}-r{rank}"  # by the weights' identity
     for seed, name in enumerate(VOICES):
         if not (folder / name / "voice.json").exists():
             build_random_voice(folder, engine.model, name, checkpoint, rank=rank, seed=seed, scale=0.02)
@@ -78,12 +79,13 @@ def rows_of(distinct: int) -> list[str]:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--checkpoint", help="time this checkpoint instead (a folder, or tiny: a dry run)")
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
-    checkpoint = build_checkpoint(args.layers)
+    checkpoint = resolve_checkpoint(args.checkpoint) if args.checkpoint else build_checkpoint(args.layers)
     engine = TTSEngine.from_pretrained(str(checkpoint), device="cpu", dtype="float32")
     folder = build_voices(engine, checkpoint, args.rank)
     engine.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)), capacity=BATCH, rank=args.rank)

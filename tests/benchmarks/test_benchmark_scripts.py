@@ -101,3 +101,12 @@ def test_text_bounds_fills_every_row(capsys):
     for row in ("lexicon build", "lexicon cached", "ssml largest", "ssml refused", "pls refused"):
         assert row in out
     assert "goal: every row <= 10x the reference" in out
+
+
+def test_lora_serving_fills_every_row(tiny_checkpoint, capsys):
+    from benchmarks import lora_serving
+
+    result = lora_serving.main(["--checkpoint", str(tiny_checkpoint), "--new-tokens", "8", "--repeats", "1"])
+    assert set(result["tokens_per_s"]) == {"none", "1 voice", "4 voices", "16 voices", "merged (1 voice)"}
+    assert all(value > 0 for value in result["tokens_per_s"].values())
+    assert "goal: 16 distinct voices >= 0.7x" in capsys.readouterr().out
