@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> Audio | None:
     from rumik_app.engine.loading import load_engine
     from rumik_app.engine.script import build_script
     from rumik_app.model.config import RumikOSSConfig
-    from rumik_app.voices.library import open_library
+    from rumik_app.voices.library import attach_library, open_library
 
     # Checked twice: every field now, before fetching or loading a 7 GB model (a script's turns
     # and SSML once the checkpoint's voices are known); then the voice against the checkpoint's
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> Audio | None:
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
     if library is not None:
-        engine.use_voices(library)
+        attach_library(engine, library, args.max_adapters, args.adapter_rank)
     say = (lambda line: None) if args.quiet else print
     audio = synthesize_script_cli(engine, script, say) if script else synthesize_one(engine, req, args, say)
     audio.save(args.out)

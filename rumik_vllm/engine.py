@@ -32,7 +32,8 @@ Library voices (`use_voices`): each row naming one runs as a vLLM request with t
 `LoRARequest` (vLLM's multi-LoRA batches rows of many adapters together; our logits processor
 is unchanged). vLLM must start with `enable_lora=True` and a `max_lora_rank` at least the
 voices' rank. vLLM reads PEFT's file names, so each adapter is linked (or copied) once into a
-view folder as `adapter_model.safetensors` beside its `adapter_config.json`.
+view folder as `adapter_model.safetensors`, beside an `adapter_config.json` written from its
+`voice.json` (never the package's own: a key the engine does not read would change the voice).
 
 For RL (training.grpo's `rollout.backend = "vllm"`): `load_weights` pushes a trainer's
 tensors into the served model between rollouts (rumik_vllm.weights),
@@ -50,9 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -72,10 +76,12 @@ from rumik_app.engine.base import BaseEngine
 from rumik_app.engine.loading import VLLM_MISSING
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
 from rumik_app.errors import CheckpointError, PromptError
+from rumik_app.files import atomic_write
 from rumik_app.model.codec import MimiCodec
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.request import DEFAULT_MODEL, SynthesisRequest
-from rumik_app.voices.package import ADAPTER_FILE, PEFT_CONFIG_FILE, VoiceError
+from rumik_app.voices.lora import adapter_identity
+from rumik_app.voices.package import ADAPTER_FILE, PEFT_CONFIG_FILE, VoiceError, peft_config
 from rumik_vllm.loop import LoopThread, main_module_hidden
 from rumik_vllm.rollouts import RequestOutput, build_rollouts
 from rumik_vllm.rules import AudioColumns, RequestRules
@@ -262,28 +268,40 @@ class VLLMEngine(BaseEngine):
                              "load_engine(model, backend='vllm', enable_lora=True, max_lora_rank=64), or give "
                              "--voices when the server starts (it does so).")
         super().use_voices(library)
-        self._lora_views: dict[tuple, tuple[int, Path]] = {}
-        self._lora_root = Path(tempfile.mkdtemp(prefix="rumik-vllm-lora-"))
-        weakref.finalize(self, shutil.rmtree, self._lora_root, True)
+        if not hasattr(self, "_lora_views"):  # ids stay unique for vLLM's adapter cache across libraries
+            self._lora_views: dict[tuple, tuple[int, Path]] = {}
+            self._lora_ids = itertools.count(1)
+            self._lora_lock = threading.Lock()
+            self._lora_root = Path(tempfile.mkdtemp(prefix="rumik-vllm-lora-"))
+            weakref.finalize(self, shutil.rmtree, self._lora_root, True)
 
     def lora_request(self, adapter: str | None):
-        """vLLM's LoRARequest for a row's adapter (a library voice's name), None for none."""
+        """vLLM's LoRARequest for a row's adapter (a library voice's name), None for none; VoiceError
+        when the voice is gone or its rank exceeds vLLM's max_lora_rank. Reads and links files:
+        call it off an event loop (`_alora_request`)."""
         if adapter is None:
             return None
         from vllm.lora.request import LoRARequest
 
-        package = self.library.get(adapter)  # VoiceError once the voice is gone from the library
-        folder = self.library.path(package.name)
-        stat = (folder / ADAPTER_FILE).stat()
-        key = (package.name, stat.st_mtime_ns, stat.st_size)
-        if key not in self._lora_views:
-            view = self._lora_root / f"{package.name}-{len(self._lora_views) + 1}"
-            view.mkdir()
-            _link_or_copy(folder / ADAPTER_FILE, view / "adapter_model.safetensors")
-            _link_or_copy(folder / PEFT_CONFIG_FILE, view / PEFT_CONFIG_FILE)
-            self._lora_views[key] = (len(self._lora_views) + 1, view)
-        lora_id, view = self._lora_views[key]
+        package, folder, key = adapter_identity(self.library, adapter)  # VoiceError once the voice is gone
+        limit = self._llm().vllm_config.lora_config.max_lora_rank
+        if package.lora.rank > limit:
+            raise VoiceError(f"Voice {package.name!r} has LoRA rank {package.lora.rank}; this server's vLLM takes "
+                             f"rank {limit} at most (start it with --adapter-rank {package.lora.rank}).")
+        with self._lora_lock:
+            if key not in self._lora_views:
+                lora_id = next(self._lora_ids)
+                view = self._lora_root / f"{package.name}-{lora_id}"
+                view.mkdir()
+                _link_or_copy(folder / ADAPTER_FILE, view / "adapter_model.safetensors")
+                atomic_write(view / PEFT_CONFIG_FILE, json.dumps(peft_config(package), indent=2))  # voice.json's
+                self._lora_views[key] = (lora_id, view)
+            lora_id, view = self._lora_views[key]
         return LoRARequest(package.name, lora_id, str(view))
+
+    async def _alora_request(self, adapter: str | None):
+        """`lora_request` from a coroutine: files are read (and maybe copied) in a worker thread."""
+        return None if adapter is None else await asyncio.to_thread(self.lora_request, adapter)
 
     def _llm(self):
         if self.engine_loop.llm is None:
@@ -352,7 +370,7 @@ class VLLMEngine(BaseEngine):
 
         async def one(ids, row):
             last = None
-            lora = self.lora_request(row.adapter)
+            lora = await self._alora_request(row.adapter)
             async for row_so_far, _ in self._deltas(ids, self.sampling_params(row, stop_mode), lora):
                 last = row_so_far
             return last
@@ -433,7 +451,7 @@ class VLLMEngine(BaseEngine):
         """One chunk request's generated ids as vLLM streams them, on any loop: (new ids, finish
         reason so far); the stop column is dropped (the row's end is reported as "stop_head")."""
         row = self.row_params(req)
-        params, lora = self.sampling_params(row, stream=True), self.lora_request(row.adapter)
+        params, lora = self.sampling_params(row, stream=True), await self._alora_request(row.adapter)
         prompt_ids = self.prompt_ids(req)
         stats["prompt_tokens"] = stats.get("prompt_tokens", 0) + len(prompt_ids)
         deltas = self.engine_loop.aiterate(lambda: self._deltas(prompt_ids, params, lora))

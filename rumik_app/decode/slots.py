@@ -324,10 +324,14 @@ class SlotDecoder:
         for slot, adapter in zip(slots, adapters, strict=True):
             if adapter:
                 self.adapters[slot] = adapter
-        bank = self.bank if any(adapters) else None
-        hidden = self.body.prefill(list(prompt_ids), slots, bank, adapters)
-        self._arm(slots, [len(p) for p in prompt_ids], rows, hidden)
-        self.state.adapter[torch.tensor(slots, device=self.device)] = torch.tensor(adapters, device=self.device)
+        try:
+            hidden = self.body.prefill(list(prompt_ids), slots, self.bank if any(adapters) else None, adapters)
+            self._arm(slots, [len(p) for p in prompt_ids], rows, hidden)
+            self.state.adapter[torch.tensor(slots, device=self.device)] = torch.tensor(adapters, device=self.device)
+        except BaseException:
+            for slot in slots:  # nothing half-added: the slots are free and their adapters unpinned
+                self.release(slot)
+            raise
         return slots
 
     def _acquire(self, rows: Sequence[RowParams]) -> list[int]:

@@ -34,6 +34,7 @@ from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.planning import plan_request
 from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
+from rumik_app.errors import PromptError
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.prompt import normalize_voice
 from rumik_app.request import (
@@ -155,6 +156,10 @@ class BaseEngine:
         adapter when it names one."""
         row = RowParams.of(req, req.seed if seed is None else seed)
         adapter = self.adapter_for(req.voice)
+        if adapter is None and self.library is not None and str(req.voice).strip().lower() not in {
+                voice.lower() for voice in self.config.speakers}:  # deleted since its prompt was built
+            raise PromptError(f"Unknown voice {req.voice!r}: it left the voice library. Choose one of: "
+                              f"{', '.join(self.voices)}.", field="voice")
         return derive(row, RowParams, adapter=adapter) if adapter else row
 
     def batch_rows(self, requests: Sequence[SynthesisRequest],

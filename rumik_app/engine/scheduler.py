@@ -62,6 +62,7 @@ from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAsse
 from rumik_app.model.quantize import human_bytes
 from rumik_app.prompt import PromptError
 from rumik_app.request import MAX_NEW_TOKENS_CAP, SERVER_LIMITS, RequestLimits, SynthesisRequest
+from rumik_app.voices.lora import AdapterBankFull
 
 log = logging.getLogger(__name__)
 
@@ -412,7 +413,10 @@ class BatchScheduler:
             self.decoder.use_bank(bank)
         try:
             slot = self.decoder.add([chunk.prompt_ids], [chunk.row])[0]  # alone: batch-invariant prefill
-        except ValueError as exc:
+        except AdapterBankFull as exc:  # every adapter slot is busy: a 503 with Retry-After, like a full queue
+            job.close(ServerBusy(str(exc)))
+            return
+        except ValueError as exc:  # VoiceError too: a library voice deleted or damaged since it was checked
             job.close(PromptError(str(exc)))
             return
         if job.stats["queued_s"] is None:

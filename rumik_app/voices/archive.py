@@ -4,7 +4,7 @@
         members = check_members(archive)                    # {name: ZipInfo}: names, kinds, declared sizes
         for name, info in members.items():
             extract_member(archive, info, staging / name)   # bytes counted while written (zip bombs)
-    package = read_package(staging); check_peft_config(staging, package)
+    package = read_package(staging); write_peft_config(staging, package)
 
 An archive holds at its top level `voice.json`, `adapter.safetensors`, one `consent.<ext>` and
 optionally `adapter_config.json` (written from voice.json when absent), nothing else: no
@@ -152,20 +152,8 @@ def extract_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path) 
     return written
 
 
-def check_peft_config(folder: Path, package: VoicePackage) -> None:
-    """adapter_config.json must agree with voice.json's LoRA spec; written from it when absent."""
-    path = folder / PEFT_CONFIG_FILE
-    if not path.exists():
-        atomic_write(path, json.dumps(peft_config(package), indent=2))
-        return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        data = None
-    spec = package.lora
-    if not (isinstance(data, dict) and data.get("peft_type", "LORA") == "LORA" and data.get("r") == spec.rank
-            and data.get("lora_alpha") == spec.alpha and isinstance(data.get("target_modules"), list)
-            and set(map(str, data["target_modules"])) == set(spec.target_modules)):
-        raise VoiceError(f"{PEFT_CONFIG_FILE} does not match {VOICE_FILE} (rank {spec.rank}, alpha {spec.alpha:g}, "
-                         f"modules {', '.join(spec.target_modules)}); leave it out and it is written from "
-                         f"{VOICE_FILE}.")
+def write_peft_config(folder: Path, package: VoicePackage) -> None:
+    """Write adapter_config.json from voice.json's LoRA spec, whatever the archive held: peft and
+    vLLM read it, and a key the engine does not read (use_rslora, rank_pattern, ...) would make
+    the voice sound different there."""
+    atomic_write(folder / PEFT_CONFIG_FILE, json.dumps(peft_config(package), indent=2))

@@ -47,9 +47,9 @@ from rumik_app.voices.archive import (
     MAX_ARCHIVE_BYTES,
     ArchiveTooLarge,
     check_members,
-    check_peft_config,
     extract_member,
     open_archive,
+    write_peft_config,
 )
 from rumik_app.voices.package import (
     ADAPTER_FILE,
@@ -282,6 +282,8 @@ class VoiceLibrary:
             return f"voice {name!r}: {exc}"
         except OSError as exc:
             return f"voice {name!r}: cannot read its files ({exc.strerror or exc}); re-import it."
+        except Exception as exc:  # noqa: BLE001 - one bad package must never stop the library (or every request)
+            return f"voice {name!r}: its package cannot be read ({type(exc).__name__}); re-import it."
         if package.name != name:
             return (f"folder {name!r} holds voice {package.name!r}; rename the folder to {package.name!r} (the "
                     "folder names the voice).")
@@ -294,7 +296,7 @@ class VoiceLibrary:
         check_voice_name(package.name, self.builtin)
         if self.base_fingerprint is not None and package.base_fingerprint != self.base_fingerprint:
             raise VoiceError(other_base_message(package.name, package.base_fingerprint, self.base_fingerprint))
-        check_peft_config(staging, package)
+        write_peft_config(staging, package)
         return package
 
     def _folder_named(self, name: str) -> str | None:
@@ -386,12 +388,19 @@ def use_library(engine, folder: str | os.PathLike | None, max_adapters: int | No
     if folder is None:
         return None
     library = open_library(folder, engine.checkpoint_dir, builtin=tuple(engine.config.speakers))
+    attach_library(engine, library, max_adapters, adapter_rank)
+    return library
+
+
+def attach_library(engine, library: VoiceLibrary, max_adapters: int | None = None,
+                   adapter_rank: int | None = None) -> None:
+    """`engine.use_voices(library)`, with the engine backend's bank sizes when given (vLLM takes
+    its own at start-up: rumik_app.cli_args.lora_options)."""
     bank = {"capacity": max_adapters, "rank": adapter_rank} if engine.backend == "engine" else {}
     engine.use_voices(library, **{name: value for name, value in bank.items() if value is not None})
-    return library
 
 
 __all__ = [
     "VoiceLibrary", "UnknownVoice", "VoiceExists", "ArchiveTooLarge", "MAX_PACKAGES", "MAX_ARCHIVE_BYTES",
-    "describe", "describe_builtin", "catalog", "open_library", "use_library",
+    "describe", "describe_builtin", "catalog", "open_library", "use_library", "attach_library",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from pathlib import Path
 
 import torch
 
@@ -42,16 +43,28 @@ Loader = Callable[[], tuple[VoicePackage, dict[tuple[int, str], tuple[torch.Tens
 Source = Callable[[str], tuple[Hashable, Loader]]  # voice name -> (its adapter's identity, how to load it)
 
 
+class AdapterBankFull(VoiceError):
+    """Every slot serves a running row: a moment's capacity limit (the server answers 503), not a bad request."""
+
+
 def library_source(library) -> Source:
     """A bank's source over a VoiceLibrary: an adapter is known by its voice and its file's
     (mtime, size), so a voice replaced in the library is loaded afresh; a deleted one is a
     VoiceError (rows already running keep the copy in their slot)."""
     def source(name: str) -> tuple[Hashable, Loader]:
-        package = library.get(name)
-        folder = library.path(package.name)
-        stat = (folder / ADAPTER_FILE).stat()
-        return (package.name, stat.st_mtime_ns, stat.st_size), lambda: (package, load_adapter(folder, package))
+        package, folder, key = adapter_identity(library, name)
+        return key, lambda: (package, load_adapter(folder, package))
     return source
+
+
+def adapter_identity(library, name: str) -> tuple[VoicePackage, Path, Hashable]:
+    """(package, folder, identity) of library voice `name`: the identity is the voice and its
+    adapter file's (mtime, size), so a replaced voice is a new adapter to every cache (the bank's,
+    vLLM's). VoiceError when the voice is gone."""
+    package = library.get(name)
+    folder = library.path(package.name)
+    stat = (folder / ADAPTER_FILE).stat()
+    return package, folder, (package.name, stat.st_mtime_ns, stat.st_size)
 
 
 def projection(layer, module: str) -> torch.nn.Module:
@@ -59,7 +72,7 @@ def projection(layer, module: str) -> torch.nn.Module:
     return getattr(layer.self_attn if module in ATTENTION_MODULES else layer.mlp, module)
 
 
-def _features(linear: torch.nn.Module) -> tuple[int, int]:
+def features(linear: torch.nn.Module) -> tuple[int, int]:
     """(in, out) of a Linear, also when its weight is a quantised tensor subclass."""
     if hasattr(linear, "in_features"):
         return linear.in_features, linear.out_features
@@ -78,7 +91,7 @@ class AdapterBank:
         self.source = source
         layers = model.model.layers
         self.rank, self.modules = rank, modules
-        per_slot = sum(sum(_features(projection(layer, m))) * rank for layer in layers for m in modules)
+        per_slot = sum(sum(features(projection(layer, m))) * rank for layer in layers for m in modules)
         per_slot *= weight.element_size()
         self.capacity = min(capacity, max_bytes // max(per_slot, 1) - 1)  # slot 0 (zeros) counts too
         if self.capacity < 1:
@@ -89,7 +102,7 @@ class AdapterBank:
         self.a_t: list[dict[str, torch.Tensor]] = []
         self.b_t: list[dict[str, torch.Tensor]] = []
         for layer in layers:
-            dims = {m: _features(projection(layer, m)) for m in modules}
+            dims = {m: features(projection(layer, m)) for m in modules}
             options = dict(device=weight.device, dtype=weight.dtype)
             self.a_t.append({m: torch.zeros(self.capacity + 1, i, rank, **options) for m, (i, _) in dims.items()})
             self.b_t.append({m: torch.zeros(self.capacity + 1, rank, o, **options) for m, (_, o) in dims.items()})
@@ -108,17 +121,30 @@ class AdapterBank:
     def acquire(self, name: str) -> int:
         """The slot of voice `name`'s adapter (loaded from the source if absent), pinned for one
         more row; VoiceError when the voice is gone or every slot is pinned."""
-        key, loader = self.source(name)
+        key, loader = self._guarded(name, lambda: self.source(name))
         with self._lock:
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._free_slot(name)
-                self._write(slot, *loader())
+                self._write(slot, *self._guarded(name, loader))
                 self._slots[key] = slot
                 self._names[slot] = name
             self._slots.move_to_end(key)
             self._users[slot] = self._users.get(slot, 0) + 1
             return slot
+
+    @staticmethod
+    def _guarded(name: str, step: Callable):
+        """`step()`, any failure but a VoiceError reported as one: a package changed or damaged on
+        disk (a file gone mid-replace, a tensor that does not load) fails its request, never the
+        server's decode loop."""
+        try:
+            return step()
+        except VoiceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            raise VoiceError(f"Voice {name!r} could not be loaded ({type(exc).__name__}); it may have been replaced "
+                             "just now: retry, or re-import it.") from None
 
     def release(self, slot: int) -> None:
         """One row fewer holds `slot` (0: nothing)."""
@@ -140,8 +166,8 @@ class AdapterBank:
             if not self._users.get(slot):
                 del self._slots[key]
                 return slot
-        raise VoiceError(f"Cannot load voice {name!r}: the adapter bank's {self.capacity} slots all serve running "
-                         "requests. Retry shortly, or start the server with a larger --max-adapters.")
+        raise AdapterBankFull(f"Cannot load voice {name!r}: the adapter bank's {self.capacity} slots all serve "
+                              "running requests. Retry shortly, or start the server with a larger --max-adapters.")
 
     def _write(self, slot: int, package: VoicePackage, tensors: dict) -> None:
         """Copy one adapter into `slot` (rank zero-padded to the bank's, scale folded into B)."""

@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -128,14 +129,18 @@ class VoicePackage:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "VoicePackage":
+        """The record, every field's type and value checked (VoiceError naming the problem)."""
         try:
             values = dict(data)
             values["lora"] = LoraSpec(**{**data["lora"], "target_modules": tuple(data["lora"]["target_modules"])})
             values["consent"] = Consent(**data["consent"])
             values["languages"] = tuple(data.get("languages", ()))
             package = cls(**values)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise VoiceError(f"{VOICE_FILE} is not a voice package's record ({type(exc).__name__}: {exc}); "
+            package.check_types()
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            if isinstance(exc, VoiceError):
+                raise
+            raise VoiceError(f"{VOICE_FILE} is not a voice package's record ({type(exc).__name__}: {str(exc)[:200]}); "
                              "make packages with `rumik voice create`.") from None
         if package.format_version != FORMAT_VERSION:
             raise VoiceError(f"{VOICE_FILE} has format version {package.format_version!r}; this version reads "
@@ -144,6 +149,22 @@ class VoicePackage:
         package.lora.check()
         package.consent.check()
         return package
+
+    def check_types(self) -> None:
+        """TypeError unless every field has its declared type (JSON could hold anything), with
+        finite numbers and plain JSON in `training` and `evaluation`."""
+        strings = (self.name, self.base_fingerprint, self.created_at, *self.languages, *self.lora.target_modules,
+                   self.consent.statement, self.consent.evidence_file, self.consent.evidence_sha256,
+                   self.consent.recorded_at)
+        if not all(isinstance(value, str) for value in strings):
+            raise TypeError("names, fingerprint, languages, modules and the consent record must be strings")
+        if not isinstance(self.format_version, int) or not isinstance(self.consent.evidence_bytes, int):
+            raise TypeError("format_version and consent.evidence_bytes must be whole numbers")
+        if not (isinstance(self.data_hours, (int, float)) and math.isfinite(self.data_hours) and self.data_hours >= 0):
+            raise TypeError("data_hours must be a number of hours")
+        if not (isinstance(self.training, Mapping) and isinstance(self.evaluation, Mapping)):
+            raise TypeError("training and evaluation must be objects")
+        json.dumps({"training": self.training, "evaluation": self.evaluation}, allow_nan=False)  # ValueError: NaN
 
 
 def check_voice_name(name: str, builtin: tuple[str, ...] = VOICES) -> str:
@@ -221,7 +242,25 @@ def read_safetensors_header(path: Path) -> dict[str, dict]:
     if not isinstance(table, dict):
         raise VoiceError(f"{path.name} is not a safetensors file; adapters are safetensors only.")
     table.pop("__metadata__", None)
+    _check_offsets(path, table, size - 8 - length)
     return table
+
+
+def _check_offsets(path: Path, table: dict, data_bytes: int) -> None:
+    """VoiceError unless the tensors' byte ranges tile the file's data exactly (a truncated or
+    padded file would otherwise pass the header and fail at load, mid-request)."""
+    try:
+        spans = sorted(tuple(entry["data_offsets"]) for entry in table.values())
+    except (TypeError, KeyError):
+        raise VoiceError(f"{path.name} is not a safetensors file (a tensor without data offsets).") from None
+    end = 0
+    for start, stop in spans:
+        if start != end or not (isinstance(stop, int) and stop >= start):
+            raise VoiceError(f"{path.name}'s tensors do not lie end to end in the file: it is damaged or truncated.")
+        end = stop
+    if end != data_bytes:
+        raise VoiceError(f"{path.name} holds {data_bytes:,} bytes of tensor data, its header {end:,}: the file is "
+                         "truncated or altered. Re-import the voice.")
 
 
 def check_adapter_table(table: Mapping[str, dict], lora: LoraSpec, num_layers: int | None = None) -> int:
@@ -252,6 +291,10 @@ def check_adapter_table(table: Mapping[str, dict], lora: LoraSpec, num_layers: i
     return count
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def read_package(folder: str | os.PathLike) -> VoicePackage:
     """The VoicePackage in `folder`, checked (voice.json, the adapter's header and names, the
     consent file's hash). Reads no tensor data."""
@@ -262,9 +305,10 @@ def read_package(folder: str | os.PathLike) -> VoicePackage:
     if record.stat().st_size > MAX_VOICE_JSON_BYTES:
         raise VoiceError(f"{record} is over {MAX_VOICE_JSON_BYTES // 1024} KB: not a voice package's record.")
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VoiceError(f"{record} is not valid JSON ({exc}); re-create or re-import the voice.") from None
+        data = json.loads(record.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise VoiceError(f"{VOICE_FILE} of {folder.name!r} is not valid JSON ({str(exc)[:120]}); re-create or "
+                         "re-import the voice.") from None
     if not isinstance(data, dict):
         raise VoiceError(f"{record} is not a voice package's record.")
     package = VoicePackage.from_dict(data)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from rumik_app.voices.lora import projection
+from rumik_app.voices.lora import features, projection
 from rumik_app.voices.package import (
     TARGET_MODULES,
     LoraSpec,
@@ -29,8 +29,7 @@ from rumik_app.voices.package import (
 
 def model_shapes(model, modules: tuple[str, ...] = TARGET_MODULES) -> list[dict[str, tuple[int, int]]]:
     """(in, out) of every adapted projection of every layer of a loaded model."""
-    return [{module: (projection(layer, module).in_features, projection(layer, module).out_features)
-             for module in modules} for layer in model.model.layers]
+    return [{module: features(projection(layer, module)) for module in modules} for layer in model.model.layers]
 
 
 def random_adapter(shapes: list[dict[str, tuple[int, int]]], rank: int, seed: int,

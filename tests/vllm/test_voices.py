@@ -111,7 +111,19 @@ def test_a_deleted_voice_is_refused_by_the_next_request(voices, tmp_path):
     shutil.copytree(folder / "Dev", tmp_path / "Dev")
     try:
         shutil.rmtree(folder / "Dev")
-        with pytest.raises((VoiceError, PromptError), match="Dev"):
+        with pytest.raises(PromptError, match="Unknown voice 'Dev'"):  # the request's check
             vllm.generate_batch([SynthesisRequest("Hello.", voice="Dev", seed=1, max_new_tokens=16)])
+        with pytest.raises(VoiceError, match="No library voice 'Dev'"):  # the row's LoRA, had it passed that
+            vllm.lora_request("Dev")
     finally:
         shutil.copytree(tmp_path / "Dev", folder / "Dev")
+
+
+def test_a_voice_of_a_higher_rank_than_vllm_takes_is_refused_by_name(voices):
+    engine, vllm, folder = voices
+    build_random_voice(folder, engine.model, "Wide", engine.checkpoint_dir, rank=16, seed=9)
+    try:
+        with pytest.raises(VoiceError, match="rank 16; this server's vLLM takes rank 8 at most"):
+            vllm.lora_request("Wide")
+    finally:
+        shutil.rmtree(folder / "Wide")

@@ -24,6 +24,7 @@ from rumik_app.decode.reference import ReferenceDecoder
 from rumik_app.decode.sampling import RowParams
 from rumik_app.decode.slots import SlotDecoder
 from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.errors import PromptError
 from rumik_app.model.lm import AudioHead
 from rumik_app.voices.library import VoiceLibrary
 from rumik_app.voices.lora import AdapterBank, library_source, projection
@@ -161,13 +162,15 @@ def test_a_voice_deleted_mid_request_finishes_that_request_and_refuses_the_next(
     make_package(tmp_path, engine.model, "Veer", 4, 9, Path(tiny_checkpoint))
     engine.use_voices(library_over(tmp_path))
     req = SynthesisRequest("Hello there, friend.", voice="Veer", seed=3, max_new_tokens=64)
+    expected = np.concatenate(list(engine.stream(req)))
     stream = engine.stream(req)
     first = next(stream)
     os.rename(tmp_path / "Veer", tmp_path / ".Veer.trash")  # deleted from the library mid-stream
-    rest = list(stream)
-    assert len(first) and sum(len(p) for p in rest) >= 0  # the running request finished
-    with pytest.raises(Exception, match="Unknown voice"):
+    assert np.array_equal(np.concatenate([first, *stream]), expected)  # finished, with its adapter to the end
+    with pytest.raises(PromptError, match="Unknown voice"):
         engine.synthesize(req)
+    with pytest.raises(PromptError, match="left the voice library"):  # deleted between the prompt and the row
+        engine.row_params(req)
 
 
 def test_the_servers_scheduler_takes_a_library_attached_after_it_started(tiny_checkpoint, tmp_path):
