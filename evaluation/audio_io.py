@@ -40,6 +40,7 @@ from scipy.signal import resample_poly
 
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
+from rumik_app.files import sha256_file
 
 # Extensions FolderSystem and the app look for, in order of preference.
 AUDIO_EXTENSIONS: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3")
@@ -241,12 +242,8 @@ def audio_sha256(samples: np.ndarray, sample_rate: int, *extra: str) -> str:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """sha256 hex of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """sha256 hex of a file's bytes (rumik_app.files.sha256_file)."""
+    return sha256_file(path)
 
 
 def find_clip(folder: str | os.PathLike, clip_id: str) -> Path | None:

@@ -19,6 +19,7 @@ Torch-free and light: `evaluation`, `training` and the app import it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -102,4 +103,13 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     return dst
 
 
-__all__ = ["atomic_write", "replace_dir", "fsync_dir", "fsync_tree"]
+def sha256_file(path: str | os.PathLike) -> str:
+    """sha256 hex digest of a file's bytes, read a MiB at a time (any size, bounded memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = ["atomic_write", "replace_dir", "fsync_dir", "fsync_tree", "sha256_file"]

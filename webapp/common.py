@@ -11,11 +11,9 @@ import contextlib
 import hashlib
 import html
 import logging
-import os
 import re
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 from rumik_app.errors import CheckpointError, RumikError
 from rumik_app.prompt import PromptError
@@ -141,14 +139,6 @@ def error_line(prefix: str, error) -> str:
     error about "<giggle>" would otherwise lose the tag it is about to HTML)."""
     text = getattr(error, "plain", None) or getattr(error, "message", None) or str(error)
     return f"⚠ {prefix}: {html.escape(text, quote=False)}"
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    return sha256_bytes(Path(path).read_bytes())
 
 
 def checked_slider(*args, **kwargs):

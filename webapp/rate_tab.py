@@ -26,6 +26,7 @@ from pathlib import Path
 import gradio as gr
 
 from evaluation import indicemo, nova
+from rumik_app.files import sha256_file
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
 from rumik_app.request import DEFAULT_TEMPERATURE, MAX_SECONDS, MAX_TEMPERATURE
 from webapp.access import AdminGate
@@ -42,7 +43,6 @@ from webapp.common import (
     check_field,
     check_length,
     checked_slider,
-    sha256_file,
     user_errors,
 )
 from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, RatingForm, SideForm, form_event

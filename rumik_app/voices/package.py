@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rumik_app.errors import RumikError
-from rumik_app.files import atomic_write, replace_dir
+from rumik_app.files import atomic_write, replace_dir, sha256_file
 from rumik_app.prompt import VOICES
 
 FORMAT_VERSION = 1
@@ -192,14 +192,6 @@ def base_fingerprint(checkpoint_dir: str | os.PathLike) -> str:
                 handle.seek(size * index // 16)
                 digest.update(handle.read(64 * 1024))
     return "sha256:" + digest.hexdigest()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def consent_record(statement: str, evidence: str | os.PathLike) -> Consent:
