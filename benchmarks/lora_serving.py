@@ -21,7 +21,6 @@ Runs alternate between the rows so background load hits all alike, and the best 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -36,8 +35,8 @@ from benchmarks.decode_speed import PROMPT_TEXT, build_checkpoint  # noqa: E402
 from rumik_app import SynthesisRequest, TTSEngine  # noqa: E402
 from rumik_app.checkpoint.load import cache_root, resolve_checkpoint  # noqa: E402
 from rumik_app.voices.library import VoiceLibrary  # noqa: E402
-from rumik_app.voices.lora import projection  # noqa: E402
-from rumik_app.voices.package import base_fingerprint, load_adapter, read_package  # noqa: E402
+from rumik_app.voices.lora import merged_copy  # noqa: E402
+from rumik_app.voices.package import base_fingerprint  # noqa: E402
 from rumik_app.voices.tiny import build_random_voice  # noqa: E402
 
 GOAL = 0.7
@@ -56,11 +55,7 @@ def build_voices(engine: TTSEngine, checkpoint: Path, rank: int) -> Path:
 
 def merged_engine(engine: TTSEngine, folder: Path) -> TTSEngine:
     """A second engine whose weights hold one voice's adapter merged in (no library)."""
-    model = copy.deepcopy(engine.model)
-    package = read_package(folder)
-    with torch.no_grad():
-        for (index, module), (a, b) in load_adapter(folder, package).items():
-            projection(model.model.layers[index], module).weight += package.lora.scale * (b @ a)
+    model = merged_copy(engine.model, folder)
     return TTSEngine(model, engine.tokenizer, engine.codec, engine.config, engine.checkpoint_dir)
 
 

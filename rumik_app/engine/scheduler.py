@@ -387,7 +387,7 @@ class BatchScheduler:
     def _new_decoder(self) -> SlotDecoder:
         return SlotDecoder(self.engine.model, self.engine.head, self.max_batch, self.max_len,
                            pad_id=self.engine.pad_id, compile=self.engine.compile,
-                           bank=getattr(self.engine, "bank", None))
+                           bank=self.engine.bank)
 
     def _unload(self) -> None:
         idle = time.monotonic() - self._last_busy
@@ -408,7 +408,7 @@ class BatchScheduler:
 
     def _start(self, job: Job, index: int) -> None:
         chunk = job.chunks[index]
-        bank = getattr(self.engine, "bank", None)
+        bank = self.engine.bank
         if self.decoder.bank is not bank and not self.decoder.adapters:  # a library attached since we began
             self.decoder.use_bank(bank)
         try:

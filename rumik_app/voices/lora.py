@@ -20,6 +20,7 @@ slots no live row holds; the bank is bounded by count (`capacity`) and bytes (`m
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -34,6 +35,7 @@ from rumik_app.voices.package import (
     VoiceError,
     VoicePackage,
     load_adapter,
+    read_package,
 )
 
 DEFAULT_CAPACITY = 16
@@ -70,6 +72,18 @@ def adapter_identity(library, name: str) -> tuple[VoicePackage, Path, Hashable]:
 def projection(layer, module: str) -> torch.nn.Module:
     """The Linear `module` ("q_proj", ..., "down_proj") of a Cohere2 decoder layer."""
     return getattr(layer.self_attn if module in ATTENTION_MODULES else layer.mlp, module)
+
+
+def merged_copy(model, folder: Path):
+    """A deep copy of `model` with the voice package in `folder` merged into its weights
+    (W + alpha/r * B @ A on every adapted projection): the oracle per-row LoRA is tested
+    against, and what serving one voice per model costs."""
+    package = read_package(folder)
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for (index, module), (a, b) in load_adapter(folder, package).items():
+            projection(model.model.layers[index], module).weight += package.lora.scale * (b @ a)
+    return model
 
 
 def features(linear: torch.nn.Module) -> tuple[int, int]:

@@ -20,9 +20,10 @@ from rumik_app.serve import gate, voices
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.voices.library import use_library
 from rumik_app.voices.package import base_fingerprint
+from rumik_app.voices.tiny import model_shapes
 from rumik_app.watermark.marker import shared_watermarker
 from tests.rumik_app.test_watermark_engine import perth_uninstalled
-from tests.rumik_app.voices.packages import archive_of, model_shapes, write_voice, zip_bytes
+from tests.rumik_app.voices.packages import archive_of, write_voice, zip_bytes
 from tests.servers import ServerThread
 
 KEY, ADMIN = "voices-api-key-0123456789", "voices-admin-key-0123456789"

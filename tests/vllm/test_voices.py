@@ -9,7 +9,6 @@ and a voice deleted from the library is refused by the next request.
 
 from __future__ import annotations
 
-import copy
 import shutil
 
 import pytest
@@ -19,8 +18,8 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.decode.sampling import RowParams
 from rumik_app.errors import PromptError
 from rumik_app.voices.library import VoiceLibrary
-from rumik_app.voices.lora import projection
-from rumik_app.voices.package import VoiceError, base_fingerprint, load_adapter, read_package
+from rumik_app.voices.lora import merged_copy
+from rumik_app.voices.package import VoiceError, base_fingerprint
 from rumik_app.voices.tiny import build_random_voice
 from rumik_vllm.rollouts import build_rollouts
 
@@ -72,12 +71,8 @@ def test_greedy_vllm_tokens_equal_the_engines_row_for_row(voices):
 
 def merged_weights(model, folder) -> dict[str, torch.Tensor]:
     """The checkpoint names -> tensors of `model` with the package in `folder` merged in."""
-    package = read_package(folder)
-    model = copy.deepcopy(model)
-    with torch.no_grad():
-        for (index, module), (a, b) in load_adapter(folder, package).items():
-            projection(model.model.layers[index], module).weight += package.lora.scale * (b @ a)
-    return {name: tensor for name, tensor in model.state_dict().items() if ".layers." in name}
+    merged = merged_copy(model, folder)
+    return {name: tensor for name, tensor in merged.state_dict().items() if ".layers." in name}
 
 
 def without_adapter(vllm, req: SynthesisRequest):

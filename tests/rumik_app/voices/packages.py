@@ -1,7 +1,7 @@
 """Voice packages and archives for tests: tiny adapters written with `write_package`, hostile zips.
 
     write_voice(library_dir, "Arjun", fingerprint)                     # 1 layer of 8x8 projections
-    write_voice(library_dir, "Arjun", fingerprint, shapes=model_shapes(engine.model))   # the model's own
+    write_voice(library_dir, "Arjun", fingerprint, shapes=model_shapes(engine.model))   # voices.tiny's shapes
     archive_of(folder)                                                 # the package's files as zip bytes
     zip_bytes({"voice.json": b"...", "adapter.bin": b"..."})           # any members, for hostile archives
 """
@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoicePackage, consent_record, write_package
-from rumik_app.voices.tiny import model_shapes, random_adapter  # noqa: F401 - model_shapes: for the tests
+from rumik_app.voices.tiny import random_adapter
 
 SMALL_SHAPES = [{module: (8, 8) for module in TARGET_MODULES}]  # one layer: (in, out) per projection
 

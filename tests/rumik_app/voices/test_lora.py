@@ -10,7 +10,6 @@ built-in voices must be untouched bit for bit.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -27,32 +26,12 @@ from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.errors import PromptError
 from rumik_app.model.lm import AudioHead
 from rumik_app.voices.library import VoiceLibrary
-from rumik_app.voices.lora import AdapterBank, library_source, projection
-from rumik_app.voices.package import VoiceError, load_adapter, read_package
+from rumik_app.voices.lora import AdapterBank, library_source, merged_copy
+from rumik_app.voices.package import VoiceError
 from rumik_app.voices.tiny import build_random_voice
 
 NAMES = ("Arjun", "Kabir", "Dev", "Rohan")
 RANKS = (4, 8, 2, 4)  # mixed ranks: the bank zero-pads to its own
-
-
-def library_over(folder: Path) -> VoiceLibrary:
-    """The library over `folder`, serving packages of any base (the fixture's are all this one's)."""
-    return VoiceLibrary(folder)
-
-
-def make_package(folder: Path, model, name: str, rank: int, seed: int, checkpoint: Path) -> Path:
-    return build_random_voice(folder, model, name, checkpoint, rank=rank, seed=seed)
-
-
-def merged(model, folder: Path):
-    """A copy of `model` with the package's adapter merged: W + alpha/r * B @ A."""
-    package = read_package(folder)
-    model = copy.deepcopy(model)
-    with torch.no_grad():
-        for (index, module), (a, b) in load_adapter(folder, package).items():
-            linear = projection(model.model.layers[index], module)
-            linear.weight += package.lora.scale * (b @ a)
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +39,8 @@ def voices(tiny_checkpoint, tmp_path_factory):
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
     folder = tmp_path_factory.mktemp("voices")
     for seed, (name, rank) in enumerate(zip(NAMES, RANKS, strict=True)):
-        make_package(folder, engine.model, name, rank, seed, Path(tiny_checkpoint))
-    engine.use_voices(library_over(folder), capacity=8, rank=8)
+        build_random_voice(folder, engine.model, name, Path(tiny_checkpoint), rank=rank, seed=seed)
+    engine.use_voices(VoiceLibrary(folder), capacity=8, rank=8)
     return engine, folder
 
 
@@ -75,7 +54,7 @@ def requests(temperature: float) -> list[SynthesisRequest]:
 def alone_merged(engine: TTSEngine, folder: Path, req: SynthesisRequest):
     """The oracle: the reference decoder on a model with this request's adapter merged in."""
     adapter = engine.adapter_for(req.voice)
-    model = merged(engine.model, folder / adapter) if adapter else engine.model
+    model = merged_copy(engine.model, folder / adapter) if adapter else engine.model
     row = RowParams.of(req, req.seed)  # no adapter: the weights already hold it
     decoder = ReferenceDecoder(model, AudioHead(model, engine.layout), [engine.prompt_ids(req)], [row],
                                pad_id=engine.pad_id)
@@ -136,7 +115,7 @@ def test_the_adapted_step_traces_without_graph_breaks(voices):
 
 def test_the_bank_evicts_the_least_recently_used_unpinned_adapter_and_refuses_when_all_are_pinned(voices):
     engine, folder = voices
-    bank = AdapterBank(engine.model, library_source(library_over(folder)), capacity=2, rank=8)
+    bank = AdapterBank(engine.model, library_source(VoiceLibrary(folder)), capacity=2, rank=8)
     first, second = bank.acquire("Arjun"), bank.acquire("Kabir")
     with pytest.raises(VoiceError, match="slots all serve running requests"):
         bank.acquire("Dev")
@@ -147,7 +126,7 @@ def test_the_bank_evicts_the_least_recently_used_unpinned_adapter_and_refuses_wh
 
 def test_the_bank_is_bounded_by_bytes_and_by_rank(voices):
     engine, folder = voices
-    source = library_source(library_over(folder))
+    source = library_source(VoiceLibrary(folder))
     one = AdapterBank(engine.model, source, capacity=64, rank=8).bytes / 65
     bounded = AdapterBank(engine.model, source, capacity=64, rank=8, max_bytes=int(3.5 * one))
     assert bounded.capacity == 2 and bounded.bytes <= 3.5 * one  # the zero slot counts too
@@ -159,8 +138,8 @@ def test_the_bank_is_bounded_by_bytes_and_by_rank(voices):
 
 def test_a_voice_deleted_mid_request_finishes_that_request_and_refuses_the_next(voices, tmp_path, tiny_checkpoint):
     engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
-    make_package(tmp_path, engine.model, "Veer", 4, 9, Path(tiny_checkpoint))
-    engine.use_voices(library_over(tmp_path))
+    build_random_voice(tmp_path, engine.model, "Veer", Path(tiny_checkpoint), rank=4, seed=9)
+    engine.use_voices(VoiceLibrary(tmp_path))
     req = SynthesisRequest("Hello there, friend.", voice="Veer", seed=3, max_new_tokens=64)
     expected = np.concatenate(list(engine.stream(req)))
     stream = engine.stream(req)
@@ -180,8 +159,8 @@ def test_the_servers_scheduler_takes_a_library_attached_after_it_started(tiny_ch
     scheduler = BatchScheduler(engine, max_batch=4, max_queue=4, max_prompt_tokens=256)
     scheduler.start()
     try:
-        make_package(tmp_path, engine.model, "Veer", 4, 5, Path(tiny_checkpoint))
-        engine.use_voices(library_over(tmp_path))
+        build_random_voice(tmp_path, engine.model, "Veer", Path(tiny_checkpoint), rank=4, seed=5)
+        engine.use_voices(VoiceLibrary(tmp_path))
         req = SynthesisRequest("Through the scheduler.", voice="Veer", seed=8, max_new_tokens=96)
         served = np.concatenate(list(scheduler.submit(req)))
         assert np.array_equal(served, np.concatenate(list(engine.stream(req))))
