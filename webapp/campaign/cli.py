@@ -29,33 +29,54 @@ from evaluation.report import markdown_table
 from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import RumikError, report_user_error
 from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
+from webapp.campaign.crowd import MAX_SESSIONS_PER_ID, CrowdLinks
 from webapp.campaign.definition import Campaign, CampaignError, raters_path
-from webapp.campaign.design import build_conditions, parse_settings
+from webapp.campaign.design import DesignError, build_conditions, parse_settings
+from webapp.campaign.designs import DESIGNS, DesignOptions, check_options
 from webapp.campaign.export import export_campaign, results_for
-from webapp.campaign.generate import DEFAULT_BATCH, ensure_assignment, generate_clips, missing_clips
+from webapp.campaign.extras import missing_extras, prepare_campaign
+from webapp.campaign.generate import DEFAULT_BATCH, missing_clips
 from webapp.campaign.judges import compute_judges, judges_markdown, judges_path
 from webapp.campaign.queues import RaterQueues
 from webapp.campaign.raters import RatersFile
 from webapp.campaign.store import CampaignStore
+from webapp.campaign.trial_results import export_trials, trial_results
+from webapp.campaign.trial_store import TrialStore
+from webapp.campaign.trials import TrialQueues
 from webapp.guard import ProxyConfigError, trusted_proxies
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout
 
 DATA_DIR_ENV = "RUMIK_APP_DATA"
 DEFAULT_PORT = 7870
 MAX_MISSING_SHOWN = 10
+def design_options(args: argparse.Namespace) -> DesignOptions:
+    return DesignOptions(args.design, args.reference_condition, args.reference, args.speaker_ref,
+                         args.speaker_ref_system, args.gold_rate, args.trap_rate, not args.no_qualification)
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
-    conditions = build_conditions(args.systems.split(","), parse_settings(args.setting))
+    options = design_options(args)
+    conditions = build_conditions(args.systems.split(","), parse_settings(args.setting),
+                                  minimum=2 if options.design in ("ab", "cmos") else 1)
+    check_options(options, [c.id for c in conditions])
+    if options.design != "ab" and args.repeat_fraction:
+        raise DesignError(f"--repeat-fraction is for A/B campaigns; {options.design} checks raters with "
+                          "gold, trapping or hidden-reference trials instead.")
     slots = args.rater_slots or args.raters_per_item
     campaign = Campaign.define(layout, args.name, args.prompts, conditions, args.raters_per_item, slots,
-                               args.repeat_fraction, args.seed, args.limit)
-    print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(conditions)} conditions "
-          f"({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, {campaign.rater_slots} rater slots")
-    counts = generate_clips(campaign, args.batch_size, args.engine_options)
-    print(f"clips: {counts['generated']} generated, {counts['kept']} kept from an earlier run, "
-          f"{counts['failed']} failed")
-    if not ensure_assignment(campaign):
-        missing = missing_clips(campaign)
+                               args.repeat_fraction, args.seed, args.limit, options)
+    print(f"campaign {campaign.name} ({campaign.design}): {len(campaign.prompts)} prompts x {len(conditions)} "
+          f"conditions ({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, "
+          f"{campaign.rater_slots} rater slots")
+    counts = prepare_campaign(campaign, args.batch_size, args.engine_options)
+    for kind, c in counts.items():
+        if c:
+            print(f"{kind} clips: {c['generated']} generated, {c['kept']} kept from an earlier run, "
+                  f"{c['failed']} failed")
+    if campaign.assignment() is None:
+        missing = missing_clips(campaign) + [{"prompt_id": k, "condition_id": "extra", "error": "not made"}
+                                             for k in missing_extras(campaign)]
         for rec in missing[:MAX_MISSING_SHOWN]:
             print(f"  missing: {rec['prompt_id']} ({rec['condition_id']}): {rec.get('error')}", file=sys.stderr)
         print(f"error: {len(missing)} clip(s) missing; fix the cause and run the same create command again "
@@ -94,7 +115,7 @@ def cmd_add_rater(args: argparse.Namespace) -> int:
 def cmd_remove_rater(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     removed = RatersFile(raters_path(layout)).remove(args.name)
-    released = CampaignStore(layout.database).release_slots(args.name, drop_ratings=args.drop_ratings)
+    released = TrialStore(layout.database).release_slots(args.name, drop_ratings=args.drop_ratings)
     if not removed and not released:
         raise CampaignError(f"No rater {args.name!r} here: no login and no slot "
                             "(`python -m webapp.campaign status --name C` lists who holds the slots).")
@@ -119,7 +140,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if campaign.assignment() is None:
         print("assignment: not built yet (clips missing); run create again")
         return 1
-    progress = RaterQueues(campaign, CampaignStore(layout.database)).progress()
+    queues = RaterQueues(campaign, CampaignStore(layout.database)) if campaign.design == "ab" else \
+        TrialQueues(campaign, TrialStore(layout.database))
+    progress = queues.progress()
     done, total = sum(p["done"] for p in progress), sum(p["total"] for p in progress)
     print(f"ratings: {done} / {total}\n")
     print(markdown_table(["slot", "rater", "done", "total", "last rating"],
@@ -130,6 +153,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
+    if campaign.design != "ab":
+        print(trial_results(campaign, TrialStore(layout.database)).markdown())
+        return 0
     print(results_for(campaign, CampaignStore(layout.database)).markdown())
     return 0
 
@@ -150,16 +176,25 @@ def cmd_judges(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
-    files = export_campaign(campaign, CampaignStore(layout.database), args.out)
+    files = export_campaign(campaign, CampaignStore(layout.database), args.out) if campaign.design == "ab" else \
+        export_trials(campaign, TrialStore(layout.database), args.out)
     print(f"wrote {len(files)} files to {args.out} (bundle: {files[0]})")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from webapp.campaign.trial_app import CrowdOptions
     from webapp.campaign.ui import build_campaign_app, launch_campaign
 
     admin = AdminGate.from_sources(args.admin_password)
-    demo = build_campaign_app(args.data_dir, args.name)
+    crowd = CrowdOptions(args.completion_code, args.max_participants, args.max_sessions) if args.crowd else None
+    demo = build_campaign_app(args.data_dir, args.name, crowd=crowd)
+    if crowd is not None:
+        print(f"campaign {args.name}: crowd mode (no logins; start links: `python -m webapp.campaign links --name "
+              f"{args.name} --base-url URL`)", flush=True)
+        launch_campaign(demo, admin, args.host, args.port, args.share, allowed_hosts=tuple(args.allowed_host),
+                        forwarded_allow_ips=args.forwarded_allow_ips)
+        return 0
     n_raters = len(RatersFile(raters_path(demo.data_layout)).names())
     print(f"campaign {args.name}: {n_raters} rater login(s); admin view: "
           + ("sign in as 'admin' with the admin password" if admin.enabled else
@@ -193,6 +228,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c.add_argument("--repeat-fraction", type=float, default=0.0,
                    help="share of each queue shown again later, A/B swapped (consistency checks; e.g. 0.1)")
     c.add_argument("--seed", type=int, default=0, help="seed of the clip seeds, the order and the A/B positions")
+    c.add_argument("--design", choices=DESIGNS, default="ab",
+                   help="ab: blind pairs (default); mos: P.808 ACR 1-5; cmos: -3..+3 against --reference-condition; "
+                        "smos: similarity to a voice reference; mushra: BS.1534 0-100 with hidden reference and anchor")
+    c.add_argument("--reference-condition", default=None, metavar="CONDITION", help="cmos: the condition compared with")
+    c.add_argument("--reference", default=None, metavar="SYSTEM", help="mushra: the hidden reference (a system "
+                   "spec or folder:DIR); the anchor is its 3.5 kHz low-pass")
+    c.add_argument("--speaker-ref", default=None, metavar="CLIP", help="smos: one reference clip of the target voice")
+    c.add_argument("--speaker-ref-system", default=None, metavar="SYSTEM",
+                   help="smos: a system whose own clips are the voice reference")
+    c.add_argument("--gold-rate", type=float, default=DesignOptions.gold_rate,
+                   help="mos: gold trials per test trial (default %(default)s)")
+    c.add_argument("--trap-rate", type=float, default=DesignOptions.trap_rate,
+                   help="mos, smos: trapping trials per test trial (default %(default)s)")
+    c.add_argument("--no-qualification", action="store_true", help="mos: no hearing check before the first trial")
     c.add_argument("--limit", type=int, default=None, help="only the first K prompts")
     c.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
     add_engine_arguments(c)  # --device --dtype --compile --backend: how rumik systems load
@@ -233,6 +282,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="your reverse proxies (comma-separated addresses or networks): their X-Forwarded-For names "
                         "the rater's address (sign-in counts, queue shares). Default: nobody's; on a Hugging Face "
                         "Space the platform's private ranges")
+    s.add_argument("--crowd", action="store_true", help="crowdsourcing mode (mos, cmos, smos, mushra): no logins; "
+                   "participants start from signed links (`links`) and get a completion code at the end")
+    s.add_argument("--completion-code", default=None, help="crowd: the study's completion code as set in Prolific "
+                   "(default: one generated once per campaign)")
+    s.add_argument("--max-participants", type=int, default=None, help="crowd: participants (default: rater slots)")
+    s.add_argument("--max-sessions", type=int, default=MAX_SESSIONS_PER_ID,
+                   help="crowd: starts per participant id, reloads included (default %(default)s)")
+    k = command("links", "crowd mode: the signed start link of each participant id, or the one Prolific study link")
+    k.add_argument("--name", required=True)
+    k.add_argument("--base-url", required=True, help="the campaign server's public address, e.g. https://rate.example.org/")
+    k.add_argument("--participant", action="append", default=[], metavar="ID", help="a participant id (repeatable)")
+    k.add_argument("--study", action="store_true", help="the Prolific study link (Prolific fills in the id)")
     args = p.parse_args(argv)
     if args.command == "serve":
         try:
@@ -244,7 +305,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-COMMANDS = {"create": cmd_create, "add-rater": cmd_add_rater, "remove-rater": cmd_remove_rater, "status": cmd_status,
+def cmd_links(args: argparse.Namespace) -> int:
+    layout = DataLayout(args.data_dir)
+    campaign = Campaign.open(layout, args.name)
+    links = CrowdLinks.for_layout(layout, campaign.name)
+    if not args.participant and not args.study:
+        raise CampaignError("Give --participant ID (repeatable) or --study.")
+    if args.study:
+        print(f"study link (give it to Prolific only: it admits any Prolific id): {links.study_link(args.base_url)}")
+    for pid in args.participant:
+        print(f"{pid}\t{links.participant_link(args.base_url, pid)}")
+    return 0
+
+
+COMMANDS = {"links": cmd_links,
+            "create": cmd_create, "add-rater": cmd_add_rater, "remove-rater": cmd_remove_rater, "status": cmd_status,
             "results": cmd_results, "judges": cmd_judges, "export": cmd_export, "serve": cmd_serve}
 
 

@@ -34,13 +34,15 @@ from evaluation.run import PromptFileError, is_nova, load_prompts
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
 from webapp.campaign.design import Assignment, Condition, DesignError, check_name
+from webapp.campaign.designs import DesignOptions, TrialPlan
 from webapp.ratings import TagRequest, now_iso, tag_request
 from webapp.storage import DataLayout
 
 DEFINITION, MANIFEST, ASSIGNMENT = "campaign.json", "manifest.jsonl", "assignment.json"
 RATERS_FILE = "raters.json"
 # Fields of the definition that must match when `create` is run again on an existing campaign.
-DESIGN_FIELDS = ("prompts_sha256", "conditions", "raters_per_item", "rater_slots", "repeat_fraction", "seed")
+DESIGN_FIELDS = ("prompts_sha256", "conditions", "raters_per_item", "rater_slots", "repeat_fraction", "seed", "design",
+                 "design_options")
 
 
 class CampaignError(RumikError, ValueError):
@@ -95,9 +97,11 @@ class Campaign:
     @classmethod
     def define(cls, layout: DataLayout, name: str, prompts_file: str | os.PathLike, conditions: list[Condition],
                raters_per_item: int, rater_slots: int, repeat_fraction: float, seed: int,
-               limit: int | None = None) -> Campaign:
-        """Write the definition of a new campaign, or reopen one defined with the same design."""
+               limit: int | None = None, options: DesignOptions | None = None) -> Campaign:
+        """Write the definition of a new campaign, or reopen one defined with the same design.
+        `options`: the listening-test design (default: blind A/B, `webapp.campaign.designs`)."""
         check_name(name)
+        options = options or DesignOptions()
         try:
             prompts = load_prompts(prompts_file, limit)
         except PromptFileError as exc:
@@ -106,10 +110,13 @@ class Campaign:
         definition = {"name": name, "created_at": now_iso(), "prompts_file": str(prompts_file),
                       "prompts_sha256": digest, "prompts": prompts, "conditions": [asdict(c) for c in conditions],
                       "raters_per_item": raters_per_item, "rater_slots": rater_slots,
-                      "repeat_fraction": repeat_fraction, "seed": seed}
+                      "repeat_fraction": repeat_fraction, "seed": seed, "design": options.design,
+                      "design_options": options.to_json()}
         path = layout.campaigns / name / DEFINITION
         if path.is_file():
             old = json.loads(path.read_text(encoding="utf-8"))
+            old.setdefault("design", "ab")  # campaigns made before the designs were added
+            old.setdefault("design_options", DesignOptions().to_json())
             changed = [k for k in DESIGN_FIELDS if old.get(k) != definition[k]]
             if changed:
                 raise CampaignError(f"Campaign {name!r} already exists with a different {', '.join(changed)}. "
@@ -161,6 +168,15 @@ class Campaign:
         return int(self.definition["rater_slots"])
 
     @property
+    def design(self) -> str:
+        """"ab" (campaigns made before the designs were added are A/B), "mos", "cmos", "smos", "mushra"."""
+        return str(self.definition.get("design", "ab"))
+
+    @property
+    def options(self) -> DesignOptions:
+        return DesignOptions.from_json(self.definition.get("design_options") or {"design": self.design})
+
+    @property
     def seed(self) -> int:
         return int(self.definition["seed"])
 
@@ -176,21 +192,34 @@ class Campaign:
 
     # ------------------------------------------------------------------ clips and assignment
     def clips(self) -> dict[tuple[str, int], dict]:
-        """The newest manifest record per (prompt id, condition index)."""
-        if not self.manifest_path.is_file():
-            return {}
-        return {(r["prompt_id"], r["condition"]): r for r in read_manifest_lines(self.manifest_path)}
+        """The newest manifest record of every test clip, per (prompt id, condition index)."""
+        return {(r["prompt_id"], r["condition"]): r for r in self._records() if r.get("role", "test") == "test"}
+
+    def extra_clips(self) -> dict[str, dict]:
+        """The newest manifest record of every other clip (reference, anchor, gold, trap, qualification),
+        per clip key "<prompt id>|<condition id>" (`webapp.campaign.designs.clip_key`)."""
+        return {f"{r['prompt_id']}|{r['condition_id']}": r for r in self._records() if r.get("role", "test") != "test"}
+
+    def clip_by_key(self) -> dict[str, dict]:
+        """Every clip's newest record by clip key, test clips under their condition's id."""
+        tests = {f"{p}|{self.conditions[c].id}": r for (p, c), r in self.clips().items()}
+        return {**tests, **self.extra_clips()}
+
+    def _records(self) -> list[dict]:
+        return read_manifest_lines(self.manifest_path) if self.manifest_path.is_file() else []
 
     def clip_file(self, record: dict) -> Path:
         """The private path of a manifest record's clip (its name is a random id)."""
         return self.clips_dir / f"{record['clip_id']}.wav"
 
-    def assignment(self) -> Assignment | None:
+    def assignment(self) -> Assignment | TrialPlan | None:
+        """The A/B assignment, or the trial plan of the other designs; None until every clip exists."""
         if not self.assignment_path.is_file():
             return None
-        return Assignment.from_json(json.loads(self.assignment_path.read_text(encoding="utf-8")))
+        data = json.loads(self.assignment_path.read_text(encoding="utf-8"))
+        return TrialPlan.from_json(data) if data.get("design", "ab") != "ab" else Assignment.from_json(data)
 
-    def save_assignment(self, assignment: Assignment) -> None:
+    def save_assignment(self, assignment: Assignment | TrialPlan) -> None:
         write_json_atomic(self.assignment_path, assignment.to_json())
 
     def __repr__(self) -> str:

@@ -103,8 +103,10 @@ class Condition:
     settings: dict = field(default_factory=dict)
 
 
-def build_conditions(systems: Sequence[str], settings: dict[str, list]) -> list[Condition]:
-    """Systems x every combination of the multi-valued settings (single values apply to all)."""
+def build_conditions(systems: Sequence[str], settings: dict[str, list], minimum: int = MIN_CONDITIONS
+                     ) -> list[Condition]:
+    """Systems x every combination of the multi-valued settings (single values apply to all).
+    `minimum`: conditions the design needs (A/B and CMOS compare two; MOS, SMOS, MUSHRA can rate one)."""
     systems = [s.strip() for s in systems if s.strip()]
     if len(set(systems)) != len(systems):
         raise DesignError("--systems lists a system twice.")
@@ -116,7 +118,9 @@ def build_conditions(systems: Sequence[str], settings: dict[str, list]) -> list[
             varied = dict(zip(factors, combo, strict=True))
             tag = ", ".join(f"{k}={v}" for k, v in varied.items())
             conditions.append(Condition(f"{system} [{tag}]" if tag else system, system, {**fixed, **varied}))
-    if len(conditions) < MIN_CONDITIONS:
+    if not conditions:
+        raise DesignError("--systems is empty: name at least one system.")
+    if len(conditions) < minimum:
         raise DesignError("A comparison needs at least two conditions: give two or more --systems, or a --setting "
                           "with two or more values (e.g. --setting temperature=0.6,0.9).")
     return conditions

@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 from collections import defaultdict
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -36,6 +37,16 @@ from webapp.campaign.design import Condition, build_assignment
 CLIP_ID_BYTES = 16
 DEFAULT_BATCH = 8
 RUN = 1  # campaigns make one clip per (prompt, condition); evaluation.run's seed helper takes a run number
+
+
+@dataclass(frozen=True)
+class ClipTarget:
+    """What a generated clip is for: a campaign condition (index = its place) or an extra clip made by
+    a system (index None, role "reference" or "gold", webapp.campaign.extras)."""
+
+    condition: Condition
+    index: int | None
+    role: str = "test"
 
 
 def clip_request(prompt: dict, condition: Condition, seed: int, system: Synthesizer) -> SynthesisRequest:
@@ -63,19 +74,25 @@ def _kept(campaign: Campaign) -> dict[tuple[str, int], dict]:
     return kept
 
 
-def _record(campaign: Campaign, prompt: dict, index: int, seed: int, request: SynthesisRequest | None,
+def _record(campaign: Campaign, prompt: dict, target: ClipTarget, seed: int, request: SynthesisRequest | None,
             clip_id: str | None, error: str | None, system: Synthesizer) -> dict:
-    condition = campaign.conditions[index]
-    rec = {"clip_id": clip_id, "prompt_id": prompt["id"], "condition": index, "condition_id": condition.id,
-           "system": condition.system, "system_name": system.name, "seed": seed,
+    condition = target.condition
+    rec = {"clip_id": clip_id, "prompt_id": prompt["id"], "condition": target.index, "condition_id": condition.id,
+           "role": target.role, "system": condition.system, "system_name": system.name, "seed": seed,
            "request": request.to_dict() if request is not None else None, "sha256": None, "duration": None,
            "warning": None, "error": error}
-    if error is None:
+    return checked_record(campaign, rec, f"{prompt['id']} ({condition.id})")
+
+
+def checked_record(campaign: Campaign, rec: dict, where: str) -> dict:
+    """`rec` with its clip's sha256 and duration read back from disk (a warning for a silent or
+    very short clip; an error when it cannot be read)."""
+    if rec["error"] is None:
         path = campaign.clip_file(rec)
         try:
             samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
             rec["sha256"], rec["duration"] = file_sha256(path), round(len(samples) / SAMPLE_RATE, 3)
-            check_audio(samples, SAMPLE_RATE, where=f"{prompt['id']} ({condition.id})")
+            check_audio(samples, SAMPLE_RATE, where=where)
         except AudioLoadError as exc:  # silent or very short: still a system's output, rated as such
             rec["warning"] = str(exc)
         if rec["sha256"] is None:
@@ -116,7 +133,7 @@ def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, engine_o
                 raise CampaignError(f"System {condition.system!r}: {exc}") from None
             for lo in range(0, len(prompts), batch_size):
                 batch = prompts[lo:lo + batch_size]
-                for rec in _generate_batch(campaign, index, batch, system):
+                for rec in generate_batch(campaign, ClipTarget(condition, index), batch, system):
                     counts["failed" if rec["error"] else "generated"] += 1
                     log.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 log.flush()
@@ -125,8 +142,9 @@ def generate_clips(campaign: Campaign, batch_size: int = DEFAULT_BATCH, engine_o
     return counts
 
 
-def _generate_batch(campaign: Campaign, index: int, batch: list[dict], system: Synthesizer) -> list[dict]:
-    condition = campaign.conditions[index]
+def generate_batch(campaign: Campaign, target: ClipTarget, batch: list[dict], system: Synthesizer) -> list[dict]:
+    """Synthesise one batch of prompts for `target`, write the clips, return their manifest records."""
+    condition = target.condition
     requests, ok, records = [], [], []
     for prompt in batch:
         seed = clip_seed(campaign.seed, prompt["id"], RUN)
@@ -134,17 +152,17 @@ def _generate_batch(campaign: Campaign, index: int, batch: list[dict], system: S
             requests.append(clip_request(prompt, condition, seed, system))
             ok.append(prompt)
         except (ValueError, TypeError) as exc:
-            records.append(_record(campaign, prompt, index, seed, None, None, f"request: {exc}", system))
+            records.append(_record(campaign, prompt, target, seed, None, None, f"request: {exc}", system))
     results = system.synthesize_many(requests, [p["id"] for p in ok], run=None) if ok else []
     for prompt, request, result in zip(ok, requests, results, strict=True):
         if isinstance(result, Exception):
-            records.append(_record(campaign, prompt, index, request.seed, request, None,
+            records.append(_record(campaign, prompt, target, request.seed, request, None,
                                    f"synthesis: {str(result).strip() or type(result).__name__}", system))
             continue
         clip_id = secrets.token_hex(CLIP_ID_BYTES)
         write_wav(campaign.clips_dir / f"{clip_id}.wav", result.samples, result.sample_rate)
         seed = result.seed if result.seed is not None else request.seed
-        records.append(_record(campaign, prompt, index, seed, request, clip_id, None, system))
+        records.append(_record(campaign, prompt, target, seed, request, clip_id, None, system))
     return records
 
 
@@ -164,6 +182,9 @@ def missing_clips(campaign: Campaign) -> list[dict]:
 def ensure_assignment(campaign: Campaign) -> bool:
     """Build and save the assignment once every clip exists; False (nothing written) otherwise.
     An existing assignment is never rebuilt: raters may already hold its entry ids."""
+    if campaign.design != "ab":
+        raise CampaignError(f"Campaign {campaign.name!r} is a {campaign.design} design: build it with "
+                            "webapp.campaign.extras.prepare_campaign (which makes its extra clips first).")
     if campaign.assignment() is not None:
         return True
     if missing_clips(campaign):

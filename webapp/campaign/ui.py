@@ -43,6 +43,7 @@ from webapp.campaign.judges import compute_judges, first_hearings, judges_markdo
 from webapp.campaign.queues import RaterQueues, ShownItem
 from webapp.campaign.raters import ADMIN_USER, CampaignLogin, ExpiringSessions, RatersFile, is_admin
 from webapp.campaign.store import Answer, CampaignStore
+from webapp.campaign.trial_app import CrowdOptions, build_trial_app
 from webapp.common import UserError, user_errors
 from webapp.guard import QueueFairness, VisitorGuard, proxy_settings, trusted_proxies
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX
@@ -191,11 +192,19 @@ def _int_or_none(value, problem: str) -> int | None:
     return int(number)
 
 
-def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | None = None):
-    """The campaign's Gradio app (not launched). Raises CampaignError if it is not ready."""
+def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | None = None,
+                       crowd: CrowdOptions | None = None):
+    """The campaign's Gradio app (not launched). Raises CampaignError if it is not ready.
+    MOS, CMOS, SMOS and MUSHRA campaigns get the trial page (`webapp.campaign.trial_app`), which
+    also runs in crowd mode (`crowd`: signed participant links, no login)."""
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
     campaign = Campaign.open(layout, name)
+    if campaign.design != "ab":
+        return build_trial_app(layout, campaign, served, crowd)
+    if crowd is not None:
+        raise CampaignError("Crowd mode (--crowd) serves the mos, cmos, smos and mushra designs; an A/B campaign "
+                            "needs rater logins.")
     store = CampaignStore(layout.database)
     queues = RaterQueues(campaign, store, served, has_login=RatersFile(raters_path(layout)).has)
     h = CampaignHandlers(campaign, queues, store, served)
@@ -289,11 +298,12 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
 
     app_kwargs["lifespan"] = sessions_end
     demo.campaign_login = login
+    crowd = getattr(demo, "crowd_gate", None) is not None  # signed participant links instead of logins
     proxies = trusted_proxies(None) if forwarded_allow_ips is None else forwarded_allow_ips
     with proxy_settings(proxies):
         return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
                            allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
-                           auth=throttled_auth(login.throttle, login.acheck),
+                           auth=None if crowd else throttled_auth(login.throttle, login.acheck),
                            auth_message=f"Sign in with your rater name and password (admin: user '{ADMIN_USER}').",
                            run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS,
                            quiet=prevent_thread_lock, app_kwargs=app_kwargs)

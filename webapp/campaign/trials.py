@@ -1,0 +1,219 @@
+"""What a rater of a MOS, CMOS, SMOS or MUSHRA campaign can do: pass the qualification (MOS),
+get the next trial of their own queue, report a stimulus played, and rate the trial.
+
+Library module behind the campaign server (`webapp.campaign.trial_ui`; no command line)::
+
+    queues = TrialQueues(campaign, TrialStore(layout.database), ServedFolder())
+    queues.qualification_clips("asha")          # MOS: the hearing check first ([] once passed)
+    queues.submit_qualification("asha", ["381", "705", "264"])   # True: passed; False ends the session
+    trial = queues.next_trial("asha")           # ShownTrial (clips copied to the served folder) or None: done
+    queues.played("asha", trial.entry_id, 0)    # the page reports each stimulus it played
+    queues.submit("asha", trial.entry_id, [4])  # True: stored; False: stored before
+
+The rater is the signed-in user (or a crowd participant's checked token), never a form field;
+an entry of another rater's queue is refused with AccessDenied, the same answer as for an
+entry of nobody's. Scores are checked against the design's scale before anything is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from webapp.access import AccessDenied
+from webapp.campaign.definition import Campaign, CampaignError, PromptView
+from webapp.campaign.designs import REFERENCE, TrialPlan, clip_key
+from webapp.campaign.queues import NOT_YOURS, REMOVED
+from webapp.campaign.raters import is_admin
+from webapp.campaign.store import NotYourItem
+from webapp.campaign.trial_store import TrialStore
+from webapp.common import UserError
+from webapp.storage import ServedFolder
+
+# design -> (lowest, highest, whole numbers only)
+SCALES = {"mos": (1, 5, True), "smos": (1, 5, True), "cmos": (-3, 3, True), "mushra": (0, 100, True)}
+QUALIFICATION_PASS = 2  # digits-in-noise trials of the 3 that must be heard right
+FAILED_QUALIFICATION = ("Thank you for your time. This test needs a quiet place and headphones, and the hearing check "
+                        "did not pass, so it ends here; you will not be asked to rate clips.")
+
+
+@dataclass(frozen=True)
+class ShownTrial:
+    entry_id: str
+    design: str
+    kind: str  # test | gold | trap (the page shows them alike)
+    done: int
+    total: int
+    clips: tuple[Path, ...]  # served copies under random names, in play order
+    reference: Path | None  # smos: the voice reference; mushra: the open reference; else None
+    view: PromptView | None  # None for trapping and qualification-free extras without words
+
+
+class TrialQueues:
+    """Every rater's queue of one trial-design campaign."""
+
+    def __init__(self, campaign: Campaign, store: TrialStore, served: ServedFolder | None = None,
+                 has_login: Callable[[str], bool] | None = None):
+        plan = campaign.assignment()
+        if not isinstance(plan, TrialPlan):
+            raise CampaignError(f"Campaign {campaign.name!r} has no trial plan yet: some clips are missing. Run "
+                                "`python -m webapp.campaign create` again with the same arguments to finish them.")
+        self.campaign, self.store, self.served, self.plan, self.has_login = campaign, store, served, plan, has_login
+        self.entries = plan.entries()
+        self.clips = campaign.clip_by_key()
+        self.design = plan.design
+
+    # ------------------------------------------------------------------ rater side
+    def slot_for(self, rater: str) -> int:
+        if not rater or is_admin(rater):
+            raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
+        if self.has_login is not None and not self.has_login(rater):
+            raise AccessDenied(REMOVED)
+        slot = self.store.claim_slot(self.campaign.name, rater, len(self.plan.slots))
+        if slot is None:
+            raise UserError(f"Every rater slot of campaign {self.campaign.name!r} is taken; ask the admin to add slots "
+                            "(a new campaign with more --rater-slots).")
+        return slot
+
+    def needs_qualification(self) -> bool:
+        return self.design == "mos" and self.campaign.options.qualification
+
+    def qualification_clips(self, rater: str) -> list[Path]:
+        """The hearing check's clips (served copies) while the rater has not taken it; [] after a
+        pass; UserError (the polite end) after a fail."""
+        if not rater or is_admin(rater):
+            raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
+        if not self.needs_qualification():
+            return []
+        state = self.store.qualification(self.campaign.name, rater)
+        if state is False:
+            raise UserError(FAILED_QUALIFICATION)
+        if state:
+            return []
+        return [self._publish(key) for key in self._qualification_keys()]
+
+    def submit_qualification(self, rater: str, answers: list[str]) -> bool:
+        """Check the digits heard; the first result is final. UserError (the polite end) on a fail."""
+        keys = self._qualification_keys()
+        if self.store.qualification(self.campaign.name, rater) is None:
+            if not isinstance(answers, list) or len(answers) != len(keys):
+                raise UserError(f"Type the digits you heard in each of the {len(keys)} clips.")
+            heard = ["".join(ch for ch in str(a or "")[:32] if ch.isdigit()) for a in answers]
+            right = sum(h == self.clips[k]["answer"] for h, k in zip(heard, keys, strict=True))
+            self.store.record_qualification(self.campaign.name, rater, right >= QUALIFICATION_PASS, heard)
+        if not self.store.qualification(self.campaign.name, rater):
+            raise UserError(FAILED_QUALIFICATION)
+        return True
+
+    def _qualification_keys(self) -> list[str]:
+        return sorted((k for k, r in self.clips.items() if r.get("role") == "qualification"),
+                      key=lambda k: int(k.rsplit(":", 1)[1]))
+
+    def _require_qualified(self, rater: str) -> None:
+        if self.needs_qualification() and not self.store.qualification(self.campaign.name, rater):
+            if self.store.qualification(self.campaign.name, rater) is False:
+                raise UserError(FAILED_QUALIFICATION)
+            raise UserError("Take the hearing check first (reload the page).")
+
+    def progress_of(self, rater: str) -> tuple[int, int]:
+        slot = self.slot_for(rater)
+        return len(self.store.rated_entries(self.campaign.name, slot)), len(self.plan.slots[slot])
+
+    def next_trial(self, rater: str) -> ShownTrial | None:
+        """The first unrated trial of the rater's queue, its clips published; None when done."""
+        slot = self.slot_for(rater)
+        self._require_qualified(rater)
+        queue = self.plan.slots[slot]
+        rated = self.store.rated_entries(self.campaign.name, slot)
+        trial = next((t for t in queue if t.entry_id not in rated), None)
+        if trial is None:
+            return None
+        clips = tuple(self._publish(key) for key in trial.stimuli)
+        reference = None
+        if self.design == "smos" and trial.reference:
+            reference = self._publish(trial.reference)
+        elif self.design == "mushra":  # BS.1534's open reference, beside the hidden one (another copy, another URL)
+            reference = self._publish(clip_key(trial.prompt_id, REFERENCE))
+        self.store.mark_shown(self.campaign.name, trial.entry_id, rater)
+        view = self.campaign.prompt_view(trial.prompt_id) if trial.kind == "test" else None
+        return ShownTrial(trial.entry_id, self.design, trial.kind, len(rated), len(queue), clips, reference, view)
+
+    def _publish(self, key: str) -> Path:
+        if self.served is None:
+            raise RuntimeError("TrialQueues was built without a served folder; it cannot show clips")
+        return self.served.copy(self.campaign.clip_file(self.clips[key]))
+
+    def _own(self, rater: str, entry_id: str):
+        slot = self.slot_for(rater)
+        trial = self.entries.get((entry_id or "").strip())
+        if trial is None or trial.slot != slot:
+            raise AccessDenied(NOT_YOURS)
+        return trial
+
+    def played(self, rater: str, entry_id: str, stimulus: int) -> None:
+        """The page started playing stimulus `stimulus` of the rater's trial."""
+        trial = self._own(rater, entry_id)
+        if not isinstance(stimulus, int) or not 0 <= stimulus < len(trial.stimuli):
+            raise UserError(f"No stimulus {stimulus!r} on this page.")
+        try:
+            self.store.mark_played(self.campaign.name, trial, stimulus, rater)
+        except NotYourItem:
+            raise AccessDenied(NOT_YOURS) from None
+
+    def submit(self, rater: str, entry_id: str, scores: list) -> bool:
+        """Store the rater's scores for one of their trials; False if it was stored before."""
+        trial = self._own(rater, entry_id)
+        self._require_qualified(rater)
+        values = self._checked(trial, scores)
+        if self.design == "mushra" and not self.store.rated_entries(self.campaign.name, trial.slot) & {trial.entry_id}:
+            unplayed = sorted(set(range(len(trial.stimuli))) - self.store.played(self.campaign.name, trial.entry_id))
+            if unplayed:
+                raise UserError("Play every clip before you submit (not played yet: "
+                                + ", ".join(str(i + 1) for i in unplayed) + ").")
+        try:
+            return self.store.submit_trial(self.campaign.name, trial, rater, self._rows(trial, values))
+        except NotYourItem:
+            raise AccessDenied(NOT_YOURS) from None
+
+    def _checked(self, trial, scores: list) -> list[float]:
+        low, high, whole = SCALES[self.design]
+        wanted = len(trial.stimuli) if self.design == "mushra" else 1
+        if not isinstance(scores, (list, tuple)) or len(scores) != wanted:
+            raise UserError(f"Give {wanted} score(s) on this page, each from {low} to {high}.")
+        out = []
+        for score in scores:
+            try:
+                value = float(score)
+            except (TypeError, ValueError):
+                raise UserError(f"Give every score as a number from {low} to {high}.") from None
+            if not low <= value <= high or (whole and not value.is_integer()):
+                raise UserError(f"Scores on this page go from {low} to {high} in whole steps; {score!r} is not one.")
+            out.append(value)
+        return out
+
+    def _rows(self, trial, values: list[float]) -> list[dict]:
+        """One stored row per rated stimulus (the rating-row format of docs/campaigns.md)."""
+        if self.design == "cmos":
+            test_at = trial.roles.index("test")
+            raw = values[0]  # the second clip relative to the first (P.808 CCR)
+            return [{"design": "cmos", "stimulus": 0, "role": "test", "condition": trial.conditions[test_at],
+                     "reference": trial.reference, "clip_id": self.clips[trial.stimuli[test_at]]["clip_id"],
+                     "score": raw if test_at == 1 else -raw, "raw_score": raw, "side": "AB"[test_at]}]
+        reference = self.clips[trial.reference]["clip_id"] if self.design == "smos" and trial.reference else None
+        indices = range(len(trial.stimuli)) if self.design == "mushra" else [0]
+        return [{"design": self.design, "stimulus": i, "role": trial.roles[i], "condition": trial.conditions[i],
+                 "reference": reference, "clip_id": self.clips[trial.stimuli[i]]["clip_id"], "score": values[i],
+                 "expected": trial.expected} for i in indices]
+
+    # ------------------------------------------------------------------ admin side
+    def progress(self) -> list[dict]:
+        """One row per slot: slot, rater (None: free), done, total, last submission."""
+        holders = self.store.slots(self.campaign.name)
+        activity = self.store.activity(self.campaign.name)
+        rated: dict[int, int] = {}
+        for entry_id in self.store.rated_entries(self.campaign.name):
+            slot = self.entries[entry_id].slot
+            rated[slot] = rated.get(slot, 0) + 1
+        return [{"slot": s, "rater": holders.get(s), "done": rated.get(s, 0), "total": len(queue),
+                 "last": activity.get(holders.get(s), {}).get("last")} for s, queue in enumerate(self.plan.slots)]
