@@ -34,7 +34,7 @@ FORBIDDEN = {
 # rumik_app's layers, lowest first (§1): a module may import its own layer and the ones below.
 # A name is a subpackage (every module in it) or a top-level module of rumik_app.
 LAYERS = (
-    ("errors", "files", "asgi"),
+    ("errors", "files", "asgi", "resample"),
     ("watermark",),
     ("prompt", "audio", "cli_args"),
     ("text",),

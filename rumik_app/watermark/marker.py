@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import soxr
 
+from rumik_app.resample import Resampler, resample
 from rumik_app.watermark import WatermarkError, WatermarkUnavailable
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ WEIGHTS_SHA256 = "oVvORX68U85ebJw_Ed94z37iv5zasKeYkCE1tMQCdnA"  # urlsafe base64
 PERTH_RATE = 32_000  # perth_net.SAMPLE_RATE, named here so that importing this module needs no torch
 THRESHOLD = 0.5  # perth rounds the decoder's output: >= 0.5 is "watermarked"
 MIN_SECONDS = 0.05  # the STFT's reflect padding needs more than 1024 samples at 32 kHz
-RESAMPLE_QUALITY = "HQ"  # soxr's, librosa's default (what perth applies through)
 INSTALL_FIX = f"pip install {PERTH_DISTRIBUTION}=={PERTH_VERSION}"
 
 
@@ -72,18 +71,9 @@ def weights_path() -> Path:
     return path
 
 
-def resample(wave: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
-    """float32 [N] from `from_rate` to `to_rate` Hz with soxr (RESAMPLE_QUALITY); the same array when equal."""
-    if from_rate == to_rate:
-        return wave
-    return soxr.resample(wave, from_rate, to_rate, quality=RESAMPLE_QUALITY).astype(np.float32, copy=False)
-
-
-def resampler(from_rate: int, to_rate: int) -> soxr.ResampleStream | None:
+def resampler(from_rate: int, to_rate: int) -> Resampler | None:
     """`resample` as a stream: its pieces concatenate to `resample` of the whole (None when equal)."""
-    if from_rate == to_rate:
-        return None
-    return soxr.ResampleStream(from_rate, to_rate, 1, dtype="float32", quality=RESAMPLE_QUALITY)
+    return None if from_rate == to_rate else Resampler(from_rate, to_rate)
 
 
 def check_wave(wave: np.ndarray, sample_rate: int) -> np.ndarray:

@@ -128,9 +128,9 @@ class StreamWatermarker:
         return np.concatenate([out, self.dry + fit(self.wet, self.dry.size)])
 
     def _step(self, audio: np.ndarray, final: bool) -> np.ndarray:
-        up = audio if self.up is None else self.up.resample_chunk(audio, last=final)
+        up = audio if self.up is None else self.up.push(audio, last=final)
         residual = self.perth.push(up, final)
-        wet = residual if self.down is None else self.down.resample_chunk(residual, last=final)
+        wet = residual if self.down is None else self.down.push(residual, last=final)
         self.wet = np.concatenate([self.wet, wet])
         ready = min(self.dry.size, self.wet.size)
         out = self.dry[:ready] + self.wet[:ready]
