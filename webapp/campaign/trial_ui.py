@@ -190,10 +190,11 @@ class TrialPage:
             self.prompt = gr.Markdown(elem_id="campaign-prompt")
             self.reference = gr.Audio(label="Reference" if design == "mushra" else "Reference voice", type="filepath",
                                       interactive=False, visible=False, elem_id="trial-reference")
-            self.clips, self.sliders = [], []
+            self.rows, self.clips, self.sliders = [], [], []
             for i in range(MAX_MUSHRA_STIMULI):
-                with gr.Row():
+                with gr.Row(visible=False) as row:  # the row hides, so unused stimuli leave no gap
                     label = f"Clip {i + 1}" if design in ("cmos", "mushra") else "Clip"
+                    self.rows.append(row)
                     self.clips.append(gr.Audio(label=label, type="filepath", interactive=False, visible=False,
                                                elem_id=f"trial-clip-{i}"))
                     self.sliders.append(gr.Slider(0, 100, value=0, step=1, label=f"Clip {i + 1}: score (0-100)",
@@ -207,7 +208,7 @@ class TrialPage:
 
     def outputs(self) -> list:
         return [self.qualify_view, *self.check_clips, *self.check_boxes, self.trial_view, self.progress, self.prompt,
-                self.reference, *self.clips, *self.sliders, self.scale, self.done_view, self.done]
+                self.reference, *self.rows, *self.clips, *self.sliders, self.scale, self.done_view, self.done]
 
     def render(self, page: dict) -> list:
         """Updates for `outputs()` showing `page` (a TrialHandlers dict)."""
@@ -221,6 +222,7 @@ class TrialPage:
         done, total = page.get("done", 0), page.get("total", 0)
         out += [gr.update(visible=trial), progress_bar(done, total), page.get("prompt", ""),
                 gr.update(value=page.get("reference"), visible=trial and bool(page.get("reference")))]
+        out += [gr.update(visible=i < len(clips)) for i in range(MAX_MUSHRA_STIMULI)]
         out += [gr.update(value=clips[i] if i < len(clips) else None, visible=i < len(clips))
                 for i in range(MAX_MUSHRA_STIMULI)]
         mushra = self.design == "mushra"
@@ -268,10 +270,11 @@ def build_trial_page(demo: gr.Blocks, handlers: TrialHandlers, admin_panel) -> T
     def load_page(token_value, request: gr.Request):
         return show(handlers.page(token_value, request))
 
-    def qualify_page(token_value, *digits, request: gr.Request):
+    # Gradio fills a gr.Request parameter only among the positional ones before *args: first, here.
+    def qualify_page(request: gr.Request, token_value, *digits):
         return show(handlers.qualify(token_value, list(digits), request))
 
-    def submit_page(token_value, entry_id, choice, *sliders, request: gr.Request):
+    def submit_page(request: gr.Request, token_value, entry_id, choice, *sliders):
         return show(handlers.submit(token_value, entry_id, choice, list(sliders), request))
 
     private = {"api_visibility": "private"}
@@ -289,8 +292,10 @@ def build_trial_page(demo: gr.Blocks, handlers: TrialHandlers, admin_panel) -> T
         clip.play(handlers.played, inputs=[token, entry, gr.Number(i, visible=False, precision=0)], outputs=None,
                   api_name="campaign_played" if i == 0 else None, api_visibility="public" if i == 0 else "private",
                   queue=False, show_progress="hidden")
+    # No status overlay: a refused submit (clips not played, no answer) would cover every output, players included,
+    # with an "Error" box until each is closed; the toast says what is wrong.
     page.submit_button.click(submit_page, inputs=[token, entry, page.scale, *page.sliders], outputs=outputs,
-                             trigger_mode="once", **private)
+                             trigger_mode="once", show_progress="hidden", **private)
     gr.Button(visible=False).click(handlers.submit, inputs=[token, entry, gr.Number(visible=False),
                                                             gr.JSON(visible=False)],
                                    outputs=page_json, api_name="campaign_submit")

@@ -47,7 +47,7 @@ class ShownTrial:
     total: int
     clips: tuple[Path, ...]  # served copies under random names, in play order
     reference: Path | None  # smos: the voice reference; mushra: the open reference; else None
-    view: PromptView | None  # None for trapping and qualification-free extras without words
+    view: PromptView  # the words of the trial's prompt
 
 
 class TrialQueues:
@@ -136,7 +136,8 @@ class TrialQueues:
         elif self.design == "mushra":  # BS.1534's open reference, beside the hidden one (another copy, another URL)
             reference = self._publish(clip_key(trial.prompt_id, REFERENCE))
         self.store.mark_shown(self.campaign.name, trial.entry_id, rater)
-        view = self.campaign.prompt_view(trial.prompt_id) if trial.kind == "test" else None
+        # Gold and trapping trials show their prompt's words too: a page without them would give them away.
+        view = self.campaign.prompt_view(trial.prompt_id)
         return ShownTrial(trial.entry_id, self.design, trial.kind, len(rated), len(queue), clips, reference, view)
 
     def _publish(self, key: str) -> Path:

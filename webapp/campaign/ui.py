@@ -3,7 +3,9 @@ results and exports.
 
     python -m webapp.campaign serve --name pilot --data-dir outputs/app [--host 0.0.0.0 --port 7870]
 
-A separate Gradio app (not a tab of `app.py`): Gradio's `auth` closes a whole app, and the
+This module serves A/B campaigns; the MOS, CMOS, SMOS and MUSHRA designs get the trial page of
+`webapp.campaign.trial_app` (same login, guard and launch). A separate Gradio app (not a tab
+of `app.py`): Gradio's `auth` closes a whole app, and the
 public demo must stay open; the campaign app also needs no model (its clips are made in
 advance), so it runs on any small machine. Every page, file and API call needs a login
 (`webapp.campaign.raters.CampaignLogin`). The page itself holds nothing personal: on load it
