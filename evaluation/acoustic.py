@@ -15,6 +15,10 @@ manifest keeps as `chunks`) `speaker_drift`: the lowest similarity of a later ch
 first, with every chunk's in `speaker_drift_chunks`. A clip the judges cannot score gets
 `acoustic_error` and is left out of the means. Values are kept in OUT/acoustic.jsonl and reused
 on a rerun while the clip's sha256 and the judges are the same.
+
+Each clip file is decoded once at its own rate (`evaluation.audio_io.load_native`) and each judge
+converts it once, straight to its own rate (16 kHz for both), with the one resampler (soxr HQ) as
+their reference pipelines do (tests/evaluation/test_resample_reference.py).
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, load_native
 from evaluation.listening_stats import Estimate, bootstrap_mean
 from evaluation.report import markdown_table, read_jsonl, write_jsonl
 from evaluation.speaker import SpeakerEncoder, cosine
-from rumik_app.audio import SAMPLE_RATE
+from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.errors import RumikError
 from rumik_app.request import DEFAULT_VOICE
+from rumik_app.resample import QUALITY as RESAMPLE_QUALITY
 
 CACHE = "acoustic.jsonl"
 QUALITY_COLUMNS = ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak")
@@ -43,6 +48,8 @@ CLIP_COLUMNS = COLUMNS + ("speaker_drift_chunks", "acoustic_error")
 HEADERS = {"dnsmos_ovrl": "DNSMOS OVRL", "dnsmos_sig": "DNSMOS SIG", "dnsmos_bak": "DNSMOS BAK",
            "speaker_sim": "speaker sim", "speaker_drift": "speaker drift"}
 BATCH_CLIPS = 16  # clips per judge call
+# How clips reach the judges' rates; in the cache signature, so values from another pipeline are recomputed.
+LOADING = f"native file rate -> judge rate, soxr {RESAMPLE_QUALITY}"
 MIN_CHUNK_SECONDS = 0.5  # a shorter chunk holds too little voice to embed
 
 
@@ -62,7 +69,7 @@ class AcousticJudges:
         """What the cached values depend on besides the clip."""
         quality = getattr(self.quality, "name", None)
         speaker = None if self.speaker is None else f"{self.speaker.name} vs {self.references.source}"
-        return json.dumps({"quality": quality, "speaker": speaker}, sort_keys=True)
+        return json.dumps({"quality": quality, "speaker": speaker, "loading": LOADING}, sort_keys=True)
 
     def columns(self) -> list[str]:
         """The per-clip columns these judges fill, in CSV order."""
@@ -114,27 +121,28 @@ def clip_values(judges: AcousticJudges, prompts: list[dict], manifest: list[dict
     return {(r["run"], r["id"]): {**blank, **values.get((r["run"], r["id"]), {})} for r in manifest}
 
 
-def _quality_values(judges: AcousticJudges, audio: list[np.ndarray]) -> list[dict]:
-    scores = judges.quality.score(audio, SAMPLE_RATE)
+def _quality_values(judges: AcousticJudges, audio: list[Audio]) -> list[dict]:
+    scores = judges.quality.score(audio)  # each clip at its own rate, converted once to 16 kHz
     return [{"dnsmos_ovrl": s.ovrl, "dnsmos_sig": s.sig, "dnsmos_bak": s.bak} for s in scores]
 
 
-def chunk_audio(samples: np.ndarray, chunks: Sequence[Sequence[float]] | None) -> list[np.ndarray]:
-    """The pieces of a clip [N] at SAMPLE_RATE that the manifest's `chunks` spans (seconds) name;
+def chunk_audio(samples: np.ndarray, chunks: Sequence[Sequence[float]] | None,
+                sample_rate: int = SAMPLE_RATE) -> list[np.ndarray]:
+    """The pieces of a clip [N] at `sample_rate` that the manifest's `chunks` spans (seconds) name;
     empty unless there are at least two pieces of MIN_CHUNK_SECONDS."""
-    pieces = [samples[int(a * SAMPLE_RATE): int(b * SAMPLE_RATE)] for a, b in (chunks or [])]
-    pieces = [p for p in pieces if len(p) >= MIN_CHUNK_SECONDS * SAMPLE_RATE]
+    pieces = [samples[int(a * sample_rate): int(b * sample_rate)] for a, b in (chunks or [])]
+    pieces = [p for p in pieces if len(p) >= MIN_CHUNK_SECONDS * sample_rate]
     return pieces if len(pieces) > 1 else []
 
 
-def _speaker_values(judges: AcousticJudges, audio: list[np.ndarray], voices: list[str],
+def _speaker_values(judges: AcousticJudges, audio: list[Audio], voices: list[str],
                     chunks: list[list[np.ndarray]]) -> list[dict]:
-    embeddings = judges.speaker.embed(audio, SAMPLE_RATE)
+    embeddings = judges.speaker.embed(audio)
     out = []
-    for emb, voice, pieces in zip(embeddings, voices, chunks, strict=True):
+    for emb, clip, voice, pieces in zip(embeddings, audio, voices, chunks, strict=True):
         row: dict = {"speaker_sim": cosine(judges.references.get(voice), emb)}
         if pieces:
-            parts = judges.speaker.embed(pieces, SAMPLE_RATE)
+            parts = judges.speaker.embed(pieces, clip.sample_rate)
             sims = [cosine(parts[0], p) for p in parts[1:]]
             row.update(speaker_drift=min(sims), speaker_drift_chunks=" ".join(f"{s:.4f}" for s in sims))
         out.append(row)
@@ -144,14 +152,15 @@ def _speaker_values(judges: AcousticJudges, audio: list[np.ndarray], voices: lis
 def _score_batch(judges: AcousticJudges, batch: list[tuple[dict, dict]], out: Path) -> list[dict]:
     """Values for a batch of (manifest record, prompt); one clip's failure is its own error."""
     try:
-        audio = [load_audio(out / rec["path"], SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS) for rec, _ in batch]
+        audio = [load_native(out / rec["path"], max_seconds=LOCAL_MAX_SECONDS) for rec, _ in batch]  # decoded once
         values = [{} for _ in batch]
         if judges.quality is not None:
             for v, q in zip(values, _quality_values(judges, audio), strict=True):
                 v.update(q)
         if judges.speaker is not None:
             voices = [p.get("voice") or DEFAULT_VOICE for _, p in batch]
-            pieces = [chunk_audio(a, rec.get("chunks")) for a, (rec, _) in zip(audio, batch, strict=True)]
+            pieces = [chunk_audio(a.samples, rec.get("chunks"), a.sample_rate)
+                      for a, (rec, _) in zip(audio, batch, strict=True)]
             for v, s in zip(values, _speaker_values(judges, audio, voices, pieces), strict=True):
                 v.update(s)
         return values

@@ -5,7 +5,7 @@
     judge = load_asr("hf:openai/whisper-small")   # any transformers ASR model (or whisper:small)
     judge = load_asr("supplied:transcripts.jsonl")  # transcripts you made yourself
     judge = load_asr("indicconformer")            # AI4Bharat IndicConformer (22 Indian languages)
-    text = judge.transcribe(samples, 24000, "en")  # samples: float32 [N] mono
+    text = judge.transcribe(samples, 24000, "en")  # samples: float32 [N] mono at any rate, converted once
 
 Back-ends:
 - `HFJudge`: any Hugging Face ASR model through the transformers pipeline (Whisper family:
@@ -46,8 +46,7 @@ from evaluation.asr_judge import (
     looks_like_path,
     split_windows,
 )
-from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, audio_sha256, load_audio, resample
-from rumik_app.audio import SAMPLE_RATE
+from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, audio_sha256, load_native, resample
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.files import atomic_write
 
@@ -56,7 +55,9 @@ INT16_MAX = 32767
 # pocketsphinx settings that make a transcript a function of the clip alone: cepstral mean
 # normalisation per utterance ("batch") instead of a running estimate carried over from
 # the previous clip, and no random dither. With the defaults the same clip decodes
-# differently depending on which clips came before it, which would poison the cache.
+# differently depending on which clips came before it, which would poison the cache. Even so
+# the feature state carries over between utterances, so `transcribe` resets it before each clip
+# (`reinit_feat`, 0.1 ms): the same hypothesis and score whatever was decoded before.
 POCKETSPHINX_CONFIG = {"loglevel": "FATAL", "cmn": "batch", "dither": False}
 HF_BATCH_SIZE = 8
 # Whisper's language table (ISO 639-1 codes) covers these of our languages; the rest get
@@ -107,6 +108,7 @@ class PocketSphinxJudge(ASRJudge):
             return ""  # without dither, pocketsphinx hears words ("i'm") in digital silence
         pcm = (np.clip(audio, -1.0, 1.0) * INT16_MAX).astype("<i2").tobytes()
         decoder = self._get_decoder()
+        decoder.reinit_feat()  # the clip alone decides the transcript (see POCKETSPHINX_CONFIG)
         decoder.start_utt()
         decoder.process_raw(pcm, full_utt=True)
         decoder.end_utt()
@@ -350,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         judge = load_asr(args.asr, cache=args.cache)
         for f in args.files:
-            samples = load_audio(f, max_seconds=LOCAL_MAX_SECONDS)
-            print(json.dumps({"id": Path(f).stem, "hyp": judge.transcribe(samples, SAMPLE_RATE, args.language,
-                                                                          clip_id=Path(f).stem)},
+            clip = load_native(f, max_seconds=LOCAL_MAX_SECONDS)  # the judge converts it once, to its rate
+            print(json.dumps({"id": Path(f).stem, "hyp": judge.transcribe(clip.samples, clip.sample_rate,
+                                                                          args.language, clip_id=Path(f).stem)},
                              ensure_ascii=False))
     except (RumikError, OSError, ValueError) as exc:
         return report_user_error(exc)

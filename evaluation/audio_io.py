@@ -3,14 +3,21 @@
 Every clip the benchmark runner or the app scores passes through here, so a broken file
 gives one clear, per-clip message instead of a stack trace:
 
-    from evaluation.audio_io import load_audio, check_audio, AudioLoadError
+    from evaluation.audio_io import load_audio, load_native, check_audio, at_rate, AudioLoadError
     samples = load_audio("clips/p01.mp3", max_seconds=300)   # float32 [N] mono at 24 kHz
+    clip = load_native("clips/p01.mp3", max_seconds=300)     # Audio: float32 [N] mono at the file's own rate
+    wave16k = at_rate(clip, None, 16_000)           # a judge's input: a path, an Audio or samples at a rate
     check_audio(samples, 24000)                     # raises AudioLoadError if silent/empty
     read_header("clips/p01.flac", max_seconds=300)  # AudioHeader(frames, rate, channels), nothing decoded
 
 Decoding: soundfile (libsndfile: WAV, FLAC, OGG/Vorbis/Opus, MP3, AIFF, ...) first, then
-ffmpeg (if installed) for anything else (m4a, webm, ...). Multi-channel audio is averaged to
-mono; the rate is converted with `scipy.signal.resample_poly`.
+ffmpeg (if installed) for anything else (m4a, webm, ...), both at the file's own rate.
+Multi-channel audio is averaged to mono. The rate is converted once, straight from the file's
+rate to the caller's, by the project's one resampler (`rumik_app.resample`: soxr HQ, what
+`librosa.load(path, sr=...)` does), so a judge scores what its reference pipeline would
+(tests/evaluation/test_resample_reference.py). Judges take a file path or the file's
+own-rate samples (`load_native`) and convert once to their rate (`at_rate`); nothing goes
+through 24 kHz on its way to 16 kHz.
 
 Bounded before anything is decoded: every caller passes `max_seconds` (the app, the runner,
 training prep and campaigns each have their own), and a clip is refused from its header when
@@ -21,7 +28,8 @@ soundfile reads at most that many frames plus one, ffmpeg runs with `-t`, file i
 and is killed once its output passes the same size. Memory is therefore bounded by the
 caller's limit, whatever the file says. A MemoryError becomes the clip's own error.
 
-Not a CLI; tested by tests/evaluation/test_systems.py and test_run.py.
+Not a CLI; tested by tests/evaluation/test_systems.py, test_run.py, test_audio_bombs.py and
+test_resample_reference.py.
 """
 
 from __future__ import annotations
@@ -31,14 +39,14 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from math import gcd
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import resample_poly
 
-from rumik_app.audio import SAMPLE_RATE
+from rumik_app import resample as one_resampler
+from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.errors import RumikError
 from rumik_app.files import sha256_file
 
@@ -58,6 +66,10 @@ FFMPEG_READ_BYTES = 1 << 16
 # folder systems, campaign clips): an hour, longer than any chapter the engine takes. The
 # public app sets its own, far lower (webapp.scoring).
 LOCAL_MAX_SECONDS = 3600.0
+FFPROBE_TIMEOUT_S = 30
+# What a judge takes: a file (loaded straight to the judge's rate), an `Audio` (samples at their
+# own rate, e.g. `load_native`'s), or bare float samples [N] at a rate the caller names.
+ClipSource = Union[str, os.PathLike, Audio, np.ndarray]
 
 
 class AudioLoadError(RumikError, ValueError):
@@ -65,14 +77,11 @@ class AudioLoadError(RumikError, ValueError):
 
 
 def resample(samples: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
-    """Polyphase resampling of mono float samples [N] from `orig_sr` to `target_sr` Hz."""
-    samples = np.asarray(samples, dtype=np.float32)
-    if orig_sr == target_sr or samples.size == 0:
-        return samples
-    if orig_sr <= 0 or target_sr <= 0:
+    """Mono float samples [N] from `orig_sr` to `target_sr` Hz with the project's one resampler
+    (`rumik_app.resample.resample`, soxr HQ); float32 out, the same array when the rates are equal."""
+    if int(orig_sr) <= 0 or int(target_sr) <= 0:
         raise AudioLoadError(f"Invalid sample rates {orig_sr} -> {target_sr} Hz.")
-    g = gcd(int(orig_sr), int(target_sr))
-    return resample_poly(samples, int(target_sr) // g, int(orig_sr) // g).astype(np.float32)
+    return one_resampler.resample(samples, int(orig_sr), int(target_sr))
 
 
 def to_mono(samples: np.ndarray) -> np.ndarray:
@@ -150,15 +159,45 @@ def _read_with_soundfile(path: Path, max_seconds: float) -> tuple[np.ndarray, in
         return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), f.samplerate
 
 
-def _decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float) -> np.ndarray:
-    """Decode any container ffmpeg knows into float32 mono at `sample_rate`, at most
-    `max_seconds` of it (ffmpeg's -t, and its output cut off past that size)."""
-    exe = shutil.which("ffmpeg")
-    if exe is None:
+def _ffmpeg_tools(path: Path) -> tuple[str, str]:
+    exe, probe = shutil.which("ffmpeg"), shutil.which("ffprobe")
+    if exe is None or probe is None:
         raise AudioLoadError(
-            f"{path}: soundfile cannot decode this file and ffmpeg is not installed. "
+            f"{path}: soundfile cannot decode this file and ffmpeg (with its ffprobe) is not installed. "
             "Convert it to WAV or FLAC, or install ffmpeg (apt-get install ffmpeg)."
         )
+    return exe, probe
+
+
+def _ffprobe_rate(probe: str, path: Path) -> int:
+    """The first audio stream's sample rate (Hz) as ffprobe reads it from the container, nothing
+    decoded; AudioLoadError when there is none or it is outside MIN..MAX_SAMPLE_RATE."""
+    cmd = [probe, "-v", "error", "-protocol_whitelist", "file", "-select_streams", "a:0",
+           "-show_entries", "stream=sample_rate", "-of", "default=noprint_wrappers=1:nokey=1",
+           f"file:{path.resolve()}"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=FFPROBE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise AudioLoadError(f"{path}: ffprobe took over {FFPROBE_TIMEOUT_S} s to read its header.") from exc
+    text = proc.stdout.decode("ascii", "replace").split()
+    if proc.returncode != 0 or not text or not text[0].isdigit():
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise AudioLoadError(f"{path}: not a readable audio file ({err[-1] if err else 'no audio stream'}). "
+                             "Re-export it as 16-bit PCM WAV.")
+    rate = int(text[0])
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise AudioLoadError(f"{path}: the file declares a sample rate of {rate} Hz; clips must be "
+                             f"{MIN_SAMPLE_RATE // 1000}-{MAX_SAMPLE_RATE // 1000} kHz. Re-export it as a normal "
+                             "WAV (e.g. 24 kHz, 16-bit).")
+    return rate
+
+
+def _decode_with_ffmpeg(path: Path, max_seconds: float) -> tuple[np.ndarray, int]:
+    """(float32 mono [n], rate): any container ffmpeg knows, decoded at its own rate (ffprobe's;
+    ffmpeg converts no rate, the one resampler does that), at most `max_seconds` of it (ffmpeg's
+    -t, and its output cut off past that size)."""
+    exe, probe = _ffmpeg_tools(path)
+    sample_rate = _ffprobe_rate(probe, path)
     limit = 4 * int(max_seconds * sample_rate)  # float32 bytes
     # -t a little past the limit: a clip that reaches it is refused as too long, never cut short.
     cmd = [exe, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe", "-t", f"{max_seconds + 0.5:g}",
@@ -181,12 +220,12 @@ def _decode_with_ffmpeg(path: Path, sample_rate: int, max_seconds: float) -> np.
             f"{path}: not a readable audio file ({err[-1] if err else 'no audio stream'}). "
             "Re-export it as 16-bit PCM WAV."
         )
-    return np.frombuffer(bytes(out[: len(out) - len(out) % 4]), dtype="<f4").astype(np.float32)
+    return np.frombuffer(bytes(out[: len(out) - len(out) % 4]), dtype="<f4").astype(np.float32), sample_rate
 
 
-def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, max_seconds: float) -> np.ndarray:
-    """Read a clip as float32 mono [N] at `sample_rate` Hz, at most `max_seconds` long;
-    raises AudioLoadError (see the module docstring for the bounds).
+def load_native(path: str | os.PathLike, *, max_seconds: float) -> Audio:
+    """Read a clip as float32 mono [N] at the file's own rate (`Audio.sample_rate`), at most
+    `max_seconds` long, no rate converted; raises AudioLoadError (see the module docstring).
 
     The error names the file and the problem: missing, empty (0 bytes), a header no real clip
     has, too long, undecodable (corrupt or truncated), or containing no samples.
@@ -198,18 +237,40 @@ def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, max_s
         raise AudioLoadError(f"{path}: the file is empty (0 bytes); regenerate or re-export it.")
     try:
         try:
-            mono, sr = _read_with_soundfile(path, max_seconds)
-            samples = resample(mono, int(sr), sample_rate)
+            samples, sr = _read_with_soundfile(path, max_seconds)
         except (sf.SoundFileError, RuntimeError, TypeError) as exc:
             try:
-                samples = _decode_with_ffmpeg(path, sample_rate, max_seconds)
+                samples, sr = _decode_with_ffmpeg(path, max_seconds)
             except AudioLoadError as ff_exc:
                 raise AudioLoadError(f"{ff_exc} (soundfile said: {exc})") from exc
     except MemoryError:
         raise AudioLoadError(f"{path}: not enough memory to decode this clip; send a shorter one.") from None
     if samples.size == 0:
         raise AudioLoadError(f"{path}: the file holds no audio samples.")
-    return samples
+    return Audio(samples=samples, sample_rate=int(sr))
+
+
+def load_audio(path: str | os.PathLike, sample_rate: int = SAMPLE_RATE, *, max_seconds: float) -> np.ndarray:
+    """Read a clip as float32 mono [N] at `sample_rate` Hz, at most `max_seconds` long: one
+    decode at the file's own rate (`load_native`), one conversion (`resample`) straight to
+    `sample_rate`; raises AudioLoadError as `load_native` does."""
+    clip = load_native(path, max_seconds=max_seconds)
+    return resample(clip.samples, clip.sample_rate, sample_rate)
+
+
+def at_rate(clip: ClipSource, sample_rate: int | None, to_rate: int, *,
+            max_seconds: float = LOCAL_MAX_SECONDS) -> np.ndarray:
+    """A judge's input as float32 mono [N] at `to_rate`, converted once from its source: a file
+    path is loaded straight to `to_rate` (`load_audio`, at most `max_seconds`); an `Audio`
+    carries its own rate; bare samples [N] are at `sample_rate`. AudioLoadError (naming the file)
+    for a file that cannot be used, or bare samples without their rate."""
+    if isinstance(clip, (str, os.PathLike)):
+        return load_audio(clip, to_rate, max_seconds=max_seconds)
+    if isinstance(clip, Audio):
+        return resample(clip.samples, clip.sample_rate, to_rate)
+    if sample_rate is None:
+        raise AudioLoadError("bare samples need their sample_rate; pass it, or an Audio or a file path instead.")
+    return resample(clip, sample_rate, to_rate)
 
 
 def check_audio(samples: np.ndarray, sample_rate: int, where: str = "clip") -> None:

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, load_native
 from evaluation.listening_stats import CONFIDENCE, DEFAULT_SEED, N_RESAMPLES, Estimate, bootstrap_mean
 from evaluation.report import markdown_table
 from evaluation.speaker import cosine
-from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
 
 MIN_PAIRS = 3  # fewer clips than this have no rank correlation worth a number
@@ -136,13 +135,14 @@ def judge_clips(clips: Sequence[Clip], quality=None, speaker=None, references=No
 
 
 def _judge_batch(part: Sequence[Clip], quality, speaker, references) -> list[dict]:
-    audio = [load_audio(c.path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS) for c in part]
+    # each file decoded once at its own rate; each judge converts it once, to its own rate
+    audio = [load_native(c.path, max_seconds=LOCAL_MAX_SECONDS) for c in part]
     values: list[dict] = [{} for _ in part]
     if quality is not None:
-        for v, s in zip(values, quality.score(audio, SAMPLE_RATE), strict=True):
+        for v, s in zip(values, quality.score(audio), strict=True):
             v.update(dnsmos_ovrl=s.ovrl, dnsmos_sig=s.sig, dnsmos_bak=s.bak)
     if speaker is not None:
-        for v, c, emb in zip(values, part, speaker.embed(audio, SAMPLE_RATE), strict=True):
+        for v, c, emb in zip(values, part, speaker.embed(audio), strict=True):
             v["speaker_sim"] = cosine(references.get(c.voice), emb)
     return values
 

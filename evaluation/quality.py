@@ -4,6 +4,7 @@ inside the `speechmos` wheel (docs/ARCHITECTURE.md §8). Works offline; nothing 
     from evaluation.quality import DNSMOS
     judge = DNSMOS()                          # loaded once; DNSMOS(device="cuda") on onnxruntime-gpu
     [s] = judge.score([samples], 24000)       # samples: float32 [N] mono; any rate (resampled to 16 kHz)
+    [s] = judge.score(["clip.wav"])           # a file: loaded straight to 16 kHz, as librosa.load(path, sr=16000)
     s.ovrl, s.sig, s.bak, s.p808              # MOS on 1-5
 
 CLI (one JSONL row per clip: clip, sig, bak, ovrl, p808)::
@@ -12,6 +13,10 @@ CLI (one JSONL row per clip: clip, sig, bak, ovrl, p808)::
 
 Scores equal speechmos 0.0.1.1's own `speechmos.dnsmos.run` on the same audio at 16 kHz
 (tests/evaluation/test_quality.py compares them), because every step is the same:
+- a clip is a file path, an `Audio` at its own rate (`evaluation.audio_io.load_native`) or
+  samples at a named rate, converted once to 16 kHz by the one resampler (soxr HQ), as the
+  official script and speechmos's users load with `librosa.load(path, sr=16000)`
+  (tests/evaluation/test_resample_reference.py: within 0.02 OVRL of that pipeline at 16-48 kHz);
 - a clip shorter than a window is tiled by doubling (`np.append(a, a)`) until it fills one;
 - windows of 9.01 s (144,160 samples) start every second, `audio[int(i * 16000):
   int((i + 9.01) * 16000)]`; float rounding makes that slice one sample short for some i
@@ -37,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio, resample
+from evaluation.audio_io import LOCAL_MAX_SECONDS, ClipSource, at_rate, load_audio
 from evaluation.onnx_session import check_io, open_session
 from evaluation.report import markdown_table, write_jsonl
 from rumik_app.errors import RumikError, user_errors
@@ -150,11 +155,14 @@ class DNSMOS:
         p808 = self.p808.run([OUTPUT], {INPUT: np.stack([p808_features(w) for w in batch])})[0][:, 0]
         return p835, p808
 
-    def score(self, clips: Sequence[np.ndarray], sample_rate: int, progress: bool = False) -> list[QualityScores]:
-        """DNSMOS of each clip (float32 [N] mono at `sample_rate`), its windows batched with the others'."""
+    def score(self, clips: Sequence[ClipSource], sample_rate: int | None = None, progress: bool = False,
+              max_seconds: float = LOCAL_MAX_SECONDS) -> list[QualityScores]:
+        """DNSMOS of each clip, its windows batched with the others'. A clip is a file path (loaded
+        straight to 16 kHz, at most `max_seconds`), an `Audio` at its own rate, or float32 [N] mono
+        samples at `sample_rate`; each is converted once (`evaluation.audio_io.at_rate`)."""
         segs, owner = [], []
         for k, clip in enumerate(clips):
-            audio = np.clip(resample(np.asarray(clip, dtype=np.float32), sample_rate, MODEL_RATE), -1.0, 1.0)
+            audio = np.clip(at_rate(clip, sample_rate, MODEL_RATE, max_seconds=max_seconds), -1.0, 1.0)
             if not np.all(np.isfinite(audio)):
                 raise QualityError(f"clip {k}: audio contains NaN or infinite values.")
             found = windows(audio)[: self.max_windows]
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"refuse longer clips, read from the header (default {LOCAL_MAX_SECONDS:g})")
     args = parser.parse_args(argv)
     with user_errors(OSError):
-        audio = [load_audio(path, MODEL_RATE, max_seconds=args.max_seconds) for path in args.clips]
+        audio = [load_audio(path, MODEL_RATE, max_seconds=args.max_seconds) for path in args.clips]  # one conversion
         judge = DNSMOS(args.personalized, args.device, args.threads)
         scores = judge.score(audio, MODEL_RATE, progress=True)
         rows = [{"clip": path, **s.as_dict()} for path, s in zip(args.clips, scores, strict=True)]

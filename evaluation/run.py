@@ -22,7 +22,9 @@ description`). NoVA lines (`text_with_mark, nvv, requested_index`) are synthesis
 `language` is inferred from the script when that is unambiguous (Latin -> en).
 
 Writes under --out:
-  run<r>/<id>.wav        the clips (kept on a rerun: the run is resumable)
+  run<r>/<id>.wav        the clips, at the rate each system makes them (24 kHz for rumik, espeak-ng's
+                         22.05 kHz, a folder clip's own): every judge reads a clip once and converts it
+                         once, straight to its own rate (evaluation.audio_io); kept on a rerun (resumable)
   manifest.jsonl         id, run, path, seed, system, settings, sha256, duration, error
   transcripts.jsonl      id, run, hyp, judge, error
   clips.csv, summary.csv per clip; corpus-pooled WER/CER/GCER overall, per language/domain/run
@@ -60,7 +62,7 @@ from tqdm import tqdm
 from evaluation import acoustic, nova, watermark
 from evaluation.asr import load_asr, run_key
 from evaluation.asr_judge import ASRError, ASRJudge
-from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_native
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
 from evaluation.report import markdown_table, read_jsonl, write_jsonl
 from evaluation.run_report import (  # noqa: F401 - the output file names are part of this module's interface
@@ -80,7 +82,7 @@ from evaluation.run_report import (  # noqa: F401 - the output file names are pa
 )
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from evaluation.text import DEFAULT_SEGMENTATION, SEGMENTATIONS, segmentation_source, spoken_form
-from rumik_app.audio import SAMPLE_RATE, write_wav
+from rumik_app.audio import write_wav
 from rumik_app.cli_args import add_engine_arguments, add_watermark_argument, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
@@ -177,9 +179,9 @@ def _clip_record(prompt: dict, run: int, path: Path, seed: int, system: Synthesi
            "settings": settings, "sha256": None, "duration": None, "error": error, "chunks": chunks}
     if error is None or path.is_file():
         try:
-            samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
-            rec["sha256"], rec["duration"] = file_sha256(path), round(len(samples) / SAMPLE_RATE, 3)
-            check_audio(samples, SAMPLE_RATE, where=f"run{run}/{prompt['id']}")
+            clip = load_native(path, max_seconds=LOCAL_MAX_SECONDS)
+            rec["sha256"], rec["duration"] = file_sha256(path), round(clip.duration, 3)
+            check_audio(clip.samples, clip.sample_rate, where=f"run{run}/{prompt['id']}")
         except AudioLoadError as exc:
             rec["error"] = rec["error"] or f"audio: {exc}"
     return rec
@@ -228,7 +230,8 @@ def synthesize_all(system: Synthesizer, prompts: list[dict], out: Path, runs: in
                     except (ValueError, TypeError) as exc:
                         errors[p["id"]] = f"request: {_error_text(exc)}"
                 ok = [p for p in group if p["id"] not in errors]
-                results = system.synthesize_many(requests, [p["id"] for p in ok], run=run) if ok else []
+                # at each system's own rate: the judges convert each clip once, to their own rates
+                results = system.synthesize_many(requests, [p["id"] for p in ok], run=run, native=True) if ok else []
                 for p, req, res in zip(ok, requests, results, strict=True):
                     path = out / f"run{run}" / f"{p['id']}.wav"
                     if isinstance(res, Exception):
@@ -261,8 +264,8 @@ def transcribe_all(judge: ASRJudge, prompts: list[dict], manifest: list[dict], o
         line = {"id": rec["id"], "run": rec["run"], "hyp": None, "judge": judge.name, "error": rec["error"]}
         if rec["error"] is None:
             try:
-                samples = load_audio(out / rec["path"], SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
-                line["hyp"] = judge.transcribe(samples, SAMPLE_RATE, by_id[rec["id"]]["language"],
+                clip = load_native(out / rec["path"], max_seconds=LOCAL_MAX_SECONDS)  # the judge converts it once
+                line["hyp"] = judge.transcribe(clip.samples, clip.sample_rate, by_id[rec["id"]]["language"],
                                                clip_id=run_key(rec["id"], rec["run"]))
             except Exception as exc:  # noqa: BLE001 - one clip's ASR failure must not stop the run
                 line["error"] = f"asr: {_error_text(exc)}"

@@ -4,6 +4,7 @@
     encoder = load_speaker_encoder("resemblyzer")          # default; offline, ships in its wheel
     encoder = load_speaker_encoder("hf:microsoft/wavlm-base-plus-sv")   # WavLM x-vector (transformers)
     ref, a = encoder.embed([ref_samples, samples], 24000)  # [D] float32 unit vectors; any input rate
+    ref, a = encoder.embed(["ref.wav", load_native("a.flac", max_seconds=60)])  # files / own-rate Audio
     cosine(ref, a)                                         # resemblyzer: 0..1 (its embeddings are >= 0)
 
 CLI (one JSONL row per clip: clip, similarity)::
@@ -12,7 +13,9 @@ CLI (one JSONL row per clip: clip, similarity)::
 
 Encoders:
 - `resemblyzer` (0.1.4): equal to its own `preprocess_wav` + `VoiceEncoder.embed_utterance`
-  (tests/evaluation/test_speaker.py compares them): the clip at 16 kHz, volume normalised to
+  (tests/evaluation/test_speaker.py compares them; tests/evaluation/test_resample_reference.py
+  compares similarities with `preprocess_wav(path)` on files at 16-48 kHz): the clip converted
+  once to 16 kHz with soxr HQ (as `preprocess_wav` does through librosa), volume normalised to
   -30 dBFS (raised only), long silences cut by webrtcvad, 40-band mel, 1.6 s partials at 1.3
   per second, a 3-layer LSTM, the L2-normalised mean of the partial embeddings. resemblyzer's
   own functions do the preprocessing, mel and slicing; the network is built here so that its
@@ -38,7 +41,7 @@ import numpy as np
 
 from evaluation.asr import resolve_model
 from evaluation.asr_judge import download_fix
-from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, load_audio, resample
+from evaluation.audio_io import LOCAL_MAX_SECONDS, SILENCE_PEAK, ClipSource, at_rate, load_native
 from evaluation.report import markdown_table, write_jsonl
 from rumik_app.errors import RumikError, user_errors
 
@@ -84,6 +87,7 @@ def mean_embedding(embeddings: np.ndarray) -> np.ndarray:
 
 
 def _check_clip(samples: np.ndarray, k: int) -> np.ndarray:
+    """Mono finite float32 samples [N] with a voice-level peak; SpeakerError naming clip k otherwise."""
     samples = np.asarray(samples, dtype=np.float32)
     if samples.ndim != 1 or samples.size == 0 or not np.all(np.isfinite(samples)):
         raise SpeakerError(f"clip {k}: expected finite mono samples [N], got shape {samples.shape}.")
@@ -92,15 +96,23 @@ def _check_clip(samples: np.ndarray, k: int) -> np.ndarray:
     return samples
 
 
+def _at_rate(clip: ClipSource, sample_rate: int | None, to_rate: int, k: int) -> np.ndarray:
+    """Clip k at the encoder's rate, converted once (`evaluation.audio_io.at_rate`), checked."""
+    return _check_clip(at_rate(clip, sample_rate, to_rate), k)
+
+
 class SpeakerEncoder:
-    """Base class: `embed(clips, sample_rate) -> [B, D]` float32 unit vectors; `name` for reports."""
+    """Base class: `embed(clips, sample_rate) -> [B, D]` float32 unit vectors; `name` for reports.
+    A clip is a file path (loaded straight to the encoder's rate), an `Audio` at its own rate,
+    or float32 [N] mono samples at `sample_rate`; each is converted once."""
 
     name = "speaker"
 
-    def embed(self, clips: Sequence[np.ndarray], sample_rate: int) -> np.ndarray:
+    def embed(self, clips: Sequence[ClipSource], sample_rate: int | None = None) -> np.ndarray:
         raise NotImplementedError
 
-    def similarities(self, reference: np.ndarray, clips: Sequence[np.ndarray], sample_rate: int) -> list[float]:
+    def similarities(self, reference: np.ndarray, clips: Sequence[ClipSource],
+                     sample_rate: int | None = None) -> list[float]:
         """Cosine of each clip's embedding with the reference embedding [D]."""
         return [cosine(reference, e) for e in self.embed(clips, sample_rate)]
 
@@ -171,12 +183,12 @@ class ResemblyzerEncoder(SpeakerEncoder):
         mel = self.audio.wav_to_mel_spectrogram(samples16k)
         return np.stack([mel[s] for s in mel_slices])
 
-    def embed(self, clips: Sequence[np.ndarray], sample_rate: int) -> np.ndarray:
+    def embed(self, clips: Sequence[ClipSource], sample_rate: int | None = None) -> np.ndarray:
         import torch
 
         parts, owner = [], []
         for k, clip in enumerate(clips):
-            wav = self.audio.preprocess_wav(resample(_check_clip(clip, k), sample_rate, MODEL_RATE))
+            wav = self.audio.preprocess_wav(_at_rate(clip, sample_rate, MODEL_RATE, k))
             mels = self.partial_mels(wav)
             parts.append(mels)
             owner += [k] * len(mels)
@@ -211,12 +223,12 @@ class WavLMEncoder(SpeakerEncoder):
                                f"x-vector model such as {WAVLM_EXAMPLE}.") from exc
         self.sample_rate = int(getattr(self.extractor, "sampling_rate", MODEL_RATE))
 
-    def embed(self, clips: Sequence[np.ndarray], sample_rate: int) -> np.ndarray:
+    def embed(self, clips: Sequence[ClipSource], sample_rate: int | None = None) -> np.ndarray:
         import torch
 
         out = []
         for k, clip in enumerate(clips):
-            wav = resample(_check_clip(clip, k), sample_rate, self.sample_rate)
+            wav = _at_rate(clip, sample_rate, self.sample_rate, k)
             inputs = self.extractor(wav, sampling_rate=self.sample_rate, return_tensors="pt")
             with torch.no_grad():
                 emb = self.model(**{n: t.to(self.device) for n, t in inputs.items()}).embeddings
@@ -246,10 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"refuse longer clips, read from the header (default {LOCAL_MAX_SECONDS:g})")
     args = parser.parse_args(argv)
     with user_errors(OSError):
-        ref = load_audio(args.reference, MODEL_RATE, max_seconds=args.max_seconds)
-        audio = [load_audio(path, MODEL_RATE, max_seconds=args.max_seconds) for path in args.clips]
+        # each file at its own rate, converted once by the encoder to its own
+        ref = load_native(args.reference, max_seconds=args.max_seconds)
+        audio = [load_native(path, max_seconds=args.max_seconds) for path in args.clips]
         encoder = load_speaker_encoder(args.encoder, args.device)
-        sims = encoder.similarities(encoder.embed([ref], MODEL_RATE)[0], audio, MODEL_RATE)
+        sims = encoder.similarities(encoder.embed([ref])[0], audio)
         rows = [{"clip": path, "similarity": s} for path, s in zip(args.clips, sims, strict=True)]
         write_jsonl(args.out, rows)
     print(markdown_table(["clip", f"similarity to {args.reference} ({encoder.name})"],

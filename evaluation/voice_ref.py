@@ -9,7 +9,9 @@ like, as one speaker embedding.
     refs = VoiceReferences(encoder, clip="my_voice.wav")   # a user's own clip is the reference instead
 
 A system's reference for a voice is the L2-normalised mean embedding of REFERENCE_PROMPTS (a
-few fixed sentences, English and Hindi) synthesised in that voice, each with its fixed seed.
+few fixed sentences, English and Hindi) synthesised in that voice, each with its fixed seed, at
+the system's own rate (`native=True`), so the encoder converts each once; a clip is read at its
+own rate the same way.
 It is computed once per (system fingerprint, voice, encoder) and kept as JSON under
 `$RUMIK_CACHE/voice_refs/` (written atomically); the fingerprint of a checkpoint is its
 config.json and the names, sizes and times of its weight files
@@ -27,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, load_native
 from evaluation.speaker import SpeakerEncoder, SpeakerError, mean_embedding
-from rumik_app.audio import SAMPLE_RATE
 from rumik_app.files import atomic_write
 from rumik_app.request import DEFAULT_VOICE, SynthesisRequest
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: clips reach the encoder at their own rate, converted once with soxr HQ
 CACHE_FOLDER = "voice_refs"
 REFERENCE_MAX_NEW_TOKENS = 800  # 8 s: the sentences take about 4 s; a model that never stops is cut there
 # (text, language, seed): short everyday sentences in the model's two main languages.
@@ -72,8 +73,7 @@ class VoiceReferences:
             raise SpeakerError(f"{system.name} only reads clips made elsewhere, so it cannot speak a reference; "
                                "pass a reference clip of the voice (--speaker-ref CLIP).")
         if self.clip is not None:  # embed the user's clip now: a bad file fails before any work
-            samples = load_audio(self.clip, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
-            self._clip_embedding = self.encoder.embed([samples], SAMPLE_RATE)[0]
+            self._clip_embedding = self.encoder.embed([load_native(self.clip, max_seconds=LOCAL_MAX_SECONDS)])[0]
 
     def get(self, voice: str | None = None) -> np.ndarray:
         """The reference embedding [D] for `voice` (None: the default voice)."""
@@ -109,9 +109,9 @@ class VoiceReferences:
         """Synthesise REFERENCE_PROMPTS in `voice` and average their embeddings (no cache)."""
         requests = [SynthesisRequest(text, voice=voice, language=lang, seed=seed,
                                      max_new_tokens=REFERENCE_MAX_NEW_TOKENS) for text, lang, seed in REFERENCE_PROMPTS]
-        clips = self.system.synthesize_many(requests, [f"voice_ref_{i}" for i in range(len(requests))])
+        clips = self.system.synthesize_many(requests, [f"voice_ref_{i}" for i in range(len(requests))], native=True)
         failed = [c for c in clips if isinstance(c, Exception)]
         if failed:
             raise SpeakerError(f"Could not synthesise the reference voice {voice!r} with {self.system.name}: "
                                f"{failed[0]}. Pass a reference clip instead (--speaker-ref CLIP).")
-        return mean_embedding(self.encoder.embed([c.samples for c in clips], SAMPLE_RATE))
+        return mean_embedding(self.encoder.embed(clips))  # each Audio at its own rate, converted once

@@ -5,8 +5,11 @@ Library module (no command line; no gradio)::
 
     judges = AudioJudges(registry)                      # the operator's judges; nothing loads yet
     clip_judge = judges.judge(AudioRequest(quality=True, speaker=True, reference_clip="me.wav"))
-    clip_judge.score(samples)      # samples float32 [N] mono at 24 kHz ->
+    clip_judge.score(clip)         # an Audio at the file's own rate (`read_upload`), a path, or samples + rate ->
                                    # {"dnsmos_ovrl": 3.1, "dnsmos_sig": 3.4, "dnsmos_bak": 3.9, "speaker_sim": 0.81}
+
+Each judge converts a clip once, from the rate it was uploaded at straight to its own
+(`evaluation.audio_io.at_rate`, soxr HQ), as the judges' reference pipelines do.
     clip_judge.summary([values, ...])                   # means with 95 % bootstrap CIs, markdown
 
 A visitor chooses only whether to run each judge and what the reference voice is: a clip
@@ -33,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
 from rumik_app.request import DEFAULT_VOICE
 from webapp.common import UserError
@@ -86,17 +88,19 @@ class ClipJudge:
         return [*(QUALITY_COLUMNS if self.quality is not None else ()),
                 *((SPEAKER_COLUMN,) if self.encoder is not None else ())]
 
-    def score(self, samples: np.ndarray) -> dict[str, float]:
-        """The values of one clip, float32 [N] mono at SAMPLE_RATE: DNSMOS MOS 1-5, cosine similarity.
-        Raises QualityError / SpeakerError (RumikError) for a clip a judge cannot take."""
+    def score(self, clip, sample_rate: int | None = None) -> dict[str, float]:
+        """The values of one clip: DNSMOS MOS 1-5, cosine similarity. clip: an `Audio` at its own
+        rate (`webapp.uploads.read_upload`), a file path, or float32 [N] mono samples at
+        `sample_rate`; each judge converts it once. Raises QualityError / SpeakerError / AudioLoadError
+        (RumikError) for a clip a judge cannot take."""
         from evaluation.speaker import cosine
 
         out: dict[str, float] = {}
         if self.quality is not None:
-            [s] = self.quality.score([samples], SAMPLE_RATE)
+            [s] = self.quality.score([clip], sample_rate)
             out.update(dnsmos_ovrl=s.ovrl, dnsmos_sig=s.sig, dnsmos_bak=s.bak)
         if self.encoder is not None:
-            out[SPEAKER_COLUMN] = cosine(self.reference, self.encoder.embed([samples], SAMPLE_RATE)[0])
+            out[SPEAKER_COLUMN] = cosine(self.reference, self.encoder.embed([clip], sample_rate)[0])
         return out
 
     def summary(self, values: Sequence[dict]) -> str:
@@ -128,9 +132,9 @@ class _LockedSystem:
     def fingerprint(self) -> str | None:
         return self.loaded.synthesizer.fingerprint()
 
-    def synthesize_many(self, requests, clip_ids=None, run=None):
+    def synthesize_many(self, requests, clip_ids=None, run=None, native=False):
         with self.loaded.lock:
-            return self.loaded.synthesizer.synthesize_many(requests, clip_ids, run)
+            return self.loaded.synthesizer.synthesize_many(requests, clip_ids, run, native=native)
 
 
 class AudioJudges:
@@ -204,11 +208,11 @@ class AudioJudges:
         """An uploaded reference voice, bounded like the clips (`read_upload`), embedded."""
         name = Path(path).name
         try:
-            samples = read_upload(path, MAX_REFERENCE_SECONDS, name)
+            clip = read_upload(path, MAX_REFERENCE_SECONDS, name)  # at its own rate: the encoder converts it once
         except UploadRefused as exc:
             raise UserError(f"The reference voice {name}: {exc}") from None
         try:
-            return self.encoder().embed([samples], SAMPLE_RATE)[0], f"clip {name}"
+            return self.encoder().embed([clip])[0], f"clip {name}"
         except RumikError as exc:
             raise UserError(f"The reference voice {name}: {exc} Upload a clip of someone speaking.") from None
 

@@ -49,7 +49,6 @@ from pathlib import Path
 from evaluation import nova
 from evaluation.metrics import ErrorCounts, corpus_rate, grapheme_backend_info, score_pair, uses_graphemes
 from evaluation.text import DEFAULT_SEGMENTATION, check_segmentation, segmentation_source, spoken_form
-from rumik_app.audio import SAMPLE_RATE
 from rumik_app.text.languages import get_language
 from webapp import zerogpu
 from webapp.manifest import name_index, read_manifest
@@ -286,18 +285,18 @@ def score_uploads(files: list[str], references: str = "", manifest: str | None =
             res.message = f"the same audio as `{u.same_as}`, uploaded again: scored once, in its first row."
             continue
         try:
-            samples = read_upload(path, MAX_CLIP_SECONDS, name)
+            clip = read_upload(path, MAX_CLIP_SECONDS, name)  # at its own rate: each judge converts it once
         except UploadRefused as exc:
             res.message = str(exc)
             continue
-        if total_s + len(samples) / SAMPLE_RATE > MAX_TOTAL_SECONDS:  # a header that understated its length
+        if total_s + clip.duration > MAX_TOTAL_SECONDS:  # a header that understated its length
             res.message = (f"not scored: this run already holds {total_s / 60:.0f} min of audio, the most one run "
                            f"takes is {MAX_TOTAL_SECONDS / 60:.0f} min. Score the rest in another run.")
             continue
-        total_s += len(samples) / SAMPLE_RATE
+        total_s += clip.duration
         if clip_judge is not None:
-            _judge_audio(clip_judge, samples, res)
-        _score_words(res, samples, meta, model, form_note, segmentation)
+            _judge_audio(clip_judge, clip, res)
+        _score_words(res, clip, meta, model, form_note, segmentation)
     scored = [r.scores for r in results if r.scores]
     corpus = {m: corpus_rate(ErrorCounts(s[f"{unit}_errors"], s[f"{unit}_ref_len"]) for s in scored)
               for m, unit in zip(METRICS, ("word", "char", "grapheme"), strict=True)}
@@ -337,12 +336,12 @@ def _clip_judge(audio, audio_judges):
     return audio_judges.judge(audio)
 
 
-def _judge_audio(clip_judge, samples, res: ClipResult) -> None:
-    """The audio judges' values of one clip (samples float32 [N] at SAMPLE_RATE) into `res.audio`."""
+def _judge_audio(clip_judge, clip, res: ClipResult) -> None:
+    """The audio judges' values of one clip (an `Audio` at the file's rate) into `res.audio`."""
     from rumik_app.errors import RumikError
 
     try:
-        res.audio = clip_judge.score(samples)
+        res.audio = clip_judge.score(clip)
     except RumikError as exc:  # QualityError, SpeakerError: this clip only
         res.note(f"audio judges: {exc}")
     except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
@@ -350,7 +349,7 @@ def _judge_audio(clip_judge, samples, res: ClipResult) -> None:
         res.note("audio judges failed on this clip (see the server log).")
 
 
-def _score_words(res: ClipResult, samples, meta: dict, model, form_note: str, segmentation: str) -> None:
+def _score_words(res: ClipResult, clip, meta: dict, model, form_note: str, segmentation: str) -> None:
     """Transcribe (or take the pasted transcript) and score WER/CER/GCER and NoVA into `res`."""
     if not res.reference.strip():
         res.note("no reference text for this file." + (f" {form_note}" if form_note else ""))
@@ -365,7 +364,7 @@ def _score_words(res: ClipResult, samples, meta: dict, model, form_note: str, se
         try:
             with lock:
                 transcribe = getattr(asr, "transcribe_on_gpu", asr.transcribe)
-                hyp = transcribe(samples, SAMPLE_RATE, res.language or None, clip_id=Path(res.file).stem)
+                hyp = transcribe(clip.samples, clip.sample_rate, res.language or None, clip_id=Path(res.file).stem)
         except Exception:  # noqa: BLE001 - one clip's failure must not stop the others
             log.exception("transcribing %s failed", res.file)
             res.note("transcription failed (see the server log).")

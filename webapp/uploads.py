@@ -6,7 +6,7 @@ Library module (no command line; no gradio), below `webapp.scoring` (the clips t
     from webapp.uploads import check_budget, plan_uploads, read_upload
     uploads = plan_uploads(paths)   # headers read, repeats marked; nothing decoded
     check_budget(uploads)           # ValueError naming the largest clips if the run is too big
-    samples = read_upload(path, MAX_CLIP_SECONDS, "a.wav")  # float32 mono at 24 kHz, or UploadRefused
+    clip = read_upload(path, MAX_CLIP_SECONDS, "a.wav")  # Audio: float32 mono at the file's rate, or UploadRefused
 
 One clip: `read_upload` refuses it (`UploadRefused`, a ValueError whose message names the
 problem and the fix) when its extension is not one of AUDIO_SUFFIXES, it is over MAX_CLIP_MB,
@@ -27,10 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from evaluation.audio_io import AudioHeader, AudioLoadError, file_sha256, read_header
-from rumik_app.audio import SAMPLE_RATE
+from rumik_app.audio import SAMPLE_RATE, Audio
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 MAX_CLIP_MB = 50  # also the app's upload limit (app.py MAX_UPLOAD)
@@ -51,13 +49,13 @@ class UploadRefused(ValueError):
     """An uploaded clip that is not read: wrong format, too large, too long or unreadable."""
 
 
-def read_upload(path: str | Path, max_seconds: float, name: str | None = None) -> np.ndarray:
-    """A visitor's uploaded clip as float32 mono [N] at SAMPLE_RATE (24 kHz), refused before
-    decoding when its extension is not AUDIO_SUFFIXES, it is over MAX_CLIP_MB, or its header
-    declares more than `max_seconds` (and decoding stops there whatever it declares).
-    UploadRefused names the problem and the fix; `name` (default: the file's) replaces the
-    path in it, so no message shows where uploads are kept."""
-    from evaluation.audio_io import check_audio, load_audio  # here: tests count the clips it decodes
+def read_upload(path: str | Path, max_seconds: float, name: str | None = None) -> Audio:
+    """A visitor's uploaded clip as float32 mono [N] at the file's own rate (`Audio`; each judge
+    converts it once, straight to its rate), refused before decoding when its extension is not
+    AUDIO_SUFFIXES, it is over MAX_CLIP_MB, or its header declares more than `max_seconds` (and
+    decoding stops there whatever it declares). UploadRefused names the problem and the fix;
+    `name` (default: the file's) replaces the path in it, so no message shows where uploads are kept."""
+    from evaluation.audio_io import check_audio, load_native  # here: tests count the clips it decodes
 
     path = Path(path)
     name = name or path.name
@@ -67,11 +65,11 @@ def read_upload(path: str | Path, max_seconds: float, name: str | None = None) -
     if size_mb > MAX_CLIP_MB:
         raise UploadRefused(f"too large ({size_mb:.1f} MB; the limit is {MAX_CLIP_MB} MB). Trim or compress it.")
     try:
-        samples = load_audio(path, max_seconds=max_seconds)
-        check_audio(samples, SAMPLE_RATE, where=name)
+        clip = load_native(path, max_seconds=max_seconds)
+        check_audio(clip.samples, clip.sample_rate, where=name)
     except AudioLoadError as exc:
         raise UploadRefused(f"unreadable: {str(exc).replace(str(path), name)}") from None
-    return samples
+    return clip
 
 
 @dataclass

@@ -10,6 +10,12 @@ A system turns a `SynthesisRequest` into an `Audio` (float32 mono [N] at 24 kHz)
 `clip_id` and `run` identify the benchmark clip; systems that generate audio ignore them,
 `FolderSystem` (pre-generated clips) needs `clip_id` to find the file.
 
+`native=True` keeps the system's own rate (espeak-ng's 22.05 kHz, a folder clip's file rate;
+mono still): the benchmark runner writes clips that way, so each judge converts a clip once,
+from the rate it was made at to its own, instead of through 24 kHz:
+
+    audio = system.synthesize(request, native=True)     # Audio at audio.sample_rate Hz
+
 Not a CLI; tested by tests/evaluation/test_systems.py.
 """
 
@@ -42,12 +48,14 @@ class Synthesizer:
     needs_clip_id: bool = False
 
     def synthesize(self, request: SynthesisRequest, *, clip_id: str | None = None,
-                   run: int | None = None) -> Audio:
-        """One utterance as float32 mono [N] at 24 kHz (resampled/down-mixed if needed)."""
+                   run: int | None = None, native: bool = False) -> Audio:
+        """One utterance as float32 mono [N] at 24 kHz (resampled/down-mixed if needed);
+        native: at the system's own rate instead (down-mixed only)."""
         audio = self._synthesize(request, clip_id=clip_id, run=run)
-        return conform(audio)
+        return conform(audio, None if native else SAMPLE_RATE)
 
     def _synthesize(self, request: SynthesisRequest, *, clip_id: str | None, run: int | None) -> Audio:
+        """The utterance at the system's own rate (any rate; `synthesize` conforms it)."""
         raise NotImplementedError
 
     def load(self) -> None:
@@ -55,14 +63,15 @@ class Synthesizer:
         so a broken system fails before any work is done. Default: nothing to load."""
 
     def synthesize_many(self, requests: Sequence[SynthesisRequest], clip_ids: Sequence[str | None] | None = None,
-                        run: int | None = None) -> list[Audio | Exception]:
-        """Synthesise several requests; a failure is returned in its slot (not raised), so
-        one bad clip does not stop a benchmark. Subclasses may batch."""
+                        run: int | None = None, native: bool = False) -> list[Audio | Exception]:
+        """Synthesise several requests (at 24 kHz, or the system's own rate with `native`); a
+        failure is returned in its slot (not raised), so one bad clip does not stop a benchmark.
+        Subclasses may batch."""
         clip_ids = list(clip_ids) if clip_ids is not None else [None] * len(requests)
         out: list[Audio | Exception] = []
         for request, clip_id in zip(requests, clip_ids, strict=True):
             try:
-                out.append(self.synthesize(request, clip_id=clip_id, run=run))
+                out.append(self.synthesize(request, clip_id=clip_id, run=run, native=native))
             except Exception as exc:  # noqa: BLE001 - recorded per clip by the caller
                 out.append(exc)
         return out
@@ -85,9 +94,10 @@ class Synthesizer:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def conform(audio: Audio) -> Audio:
-    """`audio` as float32 mono [N] at SAMPLE_RATE; other fields kept."""
+def conform(audio: Audio, sample_rate: int | None = SAMPLE_RATE) -> Audio:
+    """`audio` as float32 mono [N] at `sample_rate` (None: at its own rate), converted once by
+    the one resampler; other fields kept."""
     samples = to_mono(np.asarray(audio.samples, dtype=np.float32))
-    if audio.sample_rate != SAMPLE_RATE:
-        samples = resample(samples, audio.sample_rate, SAMPLE_RATE)
-    return Audio(samples=samples, sample_rate=SAMPLE_RATE, seed=audio.seed, info=dict(audio.info))
+    rate = int(audio.sample_rate if sample_rate is None else sample_rate)
+    samples = resample(samples, int(audio.sample_rate), rate)
+    return Audio(samples=samples, sample_rate=rate, seed=audio.seed, info=dict(audio.info))

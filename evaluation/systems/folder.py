@@ -4,9 +4,10 @@
     audio = system.synthesize(request, clip_id="p01", run=2)
 
 Layout: `<dir>/<id>.wav` (or .flac/.ogg/.mp3). For several runs, `<dir>/run<r>/<id>.wav`
-is used when present, else `<dir>/<id>.wav` for every run. Clips are resampled to 24 kHz
-mono. A missing or undecodable clip raises an error naming the file (the runner records it
-per clip and continues).
+is used when present, else `<dir>/<id>.wav` for every run. Clips are read at the file's own
+rate and mixed to mono; `synthesize` converts them to 24 kHz, `synthesize(..., native=True)` (the
+runner) keeps the file's rate. A missing or undecodable clip raises an error naming the file
+(the runner records it per clip and continues).
 
 Not a CLI; tested by tests/evaluation/test_systems.py and test_run.py.
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from evaluation.audio_io import AUDIO_EXTENSIONS, LOCAL_MAX_SECONDS, AudioLoadError, find_clip, load_audio
+from evaluation.audio_io import AUDIO_EXTENSIONS, LOCAL_MAX_SECONDS, AudioLoadError, find_clip, load_native
 from evaluation.systems.base import SynthesisError, Synthesizer
-from rumik_app.audio import SAMPLE_RATE, Audio
+from rumik_app.audio import Audio
 from rumik_app.request import SynthesisRequest
 
 
@@ -52,10 +53,10 @@ class FolderSystem(Synthesizer):
             raise SynthesisError("FolderSystem needs the clip id: synthesize(request, clip_id=...).")
         path = self.clip_path(clip_id, run)
         try:
-            samples = load_audio(path, SAMPLE_RATE, max_seconds=LOCAL_MAX_SECONDS)
+            clip = load_native(path, max_seconds=LOCAL_MAX_SECONDS)  # `synthesize` converts it, once, if asked
         except AudioLoadError as exc:
             raise SynthesisError(str(exc)) from exc
-        return Audio(samples=samples, sample_rate=SAMPLE_RATE, seed=request.seed, info={"source": str(path)})
+        return Audio(samples=clip.samples, sample_rate=clip.sample_rate, seed=request.seed, info={"source": str(path)})
 
     def settings(self) -> dict:
         return {**super().settings(), "folder": str(self.folder)}

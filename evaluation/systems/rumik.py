@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Sequence
 
 from evaluation.systems.base import SynthesisError, Synthesizer, conform
-from rumik_app.audio import Audio
+from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
 
 # How evaluation.run names a checkpoint (load_system specs), for the fixes of a missing model.
@@ -66,14 +66,14 @@ class RumikSystem(Synthesizer):
         return self.engine.synthesize(request)
 
     def synthesize_many(self, requests: Sequence[SynthesisRequest], clip_ids: Sequence[str | None] | None = None,
-                        run: int | None = None) -> list[Audio | Exception]:
+                        run: int | None = None, native: bool = False) -> list[Audio | Exception]:
         """Batched through the engine's `synthesize_many`; if the batch fails (e.g. one invalid
         prompt), each request is retried alone so only the bad one carries the error."""
         engine = self.engine
         try:
-            return [conform(a) for a in engine.synthesize_many(list(requests))]
+            return [conform(a, None if native else SAMPLE_RATE) for a in engine.synthesize_many(list(requests))]
         except Exception:  # noqa: BLE001 - fall back to one by one to isolate the failure
-            return super().synthesize_many(requests, clip_ids, run)
+            return super().synthesize_many(requests, clip_ids, run, native)
 
     def fingerprint(self) -> str:
         """The checkpoint's identity (config.json's bytes; every weight file's name, size and

@@ -21,7 +21,8 @@ which also low-passes it). At 32 kHz that is perth's output to float rounding; a
 differs from perth's by the resampling round trip of the clip, 58 dB below it on the fixture
 (tests/evaluation/test_watermark.py). `detect` resamples a wave with the same soxr (perth uses
 scipy's polyphase filter there): scores within 2e-3 of perth's. (`rumik watermark detect` and
-`evaluation.run` load files through evaluation.audio_io, which resamples with scipy, straight to 32 kHz.)
+`evaluation.run` load files through evaluation.audio_io, which converts with the same one resampler,
+`rumik_app.resample`, straight to 32 kHz.)
 """
 
 from __future__ import annotations

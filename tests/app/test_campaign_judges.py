@@ -199,7 +199,7 @@ def test_command_line_with_one_reference_clip(rated, judged, capsys, tmp_path):
     saved = load_judges(rated.campaign)
     assert set(saved["judges"]["references"].values()) == {"clip ref.wav"}
     encoder = ResemblyzerEncoder()
-    male = encoder.embed([load_audio(ref, max_seconds=60)], SAMPLE_RATE)[0]
+    male = encoder.embed([ref])[0]  # the 22.05 kHz file, converted once to the encoder's 16 kHz
     entry = saved["clips"][0]
     rec = next(r for r in rated.campaign.clips().values()
                if (r["prompt_id"], r["condition_id"]) == (entry["prompt"], entry["condition"]))

@@ -68,15 +68,15 @@ def clips(tmp_path_factory):
 
 @pytest.fixture
 def decodes(monkeypatch):
-    """The clips `load_audio` was asked to decode (the decoder every upload goes through)."""
+    """The clips `load_native` was asked to decode (the decoder every upload goes through)."""
     calls = []
-    real = evaluation.audio_io.load_audio
+    real = evaluation.audio_io.load_native
 
     def counting(path, *args, **kwargs):
         calls.append(Path(path).name)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation.audio_io, "load_audio", counting)
+    monkeypatch.setattr(evaluation.audio_io, "load_native", counting)
     return calls
 
 

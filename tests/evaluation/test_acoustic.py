@@ -15,10 +15,11 @@ import pytest
 
 from evaluation import acoustic
 from evaluation import run as runner
-from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio
+from evaluation.audio_io import LOCAL_MAX_SECONDS, load_audio, load_native
 from evaluation.listening_stats import bootstrap_mean
 from evaluation.quality import DNSMOS
 from evaluation.systems import EspeakSystem, FolderSystem, Synthesizer
+from evaluation.systems.espeak import ESPEAK_RATE
 from rumik_app.audio import SAMPLE_RATE, Audio
 from tests.evaluation.test_run import read_csv, write_jsonl
 
@@ -37,6 +38,9 @@ def _run(tmp: Path, system: Synthesizer, prompts: list[dict], *flags: str) -> in
 
 def test_runner_reports_quality_and_similarity_with_cis(tmp_path, capsys, monkeypatch):
     assert _run(tmp_path, EspeakSystem(), PROMPTS, "--quality", "--speaker", *FAST) == 0
+    # the clips stay at espeak-ng's own rate: each judge converts them once, straight to 16 kHz
+    assert {load_native(p, max_seconds=60).sample_rate for p in (tmp_path / "out" / "run1").glob("*.wav")} == \
+        {ESPEAK_RATE}
     clips = read_csv(tmp_path / "out" / "clips.csv")
     for col in ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak"):
         assert all(1.0 <= float(c[col]) <= 5.0 for c in clips), col

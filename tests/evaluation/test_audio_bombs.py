@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from evaluation.audio_io import MAX_CHANNELS, AudioLoadError, load_audio
+from evaluation.audio_io import MAX_CHANNELS, AudioLoadError, load_audio, load_native
 
 LIMIT_S = 60.0
 PEAK_BOUND = 64 * 2**20  # what a 60 s clip at 24 kHz can need, with room; the bombs would take GBs
@@ -115,3 +115,5 @@ def test_ffmpeg_stops_at_the_limit_and_refuses_file_protocols_only(tmp_path):
         load_audio(long_aac, max_seconds=LIMIT_S)
     short = load_audio(long_aac, max_seconds=700)  # within the limit: decoded whole
     assert abs(len(short) / 24_000 - 600) < 1.0
+    own = load_native(long_aac, max_seconds=700)  # ffmpeg decodes at the file's rate; soxr converts
+    assert own.sample_rate == 8000 and abs(own.duration - 600) < 1.0

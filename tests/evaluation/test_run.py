@@ -28,8 +28,8 @@ TONE_RATE = 16_000
 
 
 class ToneSystem(Synthesizer):
-    """A stand-in system: a 1 s tone per clip (at 16 kHz, to exercise resampling); can fail
-    or go silent for chosen ids; records every call."""
+    """A stand-in system: a 1 s tone per clip (at 16 kHz, the runner keeps it there and the judges
+    convert it); can fail or go silent for chosen ids; records every call."""
 
     name = "tone"
     label = "test tones"
@@ -88,7 +88,7 @@ def test_runner_scores_per_language_and_domain(setup):
         assert m["error"] is None and m["system"] == "tone" and abs(m["duration"] - 1.0) < 0.01
         assert (out / m["path"]).is_file() and m["path"] == f"run{m['run']}/{m['id']}.wav"
         assert len(m["sha256"]) == 64 and m["settings"]["voice"] == "Ira"
-        assert sf.info(out / m["path"]).samplerate == 24_000
+        assert sf.info(out / m["path"]).samplerate == TONE_RATE  # the system's own rate: judges convert once
     seeds = {(m["run"], m["id"]): m["seed"] for m in manifest}
     assert seeds[(1, "p1")] != seeds[(2, "p1")] and seeds[(1, "p1")] == runner.clip_seed(5, "p1", 1)
     summary = {(r["level"], r["group"]): r for r in read_csv(out / "summary.csv")}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from evaluation.audio_io import AudioLoadError, check_audio, load_audio
+from evaluation.audio_io import AudioLoadError, check_audio, load_audio, resample
 from evaluation.systems import (
     EspeakSystem,
     FolderSystem,
@@ -21,6 +21,7 @@ from evaluation.systems import (
     load_system,
 )
 from evaluation.systems import espeak as espeak_module
+from evaluation.systems.espeak import ESPEAK_RATE
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest
@@ -160,6 +161,18 @@ def test_folder_system_errors(tmp_path):
         system.synthesize(SynthesisRequest("x"))
     results = system.synthesize_many([SynthesisRequest("x")] * 2, ["broken", "p9"])
     assert all(isinstance(r, SynthesisError) for r in results)  # failures returned, not raised
+
+
+def test_native_keeps_each_systems_own_rate_and_24k_is_one_conversion_of_it(tmp_path):
+    request = SynthesisRequest("Good evening. <sigh> See you.")
+    own = load_system("espeak").synthesize(request, native=True)
+    assert own.sample_rate == ESPEAK_RATE and own.info["events"] == ["<sigh>"]
+    at24 = load_system("espeak").synthesize(request)
+    assert at24.sample_rate == SAMPLE_RATE
+    np.testing.assert_array_equal(at24.samples, resample(own.samples, ESPEAK_RATE, SAMPLE_RATE))
+    sf.write(tmp_path / "p1.wav", 0.2 * np.sin(np.arange(44_100) / 7), 44_100)
+    [clip] = load_system(f"folder:{tmp_path}").synthesize_many([request], ["p1"], native=True)
+    assert clip.sample_rate == 44_100 and len(clip.samples) == 44_100
 
 
 # ---------------------------------------------------------------- audio_io

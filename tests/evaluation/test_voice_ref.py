@@ -14,8 +14,8 @@ import pytest
 
 from evaluation.speaker import ResemblyzerEncoder, SpeakerError, cosine, mean_embedding
 from evaluation.systems import EspeakSystem, RumikSystem, Synthesizer
+from evaluation.systems.espeak import ESPEAK_RATE
 from evaluation.voice_ref import REFERENCE_PROMPTS, VoiceReferences
-from rumik_app.audio import SAMPLE_RATE
 from rumik_app.request import SynthesisRequest
 
 
@@ -31,18 +31,20 @@ class CountingEspeak(EspeakSystem):
         super().__init__()
         self.calls = 0
 
-    def synthesize_many(self, requests, clip_ids=None, run=None):
+    def synthesize_many(self, requests, clip_ids=None, run=None, native=False):
         self.calls += len(requests)
-        return super().synthesize_many(requests, clip_ids, run)
+        return super().synthesize_many(requests, clip_ids, run, native)
 
 
 def test_reference_is_the_mean_of_the_fixed_sentences_and_is_cached(encoder, tmp_path):
     system = CountingEspeak()
     ref = VoiceReferences(encoder, system=system, cache_dir=tmp_path).get("Ira")
     assert system.calls == len(REFERENCE_PROMPTS)
-    clips = [EspeakSystem().synthesize(SynthesisRequest(t, voice="Ira", language=lang, seed=s)).samples
+    # at espeak's own 22.05 kHz (native), converted once by the encoder
+    clips = [EspeakSystem().synthesize(SynthesisRequest(t, voice="Ira", language=lang, seed=s), native=True)
              for t, lang, s in REFERENCE_PROMPTS]
-    np.testing.assert_allclose(ref, mean_embedding(encoder.embed(clips, SAMPLE_RATE)), atol=1e-6)
+    assert {c.sample_rate for c in clips} == {ESPEAK_RATE}
+    np.testing.assert_allclose(ref, mean_embedding(encoder.embed(clips)), atol=1e-6)
     [cached] = list(tmp_path.glob("*.json"))
     saved = json.loads(cached.read_text())
     assert saved["voice"] == "Ira" and saved["encoder"] == "resemblyzer" and saved["fingerprint"].startswith("espeak")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from scipy.signal import resample_poly
 
+from rumik_app.resample import resample
 from training.prepare import PrepareError, main, prepare
 
 RATE = 24_000
@@ -77,9 +77,7 @@ def test_broken_rows_are_skipped_and_reported(tmp_path, tiny_checkpoint, tiny_en
     codec = tiny_engine.codec
     for row, (name, _rate) in zip(rows, [("a.wav", RATE), ("b.flac", 44_100), ("c.wav", 16_000)], strict=True):
         data, sr = sf.read(tmp_path / "audio" / name, dtype="float32", always_2d=True)
-        mono = data.mean(1)
-        g = math.gcd(sr, RATE)
-        mono = resample_poly(mono, RATE // g, sr // g) if sr != RATE else mono
+        mono = resample(data.mean(1), sr, RATE)  # the one resampler, straight from the file's rate
         frames = math.ceil(len(mono) / codec.frame_size)
         padded = np.zeros(frames * codec.frame_size, np.float32)
         padded[: len(mono)] = mono

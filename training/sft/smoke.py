@@ -25,18 +25,17 @@ training set: the training loss falls well below its start, the held-out loss do
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
-from scipy.signal import resample_poly
 
 from evaluation.systems.espeak import espeak_synthesize
 from rumik_app.audio import write_wav
 from rumik_app.checkpoint.tiny import build_tiny_checkpoint
 from rumik_app.files import atomic_write
+from rumik_app.resample import resample
 from training.prepare import PrepareError, prepare
 
 # (language code, sentences)
@@ -93,10 +92,9 @@ def synthesize_corpus(data_dir: Path) -> dict[str, Path]:
     manifests["heldout"] = _write_manifest(data_dir / "heldout.jsonl", _clip_rows(held, wav_dir, "heldout"))
     first = json.loads(manifests["en"].read_text().splitlines()[0])  # one stereo 44.1 kHz FLAC clip
     mono, rate = sf.read(str(data_dir / first["audio"]), dtype="float32")
-    stereo = np.stack([mono, 0.5 * mono], axis=1)
+    at_flac_rate = resample(mono, rate, FLAC_RATE)  # the one resampler (soxr HQ)
     flac = data_dir / "wav" / "en_stereo.flac"
-    up, down = FLAC_RATE // math.gcd(FLAC_RATE, rate), rate // math.gcd(FLAC_RATE, rate)
-    sf.write(str(flac), resample_poly(stereo, up, down, axis=0).astype(np.float32), FLAC_RATE)
+    sf.write(str(flac), np.stack([at_flac_rate, 0.5 * at_flac_rate], axis=1), FLAC_RATE)
     first["audio"] = "wav/en_stereo.flac"
     lines = manifests["en"].read_text().splitlines()
     atomic_write(manifests["en"], "\n".join([json.dumps(first, ensure_ascii=False)] + lines[1:]) + "\n")
