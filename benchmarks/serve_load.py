@@ -32,7 +32,15 @@ on the same server, one table with a row per (concurrency, mode):
            is how long the first sentence took to arrive: first audio within one sentence of
            the text's arrival means TTFA < that.
 
+  batch    POST /v1/audio/speech/batch on one connection: at concurrency c, the same c*rounds
+           requests (the same seeds) go as `rounds` batches of c items, one after another; an
+           item's time to first audio and latency are its batch's (the answer comes whole). The
+           http mode runs beside it as the reference (added when not named), and the report
+           gives batch throughput / http throughput per concurrency (`batch_vs_http`):
+               python benchmarks/serve_load.py --url URL --modes batch --concurrency 64 --rounds 1
+
 Goals: CPU, tiny checkpoint, engine backend: throughput at concurrency 16 >= 8x concurrency 1;
+a batch of 64 items on one connection at least the throughput of 64 concurrent requests;
 the Silk socket's TTFA no worse than HTTP's and the same throughput; text-in's first audio
 within one sentence. GPU, real width at 36 layers: the vLLM backend >= 3x the engine backend
 at concurrency 64.
@@ -45,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -63,7 +72,9 @@ GOAL_CONCURRENCY = 16
 SAMPLE_RATE = 24_000
 BYTES_PER_SAMPLE = 2
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. Then it takes a long nap in the warm sun."
-MODES = ("http", "silk", "text-in")
+MODES = ("http", "silk", "text-in", "batch")
+BATCH_PATH = "/v1/audio/speech/batch"
+GOAL_BATCH_RATIO = 1.0  # a batch of c items vs c concurrent requests: at least as fast
 DEFAULT_WORD_DELAY_S = 0.05  # ~20 words/s: an LLM streaming its answer
 FRAME_RATE_HZ, TOKENS_PER_FRAME = 12.5, 8  # Silk takes max_new_tokens: 100 tokens = 1 s
 TIMEOUT_S = 600.0
@@ -110,6 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not args.mode_list or any(m not in MODES for m in args.mode_list):
         p.error(f"--modes takes {', '.join(MODES)} (comma-separated), not {args.modes!r}")
+    if "batch" in args.mode_list and "http" not in args.mode_list:
+        args.mode_list.insert(0, "http")  # the batch is measured against concurrent single requests
     if args.spawn and not args.checkpoint:
         p.error("--spawn needs --checkpoint (the model the servers load)")
     return args
@@ -125,9 +138,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-async def one_request(client: httpx.AsyncClient, args: argparse.Namespace, model: str, seed: int) -> Result:
-    body = {"model": model, "input": args.text, "voice": args.voice, "response_format": "pcm",
+def speech_body(args: argparse.Namespace, model: str, seed: int) -> dict:
+    """One speech request: streamed `pcm`, this seed, the text and max_seconds of every request."""
+    return {"model": model, "input": args.text, "voice": args.voice, "response_format": "pcm",
             "seed": seed, "max_seconds": args.max_seconds}
+
+
+async def one_request(client: httpx.AsyncClient, args: argparse.Namespace, model: str, seed: int) -> Result:
+    body = speech_body(args, model, seed)
     start = time.perf_counter()
     first, received = None, 0
     try:
@@ -144,6 +162,35 @@ async def one_request(client: httpx.AsyncClient, args: argparse.Namespace, model
         return Result(False, first, time.perf_counter() - start, 0.0, f"{type(exc).__name__}: {exc}")
     audio_s = received / BYTES_PER_SAMPLE / SAMPLE_RATE
     return Result(True, first, time.perf_counter() - start, audio_s)
+
+
+async def batch_worker(client: httpx.AsyncClient, args: argparse.Namespace, model: str, seeds: list[int],
+                       size: int) -> list[Result]:
+    """`seeds` as batches of `size` items on one connection, one batch after another; each item's
+    first audio and latency are its batch's (the answer comes whole)."""
+    results = []
+    for at in range(0, len(seeds), size):
+        group = seeds[at:at + size]
+        start = time.perf_counter()
+        try:
+            resp = await client.post(BATCH_PATH, json={"items": [speech_body(args, model, s) for s in group]})
+            answers = resp.json().get("results") if resp.status_code == 200 else None
+            error = "" if answers is not None else f"HTTP {resp.status_code}: {resp.text[:200]}"
+        except (httpx.HTTPError, ValueError) as exc:
+            answers, error = None, f"{type(exc).__name__}: {exc}"
+        latency = time.perf_counter() - start
+        if answers is None:
+            results += [Result(False, None, latency, 0.0, error) for _ in group]
+            continue
+        for answer in answers:
+            if "error" in answer:
+                failure = answer["error"]
+                results.append(Result(False, None, latency, 0.0,
+                                      f"{failure.get('code')}: {str(failure.get('message'))[:200]}"))
+            else:
+                audio = len(base64.b64decode(answer["audio"])) / BYTES_PER_SAMPLE / answer["sample_rate"]
+                results.append(Result(True, latency, latency, audio))
+    return results
 
 
 def _ws_url(args: argparse.Namespace, path: str) -> str:
@@ -223,7 +270,8 @@ async def text_in_worker(args: argparse.Namespace, headers: dict, seeds) -> list
 
 async def run_level(args: argparse.Namespace, model: str, concurrency: int, headers: dict,
                     mode: str = "http") -> dict:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    connections = 1 if mode == "batch" else concurrency  # a batch: one connection
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=TIMEOUT_S, limits=limits) as client:
         counter = iter(range(concurrency * args.rounds))
 
@@ -236,7 +284,12 @@ async def run_level(args: argparse.Namespace, model: str, concurrency: int, head
             return [await one_request(client, args, model, seed) for seed in seeds]
 
         start = time.perf_counter()
-        batches = await asyncio.gather(*(worker() for _ in range(concurrency)), return_exceptions=True)
+        if mode == "batch":  # the same seeds as the other modes, `rounds` batches of `concurrency` items
+            seeds = [args.seed + i for i in range(concurrency * args.rounds)]
+            workers = [batch_worker(client, args, model, seeds, concurrency)]
+        else:
+            workers = [worker() for _ in range(concurrency)]
+        batches = await asyncio.gather(*workers, return_exceptions=True)
         wall = time.perf_counter() - start
     results = [r for batch in batches if not isinstance(batch, BaseException) for r in batch]
     results += [Result(False, None, wall, 0.0, f"{type(b).__name__}: {b}") for b in batches
@@ -286,7 +339,9 @@ async def run(args: argparse.Namespace) -> dict:
               "levels": [lv for lv in levels if lv["mode"] == args.mode_list[0]]}
     if len(args.mode_list) > 1 or args.mode_list != ["http"]:
         report["modes"] = {mode: {"levels": [lv for lv in levels if lv["mode"] == mode]} for mode in args.mode_list}
-    by_c = {lv["concurrency"]: lv["audio_s_per_s"] for lv in levels}
+    by_c = {lv["concurrency"]: lv["audio_s_per_s"] for lv in levels if lv["mode"] == args.mode_list[0]}
+    if "batch" in args.mode_list:
+        report["batch_vs_http"] = batch_ratios(levels)
     if 1 in by_c and GOAL_CONCURRENCY in by_c and by_c[1] > 0:
         report["ratio_c16_vs_c1"] = by_c[GOAL_CONCURRENCY] / by_c[1]
     return report
@@ -309,6 +364,27 @@ def side_by_side(reports: dict[str, dict], what: str = "backend") -> str:
             lines.append(f"| {c} | {name} | {lv['requests']} | {lv['errors']} | {lv['audio_s_per_s']:.2f} | {ratio} "
                          f"| {lv['ttfa_p50_s']:.2f} s | {lv['ttfa_p95_s']:.2f} s | {lv['latency_p50_s']:.2f} s "
                          f"| {lv['latency_p95_s']:.2f} s |")
+    return "\n".join(lines)
+
+
+def batch_ratios(levels: list[dict]) -> dict[int, float]:
+    """Per concurrency c: throughput of c items in batches over that of c concurrent requests."""
+    http = {lv["concurrency"]: lv["audio_s_per_s"] for lv in levels if lv["mode"] == "http"}
+    return {lv["concurrency"]: lv["audio_s_per_s"] / http[lv["concurrency"]] for lv in levels
+            if lv["mode"] == "batch" and http.get(lv["concurrency"])}
+
+
+def batch_verdict(report: dict) -> str:
+    """Whether a batch of c items matched c concurrent requests' throughput, per c."""
+    modes = report.get("modes", {})
+    lines = []
+    for c, ratio in sorted(report.get("batch_vs_http", {}).items()):
+        batch = next(lv for lv in modes["batch"]["levels"] if lv["concurrency"] == c)
+        http = next(lv for lv in modes["http"]["levels"] if lv["concurrency"] == c)
+        verdict = "meets" if ratio >= GOAL_BATCH_RATIO else "misses"
+        lines.append(f"batch of {c} items on one connection: {batch['audio_s_per_s']:.2f} audio s / s; {c} concurrent "
+                     f"requests: {http['audio_s_per_s']:.2f}; batch = {ratio:.2f}x concurrent ({verdict} the goal "
+                     f"of >= {GOAL_BATCH_RATIO:g}x)")
     return "\n".join(lines)
 
 
@@ -394,6 +470,8 @@ def main(argv: list[str] | None = None) -> dict:
         if "modes" in report:
             print(side_by_side(report["modes"], what="mode"))
             print(text_in_verdict(report["modes"].get("text-in")))
+            if verdict := batch_verdict(report):
+                print(verdict)
         else:
             print(table(report["levels"]))
         if "ratio_c16_vs_c1" in report:

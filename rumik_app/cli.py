@@ -32,7 +32,7 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "synthesize": Command("rumik_app.synthesize", "text to a 24 kHz WAV (voice, tone, accent, pace, tags)"),
+    "synthesize": Command("rumik_app.synthesize", "text to a WAV (or --format, --sample-rate) with voice, tone, tags"),
     "serve": Command("rumik_app.serve.__main__", "the speech server: OpenAI /v1/audio/speech and Rumik's API"),
     "app": Command("webapp.main", "the Gradio app: synthesise, blind A/B rating, evaluation"),
     "eval": Command("evaluation.run", "benchmark a system: WER/CER/GCER, NoVA tags, IndicEmo"),

@@ -1,4 +1,4 @@
-"""Command-line synthesis: text in, 24 kHz mono WAV out.
+"""Command-line synthesis: text in, 24 kHz mono WAV out (or another format and rate).
 
     python -m rumik_app.synthesize --model rumik-ai/rumik-oss-1 --text "नमस्ते <laugh> दोस्तों!" \
         --voice Ira --tone happy --accent Hindi --pace steady --seed 7 --out hello.wav
@@ -6,6 +6,9 @@
     python -m rumik_app.synthesize --model tiny --text "₹2,50,000 on 15/08/2026" --no-normalize --out x.wav
     python -m rumik_app.synthesize --model /models/rumik-oss-1 --voices voices/ --voice Arjun --text "..." --out a.wav
     rumik synthesize --backend vllm --model PATH --text "..." --out x.wav
+    rumik synthesize --model PATH --text "$(cat chapter.txt)" --seed 7 --job chapter.job --out chapter.wav  # resumable
+    rumik synthesize --model tiny --text "Hello." --format ulaw --out x.ulaw   # raw G.711 mu-law, 8 kHz
+    rumik synthesize --model tiny --text "Hello." --sample-rate 16000 --out x16k.wav
 
 The request is checked before the weights load: the text, tone, accent, pace and description
 first, then the model (a hub id that cannot be fetched fails within seconds, naming the fixes),
@@ -17,8 +20,11 @@ stderr) runs while it generates, when stderr is a terminal and `--quiet` is not 
 end it prints the duration, tokens/s and the real-time factor (seconds of compute per second of
 audio; below 1 is faster than real time, as in gpu_speed.py), and warns when a chunk stopped at
 the `--max-seconds` cap instead of ending by itself. `--stream` synthesises through the
-streaming path and also reports the time to first audio. `--model tiny` has random weights: its
-audio is noise (it exercises the pipeline), and its default length is short (3 s).
+streaming path and also reports the time to first audio. `--format` (the speech server's:
+wav, pcm, mp3, opus, flac, ulaw, alaw, aac) and `--sample-rate` (8000-48000; default 8000 for
+ulaw/alaw, else 24000) write the file as the server would send it (`rumik_app.serve.encoding`).
+`--model tiny` has random weights: its audio is noise (it exercises the pipeline), and its default
+length is short (3 s).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from rumik_app.request import (
     tokens_for_seconds,
     wire_settings,
 )
+from rumik_app.resample import RATES
+from rumik_app.serve.encoding import FORMATS, encode_whole, format_problem, output_rate, rate_problem
 from rumik_app.text.ssml import is_ssml
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
@@ -91,14 +99,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"cap per utterance (per chunk for long text), at most {MAX_SECONDS:g} "
                         f"(default {DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
     p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
+    p.add_argument("--job", metavar="DIR", help="keep the chunks of a long text in DIR as they finish; run the same "
+                                                "command again after an interruption to continue where it stopped "
+                                                "(the same audio as one uninterrupted run)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no summary lines (errors and warnings still print)")
-    p.add_argument("--out", help="output .wav path (required unless --print-prompt)")
+    p.add_argument("--out", help="output path (required unless --print-prompt)")
+    p.add_argument("--format", default="wav", choices=FORMATS,
+                   help="file format, as the speech server sends it (ulaw/alaw: raw G.711; default wav)")
+    p.add_argument("--sample-rate", type=int, choices=RATES, metavar="HZ",
+                   help=f"output rate, one of {', '.join(map(str, RATES))} (default 8000 for ulaw/alaw, else 24000)")
     add_engine_arguments(p)  # --device --dtype --compile --backend and vLLM's flags
     add_voices_argument(p)  # --voices DIR: library voices for --voice
     args = p.parse_args(argv)
     if args.out is None and not args.print_prompt:
         p.error("--out is required (or --print-prompt to see the prompts without synthesising)")
+    if problem := format_problem(args.format) or rate_problem(args.format, args.sample_rate):
+        p.error(problem.replace("response_format", "--format").replace("sample_rate", "--sample-rate"))
     args.engine_options = engine_options(p, args)
     return args
 
@@ -182,6 +199,10 @@ def run(args: argparse.Namespace) -> Audio | None:
     # and SSML once the checkpoint's voices are known); then the voice against the checkpoint's
     # own (a fine-tuned one may have other voices), with the same seed.
     fields = request_fields(args)
+    if args.job is not None and fields["seed"] is None:  # a rerun resumes with the folder's seed
+        from rumik_app.engine.resume import stored_seed
+
+        fields["seed"] = stored_seed(args.job)
     fields["max_seconds"] = default_max_seconds(args.model) if args.max_seconds is None else args.max_seconds
     scripted = args.dialogue is not None or is_ssml(fields["text"])
     fields["seed"] = resolve_seed(fields["seed"]) if scripted else build_request(fields).seed
@@ -198,6 +219,9 @@ def run(args: argparse.Namespace) -> Audio | None:
     if args.print_prompt:
         print_prompts(script or [Part(req)], config, voices)
         return None
+    if args.job is not None and (script or args.stream):
+        raise PromptError("--job renders plain text chunk by chunk; drop --stream, and speak a dialogue or SSML "
+                          "document without --job.", field="text")
     if script and args.stream:
         raise PromptError("--stream speaks one request; a dialogue or SSML document is synthesised whole (drop "
                           "--stream).", field="text")
@@ -208,7 +232,7 @@ def run(args: argparse.Namespace) -> Audio | None:
         attach_library(engine, library, args.max_adapters, args.adapter_rank)
     say = (lambda line: None) if args.quiet else print
     audio = synthesize_script_cli(engine, script, say) if script else synthesize_one(engine, req, args, say)
-    audio.save(args.out)
+    save(audio, args)
     if args.spans:
         write_spans(args.spans, audio, req)
     report(audio, args, say)
@@ -216,6 +240,17 @@ def run(args: argparse.Namespace) -> Audio | None:
     if args.model == TINY_MODEL:
         say(TINY_NOTE)
     return audio
+
+
+def save(audio: Audio, args: argparse.Namespace) -> None:
+    """--out in --format at --sample-rate: the model's WAV as before, else the server's encoder's file."""
+    rate = output_rate(args.format, audio.sample_rate, args.sample_rate)
+    if args.format == "wav" and rate == audio.sample_rate:
+        audio.save(args.out)
+        return
+    from rumik_app.files import atomic_write
+
+    atomic_write(args.out, encode_whole(args.format, audio.samples, audio.sample_rate, rate))
 
 
 def write_spans(path: str, audio: Audio, req: SynthesisRequest | None) -> None:
@@ -274,6 +309,10 @@ def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say)
     desc = "generating" if chunks == 1 or args.stream else f"generating {chunks} chunks side by side"
     start = time.perf_counter()
     with AudioProgress(sys.stderr.isatty() and not args.quiet, desc, engine.layout.tokens_per_second) as bar:
+        if args.job is not None:
+            from rumik_app.engine.resume import render_in_folder
+
+            return render_in_folder(engine, req, args.job, progress=bar, say=say)
         if not args.stream:
             return engine.synthesize(req, progress=bar)
         pieces, first, stats = [], None, {}
@@ -290,7 +329,8 @@ def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say)
 def report(audio: Audio, args: argparse.Namespace, say) -> None:
     """The summary lines: the file, the seed, tokens/s and the real-time factor."""
     tokens, elapsed = audio.info["tokens"], audio.info["seconds"]
-    say(f"wrote {args.out}: {audio.duration:.2f} s at {audio.sample_rate} Hz, seed {audio.seed}")
+    rate = output_rate(args.format, audio.sample_rate, args.sample_rate)
+    say(f"wrote {args.out}: {audio.duration:.2f} s at {rate} Hz ({args.format}), seed {audio.seed}")
     first = audio.info.get("first_audio_s") if args.stream else None
     say(f"{tokens} tokens in {elapsed:.2f} s = {tokens / max(elapsed, 1e-9):.1f} tokens/s, "
         f"real-time factor {elapsed / max(audio.duration, 1e-9):.2f} ({audio.duration / max(elapsed, 1e-9):.2f}x "

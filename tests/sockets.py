@@ -43,14 +43,14 @@ async def recv(ws, timeout: float = RECV_TIMEOUT_S):
     return message if isinstance(message, bytes) else json.loads(message)
 
 
-async def until_terminal(ws, audio: bytearray | None = None) -> tuple[bytes, list[dict]]:
-    """Read audio and control frames up to the utterance's terminal frame."""
+async def until_terminal(ws, audio: bytearray | None = None, width: int = 2) -> tuple[bytes, list[dict]]:
+    """Read audio and control frames up to the utterance's terminal frame (`width`: bytes a sample)."""
     audio = audio if audio is not None else bytearray()
     frames: list[dict] = []
     while True:
         message = await recv(ws)
         if isinstance(message, bytes):
-            assert len(message) % 2 == 0  # whole 16-bit samples in every frame
+            assert len(message) % width == 0  # whole samples (16-bit; G.711: 8-bit) in every frame
             audio += message
             continue
         frames.append(message)
@@ -58,10 +58,10 @@ async def until_terminal(ws, audio: bytearray | None = None) -> tuple[bytes, lis
             return bytes(audio), frames
 
 
-async def utterance(ws, frame: dict) -> tuple[bytes, list[dict]]:
-    """Send one synthesis frame; the PCM and the control frames up to its terminal frame."""
+async def utterance(ws, frame: dict, width: int = 2) -> tuple[bytes, list[dict]]:
+    """Send one synthesis frame; the audio and the control frames up to its terminal frame."""
     await ws.send(json.dumps(frame))
-    return await until_terminal(ws)
+    return await until_terminal(ws, width=width)
 
 
 async def first_audio(ws) -> tuple[bytes, list[dict]]:

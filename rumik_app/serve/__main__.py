@@ -94,7 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-keys-file", metavar="FILE",
                    help="more API keys, one per line (# comments), beside --api-key: each key owns its own lexicons")
     p.add_argument("--data-dir", metavar="DIR",
-                   help="where the server keeps what clients store (lexicons, per API key); default: in memory")
+                   help="where the server keeps what clients store, per API key: lexicons, and long jobs "
+                        "(/v1/audio/jobs, resumed after a restart; off without it); default: in memory")
     p.add_argument("--admin-key", default=os.environ.get(ADMIN_KEY_ENV),
                    help=f"the key for /v1/admin/ routes, separate from the API keys (default: ${ADMIN_KEY_ENV}, else "
                         "those routes are closed)")

@@ -34,8 +34,11 @@ from rumik_app.serve import voices as voice_routes
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.gate import RequestGate
+from rumik_app.serve.jobs import JobRunner
+from rumik_app.serve.jobs import routes as jobs_routes
 from rumik_app.serve.lexicons import LexiconStore
 from rumik_app.serve.metrics import ServerMetrics
+from rumik_app.serve.openai import batch as batch_routes
 from rumik_app.serve.openai import routes as openai_routes
 from rumik_app.serve.openai.schema import validation_error
 from rumik_app.serve.protocol import (
@@ -50,8 +53,8 @@ from rumik_app.serve.sockets import SessionRegistry
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (openai_routes.router, silk_routes.router, text_in.router, lexicon_routes.router, voice_routes.router,
-           ops.router)
+ROUTERS = (openai_routes.router, batch_routes.router, silk_routes.router, text_in.router, lexicon_routes.router,
+           voice_routes.router, jobs_routes.router, ops.router)
 
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (),
@@ -74,19 +77,23 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
                        lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None),
                        body_timeout=body_timeout)
+    jobs = JobRunner(adapter, Path(data_dir) / "jobs" if data_dir else None)  # off (501) without --data-dir
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         await adapter.start()
+        await jobs.start()  # resumes unfinished jobs
         try:
             yield
         finally:
+            await jobs.stop()  # chunks in progress are made again after a restart
             adapter.begin_shutdown()
             await adapter.stop(shutdown_timeout)
 
     closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key is not None else {}
     app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan, **closed)
     app.state.ctx, app.state.created = ctx, int(time.time())
+    app.state.jobs = jobs
     app.state.silk_tokens = silk_routes.TokenStore()
     app.add_middleware(RequestGate, api_key=api_key, metrics=metrics, admin_key=admin_key,
                        body_timeout=body_timeout)

@@ -25,7 +25,13 @@ from collections.abc import Sequence
 from rumik_app.asgi import declared_length, header, read_body, replay, send_json
 from rumik_app.serve.errors import ApiError
 from rumik_app.serve.metrics import ServerMetrics
-from rumik_app.serve.protocol import DEFAULT_BODY_TIMEOUT_S, MAX_LEXICON_BODY_BYTES, OPEN_OWNER
+from rumik_app.serve.protocol import (
+    DEFAULT_BODY_TIMEOUT_S,
+    MAX_BATCH_BODY_BYTES,
+    MAX_JOB_BODY_BYTES,
+    MAX_LEXICON_BODY_BYTES,
+    OPEN_OWNER,
+)
 from rumik_app.voices.archive import MAX_ARCHIVE_BYTES, archive_too_large
 
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
@@ -35,8 +41,10 @@ SILK_PREFIX = "/v1/tts"  # Rumik's hosted-API routes (rumik_app.serve.silk): err
 SILK_SOCKET = "/v1/tts/ws"  # its socket carries a token minted with the key, not the key itself
 ADMIN_PREFIX = "/v1/admin/"  # operators' actions: the admin key only
 VOICES_PATH = "/v1/voices"  # the voice library (serve.voices): reading it takes an API key, changing it the admin key
-# Routes whose bodies may be larger than a speech request's: a lexicon upload (serve.lexicons).
-LARGE_BODIES = {"/v1/lexicons": MAX_LEXICON_BODY_BYTES}
+# Routes whose bodies may be larger than a speech request's: a lexicon upload (serve.lexicons), a long
+# job's chapter (serve.jobs), a batch of requests (serve.openai.batch).
+LARGE_BODIES = {"/v1/lexicons": MAX_LEXICON_BODY_BYTES, "/v1/audio/jobs": MAX_JOB_BODY_BYTES,
+                "/v1/audio/speech/batch": MAX_BATCH_BODY_BYTES}
 # Routes that read their own body incrementally (to a file), under this cap and the body deadline.
 STREAMED_BODIES = {VOICES_PATH: MAX_ARCHIVE_BYTES}
 

@@ -44,7 +44,11 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 64  # --max-connections-per-client: HTTP co
 # config frame is a few KB (text is at most SERVER_LIMITS.max_chars characters).
 MAX_SOCKET_MESSAGE_BYTES = 64 * 1024
 OPEN_OWNER = "open"  # who owns stored things (lexicons) on a server without API keys
+MAX_BATCH_BODY_BYTES = 256 * 1024  # /v1/audio/speech/batch: 16,384 characters even as \uXXXX escapes, with room
 MAX_LEXICON_BODY_BYTES = 1 << 20  # a lexicon upload (rumik_app.serve.lexicons): the largest allowed, with room
+# A long job (rumik_app.serve.jobs): a speech request whose input may be a chapter (50,000 characters, up to
+# 12 bytes each as JSON escapes), with room.
+MAX_JOB_BODY_BYTES = 1 << 20
 
 
 @runtime_checkable

@@ -17,9 +17,10 @@ vLLM-Omni's protocol as published (docs/serving/speech_api.md, "Streaming Text I
           sentences; error {message, code} for a bad frame (the session stays open).
 The config takes the fields of POST /v1/audio/speech except `input` (voice, or its alias
 speaker; instructions, tone, accent, pace, speed, seed, temperature, top_k, top_p,
-repetition_penalty, max_seconds, normalize, language, response_format), checked by the same
-code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per
-sentence in one binary frame, as vLLM-Omni; true: PCM as it is generated, needs response_format pcm) and
+repetition_penalty, max_seconds, normalize, language, response_format, sample_rate), checked by the
+same code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per
+sentence in one binary frame, as vLLM-Omni; true: raw audio as it is generated, needs response_format
+pcm, ulaw or alaw; audio.start's sample_rate is the output rate) and
 `split_granularity` ("sentence", the default here: speak each sentence once it is complete;
 "none": the whole utterance at input.done).
 
@@ -47,7 +48,7 @@ from pydantic import ValidationError
 
 from rumik_app.prompt import PromptError, check_characters
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import make_encoder, to_s16, wav_header
+from rumik_app.serve.encoding import RAW_FORMATS, encode_whole, make_encoder
 from rumik_app.serve.errors import ApiError, engine_error, prompt_error
 from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
 from rumik_app.serve.protocol import OPEN_OWNER
@@ -74,6 +75,7 @@ class StreamConfig:
     granularity: str
     response_format: str
     seed_base: int
+    sample_rate: int | None = None  # the output rate (None: the format's default)
 
 
 @dataclass(frozen=True)
@@ -111,12 +113,13 @@ def parse_config(data: dict, ctx: ServeContext, owner: str = OPEN_OWNER) -> Stre
         raise validation_error(exc.errors()) from None
     check_model(body.model, ctx.accepted)
     fmt = check_format(body.response_format, sse=False)
-    if stream_audio and fmt != "pcm":
-        raise ApiError(400, "stream_audio needs response_format \"pcm\" (raw audio as it is generated); with "
+    if stream_audio and fmt not in RAW_FORMATS:
+        raw = ", ".join(RAW_FORMATS[:-1]) + " or " + RAW_FORMATS[-1]
+        raise ApiError(400, f"stream_audio needs response_format {raw} (raw audio as it is generated); with "
                             f"{fmt!r}, leave stream_audio false to get one {fmt} file per sentence.",
-                       param="response_format")
+                       param="response_format", code="unsupported_format")
     job = speech_job(body, ctx, owner)  # every field checked now, on a stand-in text (the seed is drawn here)
-    return StreamConfig(fields, stream_audio, granularity, fmt, job.request.seed)
+    return StreamConfig(fields, stream_audio, granularity, fmt, job.request.seed, job.sample_rate)
 
 
 class TextInSession:
@@ -283,14 +286,16 @@ class TextInSession:
         cfg, started, total, opened = unit.config, time.perf_counter(), 0, False
         fields = {**cfg.fields, "seed": unit.seed}
         ids = {"utterance_index": unit.utterance, "sentence_index": unit.index}
+        source_rate = self.adapter.sample_rate
+        encoder = make_encoder(cfg.response_format, source_rate, cfg.sample_rate) if cfg.stream_audio else None
 
         async def start() -> None:
             nonlocal opened
             if not opened:
                 opened = True
                 await self._send_json({"type": "audio.start", **ids, "sentence_text": unit.text,
-                                       "format": cfg.response_format, "sample_rate": self.adapter.sample_rate,
-                                       "channels": 1})
+                                       "format": cfg.response_format,
+                                       "sample_rate": cfg.sample_rate or source_rate, "channels": 1})
         failed = True
         try:
             job = speech_job(SpeechRequest(input=unit.text, **fields), self.ctx, self.owner)
@@ -303,14 +308,17 @@ class TextInSession:
                     if not opened:
                         self.metrics.first_audio.observe(time.perf_counter() - started)
                     await start()
-                    if cfg.stream_audio:
-                        data = to_s16(piece).tobytes()
+                    if encoder is None:
+                        audio.append(piece)
+                    elif data := encoder.encode(piece):
                         total += len(data)
                         await self._send_audio(data)
-                    else:
-                        audio.append(piece)
-            if not cfg.stream_audio:
-                data = _whole_file(audio, cfg.response_format, self.adapter.sample_rate)
+            if encoder is not None and (data := encoder.finish()):  # the resampler's tail
+                total += len(data)
+                await self._send_audio(data)
+            if encoder is None:
+                samples = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
+                data = encode_whole(cfg.response_format, samples, source_rate, cfg.sample_rate)
                 total = len(data)
                 await start()
                 await self._send_audio(data)
@@ -356,15 +364,6 @@ async def _first_of(speaker: asyncio.Task, other: asyncio.Future, timeout: float
     if not done:
         raise TimeoutError
     return None
-
-
-def _whole_file(pieces: list[np.ndarray], fmt: str, sample_rate: int) -> bytes:
-    samples = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
-    if fmt == "wav":  # sizes filled in: this file is complete
-        data = to_s16(samples).tobytes()
-        return wav_header(sample_rate, len(data)) + data
-    encoder = make_encoder(fmt, sample_rate)
-    return encoder.header() + encoder.encode(samples) + encoder.finish()
 
 
 router = APIRouter()

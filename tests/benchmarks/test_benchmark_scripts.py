@@ -68,6 +68,32 @@ def test_serve_load_measures_the_sockets_beside_http_in_one_run(tiny_checkpoint,
     assert "| 2 | silk | 2 | 0 |" in out and "| 1 | text-in | 1 | 0 |" in out and "text-in, concurrency 2" in out
 
 
+def test_serve_load_measures_a_batch_against_concurrent_requests_in_one_run(tiny_checkpoint, capsys):
+    from benchmarks import serve_load
+    from rumik_app import TTSEngine
+    from rumik_app.engine.scheduler import BatchScheduler
+    from rumik_app.serve.adapters import SchedulerAdapter
+    from rumik_app.serve.openai import batch
+    from tests.servers import ServerThread
+
+    engine = TTSEngine.from_pretrained(str(tiny_checkpoint), device="cpu")
+    backend = SchedulerAdapter(BatchScheduler(engine, max_batch=4, max_queue=8, max_prompt_tokens=256))
+    server = ServerThread(backend)
+    app = server.server.config.app
+    if not any(getattr(route, "path", None) == batch.BATCH_PATH for route in app.routes):
+        app.include_router(batch.router)  # until the app registers the route itself
+    with server:
+        report = serve_load.main(["--url", server.url, "--concurrency", "4", "--rounds", "1", "--max-seconds", "0.3",
+                                  "--modes", "batch"])
+    assert list(report["modes"]) == ["http", "batch"]
+    for mode, rep in report["modes"].items():
+        assert [(lv["requests"], lv["errors"]) for lv in rep["levels"]] == [(4, 0)], mode
+        assert rep["levels"][0]["audio_s_per_s"] > 0, mode
+    assert set(report["batch_vs_http"]) == {4} and report["batch_vs_http"][4] > 0
+    out = capsys.readouterr().out
+    assert "| 4 | batch | 4 | 0 |" in out and "batch of 4 items on one connection" in out
+
+
 def test_serve_load_spawns_each_backend_and_reports_them_side_by_side(tiny_checkpoint, capsys):
     from benchmarks import serve_load
 

@@ -103,7 +103,7 @@ REACHES_EVERY_FRONT_END = textwrap.dedent('''
     from webapp.synth_tab import sampling_sliders
 
     class Adapter:  # what the server's protocols read of an adapter
-        voices, limits = ("Ira",), RequestLimits(4096, 8192)
+        voices, limits, sample_rate = ("Ira",), RequestLimits(4096, 8192), 24000
         def max_new_tokens_for(self, seconds):
             return int(seconds * 100)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 import threading
 import time
 
@@ -24,9 +25,10 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.request import build_request
 from rumik_app.serve.adapters import SchedulerAdapter
-from rumik_app.serve.encoding import to_s16
+from rumik_app.serve.encoding import AAC_FRAME, AAC_PRIMING, to_s16
 from rumik_app.serve.openai.schema import SpeechRequest, parse_voice_map, request_fields
 from tests.conftest import NEVER_STOP, stop_head_bias
+from tests.rumik_app.test_encoding_rates import FFMPEG_G711, MULAW_MAX, ffmpeg_decode, g711_half_step
 from tests.servers import (
     BAD_INPUTS,
     ServerThread,
@@ -290,3 +292,101 @@ def test_client_leaving_while_queued_never_takes_a_row(one_slot_server, engine):
         time.sleep(0.5)
         assert one_slot_server.health()["active"] == 0  # the abandoned request never started
         assert one_slot_server.adapter.stats().tokens_total == tokens
+
+
+# ---------------------------------------------------------------- formats and output rates
+
+
+def _rate_body(fmt: str, rate: int | None, **extra) -> dict:
+    return body("Formats and rates, piece by piece.", seed=21, max_seconds=1.2, response_format=fmt,
+                **({"sample_rate": rate} if rate else {}), **extra)
+
+
+def _sse_bytes(resp: httpx.Response) -> bytes:
+    events = [json.loads(line[len("data: "):]) for line in resp.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    return b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+
+
+@pytest.mark.parametrize("fmt, rate", [("ulaw", None), ("alaw", None), ("ulaw", 16_000), ("pcm", 16_000),
+                                       ("pcm", 22_050), ("pcm", 44_100), ("pcm", 48_000)])
+def test_streamed_and_sse_audio_equal_the_whole_file_at_every_rate(server, fmt, rate):
+    request = _rate_body(fmt, rate)
+    with httpx.stream("POST", server.url + "/v1/audio/speech", json=request, timeout=120,
+                      headers={"Authorization": f"Bearer {KEY}"}) as resp:
+        chunks = [chunk for chunk in resp.iter_bytes() if chunk]
+        headers = resp.headers
+    out_rate = rate or 8_000
+    assert headers["x-rumik-sample-rate"] == str(out_rate)
+    assert headers["content-type"] == ("audio/pcm" if fmt == "pcm" else f"audio/PCM{fmt[0].upper()};rate={out_rate}")
+    assert len(chunks) >= 3  # streamed as it was generated, in pieces
+    streamed = b"".join(chunks)
+    events = post(server.url, {**request, "stream_format": "sse"})
+    whole = post(server.url, {**request, "spans": True}).json()  # encoded once, from the gathered samples
+    assert streamed == _sse_bytes(events) == base64.b64decode(whole["audio"]) and whole["sample_rate"] == out_rate
+    model_rate = len(post(server.url, _rate_body("pcm", None)).content) // 2
+    width = 2 if fmt == "pcm" else 1
+    assert abs(len(streamed) // width - model_rate * out_rate / SR) <= 1
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed (setup.sh installs it)")
+@pytest.mark.parametrize("fmt", ["ulaw", "alaw"])
+def test_g711_from_the_server_decodes_with_ffmpeg_to_its_8khz_pcm(server, fmt):
+    pcm = pcm_samples(post(server.url, _rate_body("pcm", 8_000)).content).astype(np.int64)
+    coded = post(server.url, _rate_body(fmt, None))
+    assert coded.status_code == 200 and len(coded.content) == pcm.size  # 8 kHz by default, one byte a sample
+    decoded = np.frombuffer(ffmpeg_decode(coded.content, "-f", FFMPEG_G711[fmt], "-ar", "8000"), "<i2")
+    edge = MULAW_MAX if fmt == "ulaw" else 32_768
+    error = np.abs(decoded.astype(np.int64) - np.clip(pcm, -edge, edge))
+    assert decoded.size == pcm.size and (error <= g711_half_step(fmt, pcm)).all()
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed (setup.sh installs it)")
+@pytest.mark.parametrize("rate", [None, 44_100])
+def test_aac_streams_and_decodes_with_ffmpeg_to_the_right_rate_and_length(server, rate):
+    model_samples = len(post(server.url, _rate_body("pcm", None)).content) // 2
+    resp = post(server.url, _rate_body("aac", rate))
+    assert resp.status_code == 200 and resp.headers["content-type"] == "audio/aac"
+    assert _sse_bytes(post(server.url, _rate_body("aac", rate, stream_format="sse"))) == resp.content
+    out_rate = rate or SR
+    decoded = np.frombuffer(ffmpeg_decode(resp.content, "-f", "aac"), "<i2")
+    expected = round(model_samples * out_rate / SR)
+    assert 0 <= decoded.size - AAC_PRIMING - expected < AAC_FRAME, (decoded.size, expected)
+
+
+def test_openai_client_sends_sample_rate_in_extra_body(client):
+    resp = client.audio.speech.create(model="tiny", voice="Ira", input="Phone line.", response_format="wav",
+                                      extra_body={"seed": 3, "max_seconds": 0.5, "sample_rate": 16_000})
+    audio, rate = sf.read(io.BytesIO(resp.content), dtype="int16")
+    assert rate == 16_000 and resp.response.headers["x-rumik-sample-rate"] == "16000" and audio.size > 0
+
+
+def _ffmpeg_children() -> list[int]:
+    """Process ids of ffmpeg processes this test process started (the in-process server's AAC encoders)."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" (", 1)
+        except OSError:
+            continue
+        name, fields = rest.rsplit(") ", 1)
+        if name == "ffmpeg" and int(fields.split()[1]) == os.getpid() and fields.split()[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed (setup.sh installs it)")
+def test_a_hang_up_mid_aac_stream_stops_its_ffmpeg_and_frees_the_row(server, engine):
+    wait_for(lambda: server.health()["active"] == 0 and not _ffmpeg_children(), timeout=60, what="an idle server")
+    with stop_head_bias(engine, NEVER_STOP):
+        with httpx.stream("POST", server.url + "/v1/audio/speech", timeout=60,
+                          json=body(seed=8, max_seconds=30.0, response_format="aac"),
+                          headers={"Authorization": f"Bearer {KEY}"}) as resp:
+            chunks = resp.iter_raw()
+            assert next(chunks)[:2] in (b"\xff\xf1", b"\xff\xf9")  # ADTS frames as they are encoded
+            assert len(_ffmpeg_children()) == 1
+        wait_for(lambda: server.health()["active"] == 0, timeout=120, what="the row to be freed")
+        wait_for(lambda: not _ffmpeg_children(), timeout=30, what="ffmpeg to be stopped and reaped")

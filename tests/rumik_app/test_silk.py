@@ -95,6 +95,10 @@ ERRORS = [  # (body change, status, code, fragment of the message)
     ({"text": "  "}, 422, "invalid_request", "Text is empty. Type something for the voice to say."),
     ({"top_k": "many"}, 422, "invalid_request", "top_k: Input should be a valid integer"),
     ({"text": "[happy] hi", "description": "calm"}, 400, "invalid_request", "not both"),
+    ({"sample_rate": 11025}, 400, "unsupported_sample_rate",
+     "Unsupported sample_rate 11025. Choose one of: 8000, 16000, 22050, 24000, 44100, 48000 (Hz)."),
+    ({"response_format": "wma"}, 400, "unsupported_format",
+     "Unsupported response_format 'wma'. Choose one of: wav, pcm, mp3, opus, flac, ulaw, alaw, aac."),
 ]
 
 
@@ -273,3 +277,31 @@ def test_sessions_beyond_the_limit_get_503(server, monkeypatch):
         assert info.value.response.status_code == 503
         assert int(info.value.response.headers["retry-after"]) > 0
     run(go())
+
+
+def test_tts_and_the_socket_send_g711_and_other_rates_when_asked(server):
+    base = {"text": "Phone line.", "speaker": "ira", "seed": 9, "max_new_tokens": SHORT}
+    ulaw = tts(server, {**base, "response_format": "ulaw"})
+    assert ulaw.status_code == 200 and ulaw.headers["content-type"] == "audio/PCMU;rate=8000"
+    assert ulaw.headers["x-rumik-sample-rate"] == "8000"
+    openai = httpx.post(server.url + "/v1/audio/speech", headers=AUTH, timeout=120, json={
+        "model": "tiny", "input": "Phone line.", "voice": "Ira", "response_format": "ulaw", "seed": 9,
+        "max_seconds": SHORT / 100})
+    assert ulaw.content == openai.content  # the same samples, the same encoder
+    wide = tts(server, {**base, "sample_rate": 16_000})
+    with wave.open(io.BytesIO(wide.content)) as w:
+        assert w.getframerate() == 16_000 and abs(w.getnframes() - 2 * len(ulaw.content)) <= 1  # vs 8 kHz
+
+    async def go():
+        async with silk_socket(server.url, KEY) as ws:
+            streamed, frames = await utterance(ws, {**base, "response_format": "ulaw"}, width=1)
+            assert frames[-1]["type"] == "done"
+            kept, _ = await utterance(ws, {"text": "Phone line.", "seed": 9, "max_new_tokens": SHORT}, width=1)
+            pcm, _ = await utterance(ws, {**base, "response_format": "pcm", "sample_rate": 24_000})
+            refused = await utterance(ws, {**base, "response_format": "aac"})
+            return streamed, kept, pcm, refused
+    streamed, kept, pcm, (_, refused) = run(go())
+    assert streamed == kept == ulaw.content  # the socket's pieces are the whole file; the format is held
+    assert pcm == wav_frames(tts(server, base).content)
+    assert refused[-1]["type"] == "error" and refused[-1]["code"] == "unsupported_format"
+    assert refused[-1]["message"] == "response_format 'aac' cannot be used here. Choose one of: pcm, ulaw, alaw."

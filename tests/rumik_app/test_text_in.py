@@ -208,3 +208,56 @@ def test_the_socket_needs_the_api_key(server):
             assert info.value.response.status_code == 401
             assert json.loads(info.value.response.body)["error"]["code"] in ("missing_api_key", "invalid_api_key")
     asyncio.run(go())
+
+
+def _alone_as(server, sentence: str, seed: int, fmt: str, rate: int | None) -> bytes:
+    """A sentence through POST /v1/audio/speech in `fmt` at `rate`."""
+    resp = httpx.post(server.url + "/v1/audio/speech", headers=AUTH, timeout=120, json={
+        "model": "tiny", "input": sentence, "voice": "Aisha", "response_format": fmt, "seed": seed,
+        "max_seconds": 0.4, **({"sample_rate": rate} if rate else {})})
+    assert resp.status_code == 200, resp.text
+    return resp.content
+
+
+@pytest.mark.parametrize("fmt, rate, stream_audio", [("ulaw", None, True), ("pcm", 16_000, True),
+                                                     ("alaw", 48_000, False), ("wav", 22_050, False)])
+def test_formats_and_rates_per_sentence_equal_the_http_route(server, fmt, rate, stream_audio):
+    config = {**CONFIG, "response_format": fmt, "stream_audio": stream_audio, **({"sample_rate": rate} if rate else {})}
+
+    async def go():
+        async with socket(server) as ws:
+            await send(ws, config)
+            await send(ws, {"type": "input.text", "text": TEXT})
+            await send(ws, {"type": "input.done"})
+            return await read_utterance(ws)
+    frames, audio, _ = asyncio.run(go())
+    starts = [f for f in frames if f["type"] == "audio.start"]
+    assert [(f["format"], f["sample_rate"]) for f in starts] == [(fmt, rate or 8_000)] * 3
+    for i, sentence in enumerate(SENTENCES):
+        expected = _alone_as(server, sentence, CONFIG["seed"] + i, fmt, rate)
+        if fmt == "wav":  # one complete file: its sizes filled in (the HTTP stream's say "to the end")
+            with wave.open(io.BytesIO(audio[i])) as w:
+                assert w.getframerate() == rate and w.readframes(w.getnframes()) == expected[44:]
+        else:
+            assert audio[i] == expected
+
+
+def test_a_rate_or_format_the_session_cannot_send_is_refused_naming_the_choices(server):
+    async def go():
+        async with socket(server) as ws:
+            replies = []
+            for change in ({"sample_rate": 11025}, {"response_format": "aac"}, {"response_format": "flac"}):
+                await send(ws, {**CONFIG, **change})
+                replies.append(await recv(ws))
+            await send(ws, {**CONFIG, "response_format": "aac", "stream_audio": False})  # whole files: fine
+            await send(ws, {"type": "input.text", "text": "Fine."})
+            await send(ws, {"type": "input.done"})
+            return replies, await read_utterance(ws)
+    replies, (frames, audio, _) = asyncio.run(go())
+    assert all(r["type"] == "error" for r in replies)
+    assert replies[0]["param"] == "sample_rate" and replies[0]["message"] == \
+        "Unsupported sample_rate 11025. Choose one of: 8000, 16000, 22050, 24000, 44100, 48000 (Hz)."
+    for reply, fmt in zip(replies[1:], ("aac", "flac"), strict=True):
+        assert reply["code"] == "unsupported_format" and reply["message"].startswith(
+            f"stream_audio needs response_format pcm, ulaw or alaw (raw audio as it is generated); with '{fmt}'")
+    assert frames[0]["format"] == "aac" and audio[0][:2] in (b"\xff\xf1", b"\xff\xf9")  # an ADTS frame's sync word

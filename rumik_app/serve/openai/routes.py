@@ -2,7 +2,7 @@
 
     POST /v1/audio/speech   SpeechRequest -> the audio, streamed (chunked) as the engine makes it,
                             or as OpenAI's SSE events (`stream_format: "sse"`); `x-rumik-seed`
-                            holds the seed used
+                            holds the seed used, `x-rumik-sample-rate` the output rate
     GET  /v1/audio/voices   the voices, their aliases (--voice-map), tones, accents, paces, tags
     GET  /v1/models         the served model
 
@@ -30,7 +30,7 @@ from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import make_encoder
+from rumik_app.serve.encoding import RATE_HEADER, Encoder, encode_whole, make_encoder, media_type
 from rumik_app.serve.errors import engine_error
 from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
@@ -65,10 +65,11 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     ctx.metrics.first_audio.observe(time.perf_counter() - started)
     if body.spans:
         return await _with_spans(ctx, job, first, pieces, info, request, started)
-    encoder = make_encoder(job.response_format, ctx.adapter.sample_rate)
-    media = "text/event-stream" if job.sse else encoder.media_type
-    return StreamingResponse(_body(ctx, job, first, pieces, info, started), media_type=media,
-                             headers={SEED_HEADER: str(job.request.seed), "Cache-Control": "no-store"})
+    encoder = make_encoder(job.response_format, ctx.adapter.sample_rate, job.sample_rate)  # ffmpeg starts at audio
+    media = "text/event-stream" if job.sse else media_type(job.response_format, encoder.sample_rate)
+    return StreamingResponse(_body(ctx, job, encoder, first, pieces, info, started), media_type=media,
+                             headers={SEED_HEADER: str(job.request.seed), RATE_HEADER: str(encoder.sample_rate),
+                                      "Cache-Control": "no-store"})
 
 
 @router.get("/v1/audio/voices")
@@ -90,10 +91,9 @@ async def _first_piece(pieces: AsyncIterator[np.ndarray], request: Request) -> n
     return await unless_disconnected(anext(pieces, np.zeros(0, dtype=np.float32)), request)
 
 
-async def _body(ctx: ServeContext, job: SpeechJob, first: np.ndarray, pieces: AsyncIterator[np.ndarray], info: dict,
-                started: float) -> AsyncIterator[bytes]:
+async def _body(ctx: ServeContext, job: SpeechJob, encoder: Encoder, first: np.ndarray,
+                pieces: AsyncIterator[np.ndarray], info: dict, started: float) -> AsyncIterator[bytes]:
     """The response body: the encoded audio (or its SSE events), piece by piece; the metrics at the end."""
-    encoder = make_encoder(job.response_format, ctx.adapter.sample_rate)
     frame = _sse_event if job.sse else (lambda data: data)
     finished = False
     try:
@@ -116,6 +116,7 @@ async def _body(ctx: ServeContext, job: SpeechJob, first: np.ndarray, pieces: As
         ctx.metrics.error("stream_failed")
         raise
     finally:
+        encoder.close()  # an AAC encoder's ffmpeg stops with the response
         await pieces.aclose()
         if not finished:
             ctx.metrics.request_done(200, job.response_format)
@@ -135,14 +136,14 @@ async def _with_spans(ctx: ServeContext, job: SpeechJob, first: np.ndarray, piec
         ctx.metrics.error("client_disconnected")
         return Response(status_code=CLIENT_CLOSED)
     samples = np.concatenate([first, *rest]) if rest else first
-    encoder, rate = make_encoder(job.response_format, ctx.adapter.sample_rate), ctx.adapter.sample_rate
-    data = encoder.header() + encoder.encode(samples) + encoder.finish()
+    rate = ctx.adapter.sample_rate
+    data = await off_loop(encode_whole, job.response_format, samples, rate, job.sample_rate)
     req = job.request
     spans = info.get("spans") or [{"index": 0, "speaker": None, "voice": req.voice, "text": req.text, "start": 0.0,
                                    "end": round(len(samples) / rate, 4), "pause_after": 0.0, "seed": req.seed}]
     ctx.metrics.request_done(200, job.response_format, time.perf_counter() - started)
     return JSONResponse({"audio": base64.b64encode(data).decode("ascii"), "format": job.response_format,
-                         "sample_rate": rate, "seed": req.seed, "spans": spans},
+                         "sample_rate": job.sample_rate or rate, "seed": req.seed, "spans": spans},
                         headers={SEED_HEADER: str(req.seed), "Cache-Control": "no-store"})
 
 

@@ -5,9 +5,10 @@
     job = speech_job(body, ctx)       # SpeechJob(request, response_format, sse); ApiError on bad input
 
 OpenAI fields: `model`, `input`, `voice` (a name, or `{"id": name}`), `instructions` (the
-free-form description), `response_format` (wav | pcm | mp3 | opus | flac; default mp3 as
-OpenAI), `speed`, `stream_format` (audio | sse). Extra fields (`extra_body` in the openai
-client): `tone`, `accent`, `pace`, `seed`, the sampling settings (`temperature`, `top_k`,
+free-form description), `response_format` (wav | pcm | mp3 | opus | flac | ulaw | alaw | aac;
+default mp3 as OpenAI), `speed`, `stream_format` (audio | sse). Extra fields (`extra_body` in the
+openai client): `sample_rate` (one of rumik_app.resample.RATES; default 8000 for ulaw/alaw, else
+the model's 24000), `tone`, `accent`, `pace`, `seed`, the sampling settings (`temperature`, `top_k`,
 `top_p`, `repetition_penalty`: `rumik_app.serve.fields`), `max_seconds`, `normalize`,
 `language`. Unknown fields are an error (a typo in `extra_body` must not be silently ignored).
 
@@ -35,7 +36,7 @@ from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.prompt import PromptError, normalize_voice
 from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import FORMATS, STREAMED_FORMATS
+from rumik_app.serve.encoding import STREAMED_FORMATS, format_problem, output_rate, rate_problem
 from rumik_app.serve.errors import ApiError, prompt_error
 from rumik_app.serve.fields import SamplingFields, sampling_values
 from rumik_app.serve.protocol import OPEN_OWNER
@@ -48,8 +49,8 @@ SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
-EXTRA_FIELDS = ("tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language", "lexicon",
-                "dialogue", "dialogue_gap", "spans")
+EXTRA_FIELDS = ("sample_rate", "tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language",
+                "lexicon", "dialogue", "dialogue_gap", "spans")
 
 
 class VoiceRef(BaseModel):
@@ -70,6 +71,7 @@ class SpeechRequest(SamplingFields):
     speed: float | None = None
     stream_format: Literal["audio", "sse"] = "audio"
     # this model's controls (extra_body)
+    sample_rate: int | None = None  # Hz, one of rumik_app.resample.RATES (None: 8000 for ulaw/alaw, else the model's)
     tone: str | None = None
     accent: str | None = None
     pace: str | None = None
@@ -91,6 +93,7 @@ class SpeechJob:
     response_format: str
     sse: bool
     parts: list[Part] | None = None  # a dialogue or SSML script (rumik_app.serve.scripts)
+    sample_rate: int | None = None  # the output rate in Hz (speech_job sets it; None: the format's default)
 
 
 def check_model(name: str, accepted: Sequence[str]) -> None:
@@ -103,14 +106,21 @@ def check_model(name: str, accepted: Sequence[str]) -> None:
 
 def check_format(fmt: str, sse: bool) -> str:
     fmt = fmt.strip().lower()
-    if fmt not in FORMATS:
-        raise ApiError(400, f"Unsupported response_format {fmt!r}. Choose one of: {', '.join(FORMATS)}.",
-                       param="response_format", code="unsupported_format")
+    if problem := format_problem(fmt):
+        raise ApiError(400, problem, param="response_format", code="unsupported_format")
     if sse and fmt not in STREAMED_FORMATS:
         raise ApiError(400, f"response_format {fmt!r} cannot be streamed as events (its header needs the length). "
                             f"With stream_format 'sse' choose one of: {', '.join(STREAMED_FORMATS)}.",
                        param="response_format", code="unsupported_format")
     return fmt
+
+
+def check_rate(fmt: str, rate: int | None, source_rate: int) -> int:
+    """The output rate of `fmt` for a requested `sample_rate` (None: the format's default); ApiError
+    naming the allowed rates."""
+    if problem := rate_problem(fmt, rate):
+        raise ApiError(400, problem, param="sample_rate", code="unsupported_sample_rate")
+    return output_rate(fmt, source_rate, rate)
 
 
 def pace_for_speed(speed: float | None, pace: str | None, instructions: str | None) -> str | None:
@@ -167,6 +177,7 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
     its name in this API."""
     sse = body.stream_format == "sse"
     fmt = check_format(body.response_format, sse)
+    rate = check_rate(fmt, body.sample_rate, ctx.adapter.sample_rate)
     if body.spans and sse:
         raise ApiError(400, "spans come in one JSON answer with the whole file; drop stream_format \"sse\" (or "
                             "spans).", param="spans")
@@ -178,7 +189,7 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
         request = ctx.build(values) if parts is None else first_request(parts)
     except PromptError as exc:
         raise prompt_error(exc) from None
-    return SpeechJob(request, fmt, sse, parts)
+    return SpeechJob(request, fmt, sse, parts, rate)
 
 
 def validation_error(errors: Sequence[dict]) -> ApiError:

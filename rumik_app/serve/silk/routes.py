@@ -5,6 +5,8 @@
 
   POST /v1/tts             the whole utterance as a 24 kHz 16-bit WAV (sizes filled in), with
                            `x-request-id` and `x-rumik-seed`; errors as `{error, message, code}`.
+                           This server's `response_format` and `sample_rate` fields choose another
+                           format or rate (`x-rumik-sample-rate` says which rate).
   POST /v1/tts/ws-connect  `{ws_url, token, request_id}`: an absolute ws:// (wss:// behind a
                            TLS proxy) URL built from the request's Host, and a single-use token
                            good for TOKEN_TTL_S, minted only for callers with the API key
@@ -30,7 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from rumik_app.asgi import unless_disconnected
 from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import to_s16, wav_header
+from rumik_app.serve.encoding import FORMATS, RATE_HEADER, encode_whole, media_type
 from rumik_app.serve.protocol import SEED_HEADER
 from rumik_app.serve.scripts import first_request, script_stream
 from rumik_app.serve.silk.schema import (
@@ -38,6 +40,7 @@ from rumik_app.serve.silk.schema import (
     SilkFields,
     SilkVoice,
     check_silk_model,
+    silk_output,
     silk_request,
     silk_script,
 )
@@ -47,6 +50,7 @@ from rumik_app.serve.sockets import deny
 TOKEN_TTL_S = 60.0  # clients connect right after minting
 MAX_TOKENS = 1024  # unredeemed tokens kept; beyond that the oldest go
 REQUEST_ID_HEADER = "x-request-id"
+HTTP_FORMAT = "wav"  # the hosted API's answer
 
 router = APIRouter()
 
@@ -99,7 +103,7 @@ async def _collect(pieces: AsyncIterator[np.ndarray], request: Request) -> list[
 
 def _refused(ctx: ServeContext, error: SilkError, rid: str) -> JSONResponse:
     ctx.metrics.error(error.code)
-    ctx.metrics.request_done(error.status, "wav")
+    ctx.metrics.request_done(error.status, HTTP_FORMAT)
     return JSONResponse(error.body(), status_code=error.status, headers={**error.headers, REQUEST_ID_HEADER: rid})
 
 
@@ -110,6 +114,8 @@ async def tts(request: Request) -> Response:
     try:
         fields = SilkFields.parse(await _json_body(request))
         check_silk_model(fields.model, ctx.accepted)
+        fmt, rate = silk_output(fields.response_format, fields.sample_rate, HTTP_FORMAT, FORMATS,
+                                ctx.adapter.sample_rate)
         voice = SilkVoice().updated(fields)
         parts = await off_loop(silk_script, fields, voice, ctx)  # SSML: its parts in order; None: plain text
         req = silk_request(fields, voice, ctx) if parts is None else first_request(parts)
@@ -118,15 +124,18 @@ async def tts(request: Request) -> Response:
             audio = await _collect(pieces, request)
         finally:
             await pieces.aclose()
+        if audio is not None:  # a complete file (a WAV with its sizes), resampled and encoded off the loop
+            samples = np.concatenate(audio) if audio else np.zeros(0, np.float32)
+            data = await off_loop(encode_whole, fmt, samples, ctx.adapter.sample_rate, rate)
     except Exception as exc:  # noqa: BLE001 - one readable error body
         return _refused(ctx, silk_error(exc), rid)
     if audio is None:
         ctx.metrics.error("client_disconnected")
         return Response(status_code=499)
-    data = to_s16(np.concatenate(audio) if audio else np.zeros(0, np.float32)).tobytes()
-    ctx.metrics.request_done(200, "wav", time.perf_counter() - started)
-    return Response(wav_header(ctx.adapter.sample_rate, len(data)) + data, media_type="audio/wav",
-                    headers={REQUEST_ID_HEADER: rid, SEED_HEADER: str(req.seed), "Cache-Control": "no-store"})
+    ctx.metrics.request_done(200, fmt, time.perf_counter() - started)
+    return Response(data, media_type=media_type(fmt, rate),
+                    headers={REQUEST_ID_HEADER: rid, SEED_HEADER: str(req.seed), RATE_HEADER: str(rate),
+                             "Cache-Control": "no-store"})
 
 
 @router.post("/v1/tts/ws-connect")

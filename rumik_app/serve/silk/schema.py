@@ -8,8 +8,11 @@
 The official clients (`rumik-ai`, `pipecat-rumik`, `livekit-plugins-rumik`) send
 `{text, model, description, speaker, temperature, top_p, top_k, repetition_penalty,
 max_new_tokens}` (pipecat and livekit also `f0_up_key`); see docs/ARCHITECTURE.md §15.
-This server adds `seed` (an int: the same audio again). Both model names select this
-server's one model:
+The protocol has no format or rate field (the clients expect 24 kHz 16-bit audio), so this
+server adds its own, as it adds `seed` (an int: the same audio again): `response_format`
+(`/v1/tts`: any of the speech route's formats, default wav; the socket: pcm, ulaw or alaw,
+default pcm) and `sample_rate` (rumik_app.resample.RATES; default 8000 for ulaw/alaw, else
+24000), checked by `silk_output`. Both model names select this server's one model:
   mulberry  the voice from `speaker` and `description`;
   muga      a leading tone tag in the text, `[happy] Namaste!`: neutral (no tone), happy,
             sad, excited, angry (and this model's `professional`). `whisper` has no
@@ -39,6 +42,7 @@ from rumik_app.engine.script import Part
 from rumik_app.prompt import TONES, PromptError, normalize_voice
 from rumik_app.request import SynthesisRequest, wire_names
 from rumik_app.serve.context import ServeContext
+from rumik_app.serve.encoding import format_problem, output_rate, rate_problem
 from rumik_app.serve.fields import SamplingFields, sampling_values
 
 SILK_MODELS = ("muga", "mulberry")
@@ -82,6 +86,8 @@ class SilkFields(SamplingFields):
     f0_up_key: float | None = None
     max_new_tokens: int | None = None
     seed: int | None = None
+    response_format: str | None = None  # this server's: see silk_output
+    sample_rate: int | None = None  # this server's: Hz, one of rumik_app.resample.RATES
 
     @classmethod
     def parse(cls, data) -> "SilkFields":
@@ -115,6 +121,32 @@ class SilkVoice:
         given = {name: getattr(fields, name) for name in ("speaker", "description")
                  if getattr(fields, name) is not None}
         return replace(self, **given)
+
+
+@dataclass(frozen=True)
+class SilkAudio:
+    """A socket session's output (`response_format`, `sample_rate`; None: the defaults): like the
+    voice, a frame's values hold until a frame changes them."""
+
+    response_format: str | None = None
+    sample_rate: int | None = None
+
+    def updated(self, fields: SilkFields) -> "SilkAudio":
+        given = {name: getattr(fields, name) for name in ("response_format", "sample_rate")
+                 if getattr(fields, name) is not None}
+        return replace(self, **given)
+
+
+def silk_output(fmt: str | None, rate: int | None, default: str, allowed: Sequence[str],
+                source_rate: int) -> tuple[str, int]:
+    """(format, output rate in Hz) for the extension fields (None: `default`, the format's rate);
+    SilkError 400 naming the allowed formats or rates."""
+    fmt = (fmt or default).strip().lower()
+    if problem := format_problem(fmt, tuple(allowed)):
+        raise SilkError(400, problem, "unsupported_format")
+    if problem := rate_problem(fmt, rate):
+        raise SilkError(400, problem, "unsupported_sample_rate")
+    return fmt, output_rate(fmt, source_rate, rate)
 
 
 def check_silk_model(name: str | None, accepted: Sequence[str]) -> str:

@@ -4,11 +4,13 @@
 
 The rules (docs/ARCHITECTURE.md §15): the first frame's voice holds until a frame changes
 it; one utterance plays at a time, as s16le PCM binary frames between `queued` and `done`
-JSON frames; `cancel` stops it (`cancelled`, reason cancel; ignored while idle: livekit's
-keepalive), new text interrupts it (`cancelled`, reason interrupt); `close` or a hang-up
-aborts; a bad frame gets an `error` frame and the session goes on; an idle session times out
-after IDLE_TIMEOUT_S, every session after MAX_SESSION_AGE_S. Audio comes from
-`SpeechAdapter.stream`, the rows and stream assembler every other route uses.
+JSON frames (this server's `response_format` ulaw or alaw and `sample_rate` fields, held like
+the voice, send G.711 or another rate instead); `cancel` stops it (`cancelled`, reason cancel;
+ignored while idle: livekit's keepalive), new text interrupts it (`cancelled`, reason
+interrupt); `close` or a hang-up aborts; a bad frame gets an `error` frame and the session
+goes on; an idle session times out after IDLE_TIMEOUT_S, every session after
+MAX_SESSION_AGE_S. Audio comes from `SpeechAdapter.stream`, the rows and stream assembler
+every other route uses.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from rumik_app.prompt import PromptError
 from rumik_app.request import SynthesisRequest
 from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import make_encoder
+from rumik_app.serve.encoding import RAW_FORMATS, make_encoder
 from rumik_app.serve.scripts import first_request, script_stream
 from rumik_app.serve.silk.schema import (
+    SilkAudio,
     SilkError,
     SilkFields,
     SilkVoice,
     check_silk_model,
+    silk_output,
     silk_request,
     silk_script,
 )
@@ -46,6 +50,7 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 60.0  # the hosted API's: no client frame (and nothing playing) this long ends a session
 MAX_SESSION_AGE_S = 1800.0  # livekit replaces its sessions at 300 s; a session never ends mid-utterance
 QUEUED_EVERY_S = 5.0  # `queued` frames while an utterance waits: livekit gives up after 10 s of silence
+SOCKET_FORMAT = "pcm"  # the hosted API's s16le frames
 
 
 def request_id() -> str:
@@ -81,6 +86,7 @@ class SilkSession:
         self.session, self.ctx = session, ctx
         self.adapter, self.metrics, self.accepted = ctx.adapter, ctx.metrics, ctx.accepted
         self.voice = SilkVoice()
+        self.audio = SilkAudio()
         self.current: asyncio.Task | None = None
         self.current_id: str | None = None
         self.last_frame = time.monotonic()
@@ -155,12 +161,14 @@ class SilkSession:
         if fields.model is not None:
             check_silk_model(fields.model, self.accepted)  # the model is fixed at ws-connect; only check it
         await self._stop(reason="interrupt")
-        voice = self.voice.updated(fields)
+        voice, audio = self.voice.updated(fields), self.audio.updated(fields)
+        output = silk_output(audio.response_format, audio.sample_rate, SOCKET_FORMAT, RAW_FORMATS,
+                             self.adapter.sample_rate)
         parts = await off_loop(silk_script, fields, voice, self.ctx)  # SSML: its parts in order; None: plain
         req = silk_request(fields, voice, self.ctx) if parts is None else first_request(parts)
-        self.voice = voice  # only a frame that made a valid request changes the session's voice
+        self.voice, self.audio = voice, audio  # only a frame that made a valid request changes them
         self.current_id = request_id()
-        self.current = asyncio.create_task(self._speak(req, self.current_id, parts))
+        self.current = asyncio.create_task(self._speak(req, self.current_id, parts, output))
         return True
 
     async def _stop(self, reason: str | None) -> None:
@@ -173,11 +181,12 @@ class SilkSession:
         if reason is not None:
             await self.session.send_json({"type": "cancelled", "reason": reason, "request_id": self.current_id})
 
-    async def _speak(self, req: SynthesisRequest, rid: str, parts: list[Part] | None = None) -> None:
+    async def _speak(self, req: SynthesisRequest, rid: str, parts: list[Part] | None = None,
+                     output: tuple[str, int | None] = (SOCKET_FORMAT, None)) -> None:
         started = time.perf_counter()
         info: dict = {}
         samples = 0
-        pcm = make_encoder("pcm", self.adapter.sample_rate)
+        encoder = make_encoder(output[0], self.adapter.sample_rate, output[1])  # raw: pcm, ulaw or alaw
         pieces = script_stream(self.adapter, parts, info) if parts else self.adapter.stream(req, info)
         try:
             async with self.session.utterance():
@@ -188,10 +197,12 @@ class SilkSession:
                 self.metrics.first_audio.observe(time.perf_counter() - started)
                 async for piece in _chain(first, pieces):
                     samples += len(piece)
-                    if not await self.session.send_audio(pcm.encode(piece)):
+                    if (data := encoder.encode(piece)) and not await self.session.send_audio(data):
                         return
+                if (data := encoder.finish()) and not await self.session.send_audio(data):  # the resampler's tail
+                    return
             seconds, elapsed = samples / self.adapter.sample_rate, time.perf_counter() - started
-            self.metrics.request_done(200, "pcm", elapsed)
+            self.metrics.request_done(200, encoder.fmt, elapsed)
             await self.session.send_json({"type": "done", "request_id": rid, "audio_duration": round(seconds, 3),
                                           "rtf": round(elapsed / seconds, 4) if seconds else 0.0,
                                           "credits_used": 0, "seed": req.seed})
@@ -200,7 +211,7 @@ class SilkSession:
         except Exception as exc:  # noqa: BLE001 - every failure becomes one error frame
             error = silk_error(exc)
             self.metrics.error(error.code)
-            self.metrics.request_done(error.status, "pcm")
+            self.metrics.request_done(error.status, encoder.fmt)
             await self.session.send_json({**error.frame(), "request_id": rid})
         finally:
             await pieces.aclose()
