@@ -38,6 +38,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -203,18 +205,25 @@ def _decode_with_ffmpeg(path: Path, max_seconds: float) -> tuple[np.ndarray, int
     cmd = [exe, "-nostdin", "-v", "error", "-protocol_whitelist", "file,pipe", "-t", f"{max_seconds + 0.5:g}",
            "-i", f"file:{path.resolve()}", "-f", "f32le", "-ac", "1", "-ar", str(sample_rate), "pipe:1"]
     out = bytearray()
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    # stderr to a file, not a pipe nobody reads while stdout is drained (a damaged file's error flood
+    # would fill the pipe and stall ffmpeg); a watchdog kills it past the deadline, even mid-read.
+    with tempfile.TemporaryFile() as errors, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors) as proc:
+        watchdog = threading.Timer(FFMPEG_TIMEOUT_S, proc.kill)
+        watchdog.start()
         try:
             while chunk := proc.stdout.read(FFMPEG_READ_BYTES):
                 out += chunk
                 if len(out) > limit:  # past the limit: stop it now (whether or not -t would have)
                     proc.kill()
                     raise _too_long(path, max_seconds, max_seconds)
-            proc.wait(timeout=FFMPEG_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            proc.kill()
-            raise AudioLoadError(f"{path}: ffmpeg took over {FFMPEG_TIMEOUT_S} s to decode it.") from exc
-        err = proc.stderr.read(4096).decode("utf-8", "replace").strip().splitlines()
+            proc.wait()
+        finally:
+            timed_out = not watchdog.is_alive() and proc.returncode is not None and proc.returncode < 0
+            watchdog.cancel()
+        if timed_out and len(out) <= limit:
+            raise AudioLoadError(f"{path}: ffmpeg took over {FFMPEG_TIMEOUT_S} s to decode it.")
+        errors.seek(0)
+        err = errors.read(4096).decode("utf-8", "replace").strip().splitlines()
     if proc.returncode != 0 or not out:
         raise AudioLoadError(
             f"{path}: not a readable audio file ({err[-1] if err else 'no audio stream'}). "

@@ -26,6 +26,7 @@ Only test trials (kind "test") count; gold and trap trials are for screening.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import string
@@ -94,6 +95,7 @@ class CmosScore:
     ci: Estimate
     bootstrap: Estimate
     p_wilcoxon: float
+    p_holm: float | None = None  # p_wilcoxon Holm-corrected over the campaign's test conditions
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -327,6 +329,8 @@ def cmos_table(rows: Sequence[Mapping], seed: int = DEFAULT_SEED,
         x = [float(r["score"]) for r in rs]
         out.append(CmosScore(cond, ref, len(x), len({r["rater"] for r in rs}), p808_ci(x),
                              two_way_bootstrap(rs, seed=seed, n_resamples=n_resamples), wilcoxon_p(x)))
+    corrected = holm([s.p_wilcoxon for s in out])  # several conditions each tested against 0
+    out = [dataclasses.replace(s, p_holm=p) for s, p in zip(out, corrected, strict=True)]
     return sorted(out, key=lambda s: -s.ci.mean)
 
 
@@ -412,9 +416,10 @@ def publication_table(analysis: Analysis, digits: int = 2) -> str:
     (P.808 t interval), letters; for cmos the condition is "test vs reference" and the last column
     the Wilcoxon p-value against 0 instead of letters."""
     if analysis.design == "cmos":
-        return markdown_table(["condition", "N ratings", "N raters", "CMOS ± 95 % CI", "p (Wilcoxon vs 0)"],
+        return markdown_table(["condition", "N ratings", "N raters", "CMOS ± 95 % CI", "p (Wilcoxon vs 0)",
+                               "p (Holm)"],
                               [[f"{s.condition} vs {s.reference}", s.n_ratings, s.n_raters, _pm(s.ci, digits),
-                                f"{s.p_wilcoxon:.3g}"] for s in analysis.scores])
+                                f"{s.p_wilcoxon:.3g}", f"{s.p_holm:.3g}"] for s in analysis.scores])
     return markdown_table(["condition", "N ratings", "N raters", f"{analysis.design.upper()} ± 95 % CI", "letters"],
                           [[s.condition, s.n_ratings, s.n_raters, _pm(s.ci, digits), s.letters]
                            for s in analysis.scores])

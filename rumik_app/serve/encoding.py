@@ -60,6 +60,7 @@ MEDIA_TYPES = {"wav": "audio/wav", "pcm": "audio/pcm", "mp3": "audio/mpeg", "opu
 FORMATS = tuple(MEDIA_TYPES)
 STREAMED_FORMATS = ("wav", "pcm", "mp3", "opus", "ulaw", "alaw", "aac")  # readable before the audio is complete
 RAW_FORMATS = ("pcm", "ulaw", "alaw")  # headerless: any cut of the byte stream is playable on its own
+BLOCKING_FORMATS = ("aac", "flac")  # encoders that block (a pipe to ffmpeg; the whole file at the end): off the loop
 G711_SUBTYPES = {"ulaw": "ULAW", "alaw": "ALAW"}  # libsndfile's RAW subtypes
 DEFAULT_RATES = {"ulaw": 8_000, "alaw": 8_000}  # the output rate when none is asked for (others: the source's)
 OPUS_RATES = (8_000, 16_000, 24_000, 48_000)  # the RATES libopus codes (also 12 kHz, not offered)
@@ -321,7 +322,10 @@ class AacEncoder(Encoder):
         if exe is None:
             raise EncodingError("response_format 'aac' needs ffmpeg, which is not installed (setup.sh installs it).")
         self._errors = tempfile.TemporaryFile()
-        cmd = [exe, "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(self.sample_rate), "-ac", "1",
+        # -probesize/-analyzeduration: ffmpeg would otherwise hold ~2 s of piped input while it probes
+        # a raw stream whose layout the flags already give, and the first AAC bytes would come that late.
+        cmd = [exe, "-hide_banner", "-loglevel", "error", "-probesize", "32", "-analyzeduration", "0",
+               "-f", "s16le", "-ar", str(self.sample_rate), "-ac", "1",
                "-i", "pipe:0", "-c:a", "aac", "-b:a", AAC_BITRATE, "-f", "adts", "-flush_packets", "1", "pipe:1"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors)
         self._reader = threading.Thread(target=_drain, args=(self.proc.stdout.fileno(), self._out, self._lock),

@@ -47,6 +47,7 @@ from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 
 from rumik_app.prompt import PromptError, check_characters
+from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import RAW_FORMATS, encode_whole, make_encoder
 from rumik_app.serve.errors import ApiError, engine_error, prompt_error
@@ -318,7 +319,7 @@ class TextInSession:
                 await self._send_audio(data)
             if encoder is None:
                 samples = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
-                data = encode_whole(cfg.response_format, samples, source_rate, cfg.sample_rate)
+                data = await off_loop(encode_whole, cfg.response_format, samples, source_rate, cfg.sample_rate)
                 total = len(data)
                 await start()
                 await self._send_audio(data)

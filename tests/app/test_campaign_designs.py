@@ -207,12 +207,14 @@ def test_crowd_mode_refuses_forged_and_reused_links_and_shows_the_code_only_at_t
         link = links.participant_link(url, "worker01")
         sig = link.split("sig=")[1]
         with pytest.raises(AppError, match="not valid"):
-            client.predict("worker01", "0" * len(sig), "", "", "", api_name="/campaign_start")
+            client.predict("worker01", "0" * len(sig), "", "", "", "", api_name="/campaign_start")
         with pytest.raises(AppError, match="not valid"):
-            client.predict("worker02", sig, "", "", "", api_name="/campaign_start")  # worker01's signature
-        token = client.predict("worker01", sig, "", "", "", api_name="/campaign_start")
-        with pytest.raises(AppError, match="used already"):
-            client.predict("worker01", sig, "", "", "", api_name="/campaign_start")
+            client.predict("worker02", sig, "", "", "", "", api_name="/campaign_start")  # worker01's signature
+        token = client.predict("worker01", sig, "", "", "", "", api_name="/campaign_start")
+        # A reload of the tab sends the token it kept: the same session, no new one counted (max 1 here).
+        assert client.predict("worker01", sig, "", "", "", token, api_name="/campaign_start") == token
+        with pytest.raises(AppError, match="used already"):  # a new start of the same link (no kept token)
+            client.predict("worker01", sig, "", "", "", "", api_name="/campaign_start")
         with pytest.raises(AppError, match="not valid"):
             client.predict(token[:-1] + ("0" if token[-1] != "0" else "1"), api_name="/campaign_item")
         first = client.predict(token, api_name="/campaign_item")

@@ -21,9 +21,10 @@ gold, trap). The balance rules, which `check_balance` verifies and the tests cal
 - cmos: per slot and per condition the test clip plays first (A) or second (B) alternately,
   and the next slot starts on the other side when a slot ended one ahead, so
   |#A - #B| <= 1 per slot and per condition overall;
-- mushra: one trial per prompt with every condition, the hidden reference and the anchor; the
-  order of the stimuli rotates through a Latin square per slot (a shuffled base order, shifted
-  by one place per trial), so no stimulus holds a screen position more than ceil(T / P) times.
+- mushra: one trial per prompt with every condition, the hidden reference and the anchor, in
+  the order of a fresh random Latin square for every P pages of a slot (`latin_orders`), so no
+  stimulus holds a screen position more than ceil(T / P) times and the order of one page says
+  nothing about the next.
 """
 
 from __future__ import annotations
@@ -240,19 +241,28 @@ def _mushra_trials(options, dealt, conditions, extras, rng) -> list[list[Trial]]
     stimuli = [(c, "test") for c in conditions] + [(REFERENCE, "reference"), (ANCHOR, "anchor")]
     slots = []
     for s, prompts in enumerate(dealt):
-        base = list(stimuli)
-        rng.shuffle(base)
-        offset = rng.randrange(len(base))
         order = list(prompts)
         rng.shuffle(order)
         queue = []
-        for t, prompt in enumerate(order):
-            shift = (t + offset) % len(base)
-            rotated = base[shift:] + base[:shift]
-            queue.append(_trial(s, prompt, prompt, "test", [clip_key(prompt, c) for c, _ in rotated],
-                                [r for _, r in rotated], [c for c, _ in rotated]))
+        for prompt, page in zip(order, latin_orders(len(order), stimuli, rng), strict=True):
+            queue.append(_trial(s, prompt, prompt, "test", [clip_key(prompt, c) for c, _ in page],
+                                [r for _, r in page], [c for c, _ in page]))
         slots.append(queue)
     return slots
+
+
+def latin_orders(n_pages: int, items: Sequence, rng: random.Random) -> list[list]:
+    """Screen orders of `items` for `n_pages` pages: each run of P = len(items) pages is a fresh
+    random Latin square (a cyclic one with its rows, columns and symbols shuffled), so every item
+    holds every place once per P pages, and no fixed shift from page to page gives the hidden
+    reference away once the anchor is heard."""
+    width, out = len(items), []
+    while len(out) < n_pages:
+        rows, cols, symbols = list(range(width)), list(range(width)), list(items)
+        for part in (rows, cols, symbols):
+            rng.shuffle(part)
+        out += [[symbols[(r + cols[j]) % width] for j in range(width)] for r in rows]
+    return out[:n_pages]
 
 
 def _trial(slot, item, prompt, kind, stimuli, roles, conditions, reference=None, expected=None) -> Trial:

@@ -44,6 +44,7 @@ from webapp.campaign.designs import (
     GOLD_ESPEAK,
     GOLD_EXPECTED,
     REFERENCE,
+    SIMILARITY_LABELS,
     SPEAKER_PROMPT,
     TRAP,
     Extras,
@@ -196,7 +197,8 @@ def _derive(campaign: Campaign, key: str, spec: dict, rec: dict, loaded: dict):
     if kind == "degraded":
         return stimuli.degraded_gold(samples, SAMPLE_RATE, seed)
     rec["expected"] = float(spec["answer"])
-    return stimuli.trap_clip(samples, SAMPLE_RATE, spec["answer"], ACR_LABELS[spec["answer"]],
+    labels = SIMILARITY_LABELS if campaign.design == "smos" else ACR_LABELS  # the words on the rater's scale
+    return stimuli.trap_clip(samples, SAMPLE_RATE, spec["answer"], labels[spec["answer"]],
                              _speaker(loaded))
 
 

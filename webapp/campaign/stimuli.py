@@ -59,7 +59,6 @@ FADE_S = 0.01
 SILENT_RMS = 1e-4
 FALLBACK_RMS = 0.05  # about -26 dBFS, the level P.808's messages are set to (-26 dBov)
 TRAP_MESSAGE = "This is an interruption. Please select the answer {answer}, {label}, to confirm your attention now."
-ACR_LABELS = {1: "Bad", 2: "Poor", 3: "Fair", 4: "Good", 5: "Excellent"}
 # Digits in noise.
 DIGITS_PER_TRIAL = 3
 QUALIFICATION_SNRS_DB = (0.0, -5.0, -8.0)  # easier than the toolkit's -11 dB: espeak is less intelligible than a voice

@@ -27,6 +27,7 @@ from evaluation.charts import ci_bar_chart
 from evaluation.listening_screening import Screening, screen
 from evaluation.listening_tests import Analysis, analyse, mushra_boxplot, publication_table, results_numbers
 from evaluation.report import markdown_table, write_csv
+from rumik_app.files import atomic_write
 from webapp.campaign.definition import DEFINITION, Campaign
 from webapp.campaign.formats import write_design_exports
 from webapp.campaign.trial_store import TrialStore
@@ -127,8 +128,8 @@ def export_trials(campaign: Campaign, store: TrialStore, out_dir: str | Path) ->
     out.mkdir(parents=True, exist_ok=True)
     results = trial_results(campaign, store)
     files = [out / "results.md", out / "results.json"]
-    files[0].write_text(results.markdown() + "\n", encoding="utf-8")
-    files[1].write_text(json.dumps(results.numbers(), ensure_ascii=False, indent=1), encoding="utf-8")
+    atomic_write(files[0], results.markdown() + "\n")
+    atomic_write(files[1], json.dumps(results.numbers(), ensure_ascii=False, indent=1))
     files += write_trial_charts(results, out)
     rows = marked_rows(results)
     headers = list(rows[0]) if rows else ["campaign", "entry_id", "stimulus"]
@@ -140,7 +141,7 @@ def export_trials(campaign: Campaign, store: TrialStore, out_dir: str | Path) ->
     files.append(Path(shutil.copyfile(campaign.folder / DEFINITION, out / "campaign.json")))
     manifest = {"campaign": campaign.name, "design": campaign.design, "created_at": now_iso(), "ratings": len(rows),
                 "files": sorted(str(f.relative_to(out)) for f in files)}
-    (out / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1), encoding="utf-8")
+    atomic_write(out / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1))
     files.append(out / "manifest.json")
     bundle = out / ZIP_NAME
     with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -82,6 +82,13 @@ class TrialStore(CampaignStore):
         if owner is None or owner[0] != rater:
             raise NotYourItem(f"entry {entry_id} is not in {rater}'s queue")
 
+    def mark_shown(self, campaign: str, entry_id: str, rater: str) -> None:
+        """Remember when a trial was first put in front of its rater: a reload does not restart the
+        clock that the speed rule and webMUSHRA's `rating_time` read."""
+        with self._transaction() as con:
+            con.execute("INSERT INTO campaign_views VALUES (?, ?, ?, ?) ON CONFLICT (campaign, entry_id) DO NOTHING",
+                        (campaign, entry_id, rater, now_iso()))
+
     # ------------------------------------------------------------------ plays and qualification
     def mark_played(self, campaign: str, trial: Trial, stimulus: int, rater: str) -> None:
         """Remember that the rater started stimulus `stimulus` of their trial (MUSHRA's must-play)."""

@@ -100,11 +100,18 @@ class TrialHandlers:
         self.campaign, self.queues, self.identity = campaign, queues, identity
         self.design = campaign.design
 
-    def start(self, participant, sig=None, study=None, study_id=None, session_id=None) -> str:
-        """Crowd mode: check the link, count the session, return the page's token."""
+    def start(self, participant, sig=None, study=None, study_id=None, session_id=None, saved=None) -> str:
+        """Crowd mode: check the link, count the session, return the page's token. `saved`: the
+        token this browser tab kept (a reload): still the participant's current session, it is
+        reused, so a reload costs no session."""
         with visitor_errors("Starting the test"):
             if self.identity.gate is None:
                 raise UserError("This server runs with logins; there is nothing to start.")
+            if saved:
+                with contextlib.suppress(CrowdError):
+                    session = self.identity.gate.resume(saved)
+                    if session.participant_id == participant:
+                        return session.token
             query = {ID_PARAM: participant, SIG_PARAM: sig or None, STUDY_PARAM: study or None,
                      STUDY_ID_PARAM: study_id or None, SESSION_ID_PARAM: session_id or None}
             return self.identity.gate.enter(query).token
@@ -246,8 +253,12 @@ def done_markdown(page: dict) -> str:
 
 
 # In crowd mode the page starts from its link: the participant id and signature come from the URL.
+# The token is kept in the tab's sessionStorage, so a reload resumes the session instead of starting one.
+TOKEN_KEY = "rumik-crowd-token"
 START_JS = """() => { const p = new URLSearchParams(window.location.search);
-  return ["PROLIFIC_PID", "sig", "study", "STUDY_ID", "SESSION_ID"].map((k) => p.get(k) || ""); }"""
+  return ["PROLIFIC_PID", "sig", "study", "STUDY_ID", "SESSION_ID"].map((k) => p.get(k) || "")
+    .concat([window.sessionStorage.getItem("%s") || ""]); }""" % TOKEN_KEY
+KEEP_JS = """(token) => { if (token) { window.sessionStorage.setItem("%s", token); } return token; }""" % TOKEN_KEY
 
 
 def build_trial_page(demo: gr.Blocks, handlers: TrialHandlers, admin_panel) -> TrialPage:
@@ -279,9 +290,10 @@ def build_trial_page(demo: gr.Blocks, handlers: TrialHandlers, admin_panel) -> T
 
     private = {"api_visibility": "private"}
     if crowd:
-        link = [gr.Textbox(visible=False) for _ in range(5)]
-        demo.load(handlers.start, inputs=link, outputs=token, js=START_JS, api_name="campaign_start").success(
-            load_page, inputs=token, outputs=outputs, **private)
+        link = [gr.Textbox(visible=False) for _ in range(6)]
+        started = demo.load(handlers.start, inputs=link, outputs=token, js=START_JS, api_name="campaign_start")
+        started.success(None, inputs=token, outputs=None, js=KEEP_JS).success(load_page, inputs=token,
+                                                                               outputs=outputs, **private)
     else:
         demo.load(load_page, inputs=token, outputs=outputs, **private)
     gr.Button(visible=False).click(handlers.page, inputs=token, outputs=page_json, api_name="campaign_item")

@@ -12,15 +12,22 @@ Library module behind the campaign server (`webapp.campaign.trial_ui`; no comman
 
 The rater is the signed-in user (or a crowd participant's checked token), never a form field;
 an entry of another rater's queue is refused with AccessDenied, the same answer as for an
-entry of nobody's. Scores are checked against the design's scale before anything is stored.
+entry of nobody's. Scores are checked against the design's scale before anything is stored, and
+a trial is accepted only once the page has played every one of its stimuli (P.808's and
+BS.1534's must-play; the server records each play).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import soundfile as sf
+
+from rumik_app.audio import write_wav
 from webapp.access import AccessDenied
 from webapp.campaign.definition import Campaign, CampaignError, PromptView
 from webapp.campaign.designs import REFERENCE, TrialPlan, clip_key
@@ -95,6 +102,9 @@ class TrialQueues:
 
     def submit_qualification(self, rater: str, answers: list[str]) -> bool:
         """Check the digits heard; the first result is final. UserError (the polite end) on a fail."""
+        self.slot_for(rater)  # the admin, a removed login or a full campaign: refused as everywhere
+        if not self.needs_qualification():
+            return True
         keys = self._qualification_keys()
         if self.store.qualification(self.campaign.name, rater) is None:
             if not isinstance(answers, list) or len(answers) != len(keys):
@@ -129,21 +139,41 @@ class TrialQueues:
         trial = next((t for t in queue if t.entry_id not in rated), None)
         if trial is None:
             return None
-        clips = tuple(self._publish(key) for key in trial.stimuli)
         reference = None
-        if self.design == "smos" and trial.reference:
-            reference = self._publish(trial.reference)
-        elif self.design == "mushra":  # BS.1534's open reference, beside the hidden one (another copy, another URL)
-            reference = self._publish(clip_key(trial.prompt_id, REFERENCE))
+        if self.design == "mushra":
+            # BS.1534's open reference beside the hidden one (another copy, another URL); every clip of the
+            # page padded to the longest, so no duration points at the hidden reference.
+            keys = [*trial.stimuli, clip_key(trial.prompt_id, REFERENCE)]
+            *clips, reference = self._publish_padded(keys)
+            clips = tuple(clips)
+        else:
+            clips = tuple(self._publish(key) for key in trial.stimuli)
+            if self.design == "smos" and trial.reference:
+                reference = self._publish(trial.reference)
         self.store.mark_shown(self.campaign.name, trial.entry_id, rater)
         # Gold and trapping trials show their prompt's words too: a page without them would give them away.
         view = self.campaign.prompt_view(trial.prompt_id)
         return ShownTrial(trial.entry_id, self.design, trial.kind, len(rated), len(queue), clips, reference, view)
 
     def _publish(self, key: str) -> Path:
+        return self._served().copy(self.campaign.clip_file(self.clips[key]))
+
+    def _publish_padded(self, keys: list[str]) -> list[Path]:
+        """Served copies of the clips, each padded with silence to the longest one's length."""
+        files = [self.campaign.clip_file(self.clips[key]) for key in keys]
+        longest = max(sf.info(str(f)).frames for f in files)
+        out = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for k, path in enumerate(files):
+                samples, rate = sf.read(str(path), dtype="float32")
+                padded = write_wav(Path(tmp) / f"{k}.wav", np.pad(samples, (0, longest - len(samples))), rate)
+                out.append(self._served().copy(padded))
+        return out
+
+    def _served(self) -> ServedFolder:
         if self.served is None:
             raise RuntimeError("TrialQueues was built without a served folder; it cannot show clips")
-        return self.served.copy(self.campaign.clip_file(self.clips[key]))
+        return self.served
 
     def _own(self, rater: str, entry_id: str):
         slot = self.slot_for(rater)
@@ -167,7 +197,7 @@ class TrialQueues:
         trial = self._own(rater, entry_id)
         self._require_qualified(rater)
         values = self._checked(trial, scores)
-        if self.design == "mushra" and not self.store.rated_entries(self.campaign.name, trial.slot) & {trial.entry_id}:
+        if trial.entry_id not in self.store.rated_entries(self.campaign.name, trial.slot):  # P.808 and BS.1534
             unplayed = sorted(set(range(len(trial.stimuli))) - self.store.played(self.campaign.name, trial.entry_id))
             if unplayed:
                 raise UserError("Play every clip before you submit (not played yet: "
@@ -184,6 +214,8 @@ class TrialQueues:
             raise UserError(f"Give {wanted} score(s) on this page, each from {low} to {high}.")
         out = []
         for score in scores:
+            if isinstance(score, bool):  # JSON true is not a 1
+                raise UserError(f"Give every score as a number from {low} to {high}.")
             try:
                 value = float(score)
             except (TypeError, ValueError):

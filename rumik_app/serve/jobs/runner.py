@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -338,7 +339,10 @@ class JobRunner:
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        await asyncio.to_thread(self.store.finish, job.record.id, status, error)
+        try:
+            await asyncio.to_thread(self.store.finish, job.record.id, status, error)
+        except (OSError, sqlite3.Error):  # the job still ends here; a restart finds it from its stored chunks
+            log.exception("jobs: could not store the end of %s", job.record.id)
         job.record.status, job.record.finished_at, job.record.error = status, time.time(), error
         if status != DONE:
             job.record.done = {}
@@ -350,7 +354,7 @@ class JobRunner:
             await asyncio.sleep(self.limits.sweep_every_s)
             try:
                 removed = await asyncio.to_thread(self.store.sweep, self.limits.retention_s)
-            except OSError as exc:
+            except (OSError, sqlite3.Error) as exc:  # retried at the next sweep
                 log.warning("jobs: the sweep of old jobs failed: %s", exc)
                 continue
             if removed:

@@ -280,6 +280,9 @@ class JobStore:
         """Remove finished jobs that ended more than `retention_s` ago, and folders no job owns
         (left by a crash between a row's delete and its folder's); returns the jobs removed."""
         cutoff = (time.time() if now is None else now) - retention_s
+        # Folders are listed before the jobs are read: a job made meanwhile has a row but was not
+        # listed, so its folder is never taken for an orphan.
+        listed = [f for f in self.root.glob("*/job_*") if f.is_dir()]
         with self._transaction() as con:
             old = con.execute(f"SELECT owner, id FROM jobs WHERE status IN {FINAL} AND finished_at < ?",
                               (cutoff,)).fetchall()
@@ -287,8 +290,8 @@ class JobStore:
             known = {job_id for (job_id,) in con.execute("SELECT id FROM jobs")}
         for owner, job_id in old:
             self._remove_files(self.root / owner / job_id)
-        for folder in self.root.glob("*/job_*"):
-            if folder.is_dir() and folder.name not in known:
+        for folder in listed:
+            if folder.name not in known and folder.exists():
                 self._remove_files(folder)
         return len(old)
 

@@ -30,7 +30,7 @@ from rumik_app.asgi import unless_disconnected
 from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, PACES, TONES, VOICE_NOTE
 from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import RATE_HEADER, Encoder, encode_whole, make_encoder, media_type
+from rumik_app.serve.encoding import BLOCKING_FORMATS, RATE_HEADER, Encoder, encode_whole, make_encoder, media_type
 from rumik_app.serve.errors import engine_error
 from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job
@@ -96,13 +96,17 @@ async def _body(ctx: ServeContext, job: SpeechJob, encoder: Encoder, first: np.n
     """The response body: the encoded audio (or its SSE events), piece by piece; the metrics at the end."""
     frame = _sse_event if job.sse else (lambda data: data)
     finished = False
+
+    async def run(fn, *args):  # aac (a pipe to ffmpeg) and flac (the whole file at the end) block: off the loop
+        return await off_loop(fn, *args) if encoder.fmt in BLOCKING_FORMATS else fn(*args)
+
     try:
-        if data := encoder.header() + encoder.encode(first):
+        if data := encoder.header() + await run(encoder.encode, first):
             yield frame(data)
         async for piece in pieces:
-            if data := encoder.encode(piece):
+            if data := await run(encoder.encode, piece):
                 yield frame(data)
-        if data := encoder.finish():
+        if data := await run(encoder.finish):
             yield frame(data)
         if job.sse:
             yield _sse_done(info)

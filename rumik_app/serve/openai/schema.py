@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictInt
 
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.prompt import PromptError, normalize_voice
@@ -71,7 +71,8 @@ class SpeechRequest(SamplingFields):
     speed: float | None = None
     stream_format: Literal["audio", "sse"] = "audio"
     # this model's controls (extra_body)
-    sample_rate: int | None = None  # Hz, one of rumik_app.resample.RATES (None: 8000 for ulaw/alaw, else the model's)
+    # Hz, one of rumik_app.resample.RATES (None: 8000 for ulaw/alaw, else the model's); strict: `true` is not 1
+    sample_rate: StrictInt | None = None
     tone: str | None = None
     accent: str | None = None
     pace: str | None = None

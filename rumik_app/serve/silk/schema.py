@@ -36,7 +36,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict, StrictInt, ValidationError
 
 from rumik_app.engine.script import Part
 from rumik_app.prompt import TONES, PromptError, normalize_voice
@@ -87,7 +87,7 @@ class SilkFields(SamplingFields):
     max_new_tokens: int | None = None
     seed: int | None = None
     response_format: str | None = None  # this server's: see silk_output
-    sample_rate: int | None = None  # this server's: Hz, one of rumik_app.resample.RATES
+    sample_rate: StrictInt | None = None  # this server's: Hz, one of rumik_app.resample.RATES (`true` is not 1)
 
     @classmethod
     def parse(cls, data) -> "SilkFields":
