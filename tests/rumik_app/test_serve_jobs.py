@@ -154,6 +154,9 @@ def test_the_bounds_are_each_one_clear_message_and_nothing_is_lost(engine, tmp_p
         assert "3,000" in long.json()["error"]["message"]
         sse = create(srv.url, KEY_B, stream_format="sse")
         assert sse.status_code == 400 and sse.json()["error"]["code"] == "unsupported_job"
+        flac = create(srv.url, KEY_B, response_format="flac")  # written whole: hours of it would sit in memory
+        assert flac.status_code == 400 and flac.json()["error"]["param"] == "response_format"
+        assert "wav, pcm, mp3" in flac.json()["error"]["message"]
         assert wait_done(srv.url, KEY_A, first.json()["id"])["status"] == DONE  # the accepted job is whole
         assert len(audio(srv.url, KEY_A, first.json()["id"])) > 0
         runner.limits = JobLimits(max_jobs=1)  # finished jobs count too, until deleted or expired

@@ -16,7 +16,8 @@
 
 The body is checked as /v1/audio/speech checks it (`openai.schema.speech_job`: every field, the
 key's lexicons), with the job's text bounds instead of a request's; plain text only (a
-dialogue, SSML, `stream_format: "sse"` or `spans` is one 400 naming the route that takes it).
+dialogue, SSML, `stream_format: "sse"` or `spans` is one 400 naming the route that takes it), in
+a format that streams (not flac, which is written whole).
 Jobs belong to the API key that made them (`RequestGate`'s owner id): another key gets 404.
 The work, the bounds and what survives a restart: `rumik_app.serve.jobs.runner` and `.store`.
 """
@@ -49,6 +50,12 @@ PLAIN_TEXT_ONLY = ("A job takes plain text: send a dialogue or SSML to /v1/audio
                    "together there), and drop stream_format \"sse\" and spans (a job's audio is fetched whole from "
                    "GET /v1/audio/jobs/{id}/audio).")
 
+# FLAC is written whole at the end (its header carries the length): hours of a job's audio would be
+# held in memory for one download, so a job is made in a format that streams.
+WHOLE_FILE_FORMATS = ("flac",)
+WHOLE_FILE = ("A job's audio is sent as it is read from its chunks, and flac is written whole (its header holds "
+              "the length): choose wav, pcm, mp3, opus, aac, ulaw or alaw, and convert the file afterwards.")
+
 router = APIRouter()
 
 
@@ -73,12 +80,13 @@ def plan_job(body: SpeechRequest, ctx: ServeContext, limits: JobLimits,
     job = speech_job(body, bounded, owner)
     if job.parts is not None:
         raise ApiError(400, PLAIN_TEXT_ONLY, param="input", code="unsupported_job")
+    if job.response_format in WHOLE_FILE_FORMATS:
+        raise ApiError(400, WHOLE_FILE, param="response_format", code="unsupported_job")
     try:
         chunks = plan_request(job.request, ctx.adapter.layout, limits.request_limits)
     except PromptError as exc:
         raise prompt_error(exc) from None
-    rate = getattr(job, "sample_rate", None) or getattr(body, "sample_rate", None)
-    return job.request, job.response_format, rate, chunks
+    return job.request, job.response_format, job.sample_rate, chunks
 
 
 def _runner(request: Request) -> JobRunner:
