@@ -109,8 +109,13 @@ def export_campaign(campaign: Campaign, store: CampaignStore, out_dir: str | Pat
         JUDGES_FILE: "audio judges (DNSMOS, speaker similarity, Spearman's rho with the listeners), if computed"}
     (out / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1), encoding="utf-8")
     files.append(out / "manifest.json")
+    return [bundle_files(out, files), *files]
+
+
+def bundle_files(out: Path, files: list[Path]) -> Path:
+    """`out`/campaign_export.zip holding `files` under their paths relative to `out`."""
     bundle = out / ZIP_NAME
     with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in files:
             zf.write(f, f.relative_to(out))
-    return [bundle, *files]
+    return bundle

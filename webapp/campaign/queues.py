@@ -64,15 +64,7 @@ class RaterQueues:
     # ------------------------------------------------------------------ rater side
     def slot_for(self, rater: str) -> int:
         """The rater's slot (claimed on first use); UserError for the admin or when all are taken."""
-        if not rater or is_admin(rater):
-            raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
-        if self.has_login is not None and not self.has_login(rater):
-            raise AccessDenied(REMOVED)
-        slot = self.store.claim_slot(self.campaign.name, rater, len(self.plan.slots))
-        if slot is None:
-            raise UserError(f"Every rater slot of campaign {self.campaign.name!r} is taken; ask the admin to add slots "
-                            "(a new campaign with more --rater-slots).")
-        return slot
+        return claim_rater_slot(self.campaign, self.store, len(self.plan.slots), rater, self.has_login)
 
     def queue(self, rater: str) -> list[Entry]:
         return self.plan.slots[self.slot_for(rater)]
@@ -146,3 +138,18 @@ class RaterQueues:
             rated_by_slot[slot] = rated_by_slot.get(slot, 0) + 1
         return [{"slot": s, "rater": holders.get(s), "done": rated_by_slot.get(s, 0), "total": len(queue),
                  "last": activity.get(holders.get(s), {}).get("last")} for s, queue in enumerate(self.plan.slots)]
+
+
+def claim_rater_slot(campaign: Campaign, store: CampaignStore, n_slots: int, rater: str,
+                     has_login: Callable[[str], bool] | None) -> int:
+    """The rater's slot of any design's queues (claimed on first use): AccessDenied for the admin or
+    a removed login, UserError when every slot is taken."""
+    if not rater or is_admin(rater):
+        raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
+    if has_login is not None and not has_login(rater):
+        raise AccessDenied(REMOVED)
+    slot = store.claim_slot(campaign.name, rater, n_slots)
+    if slot is None:
+        raise UserError(f"Every rater slot of campaign {campaign.name!r} is taken; ask the admin to add slots "
+                        "(a new campaign with more --rater-slots).")
+    return slot

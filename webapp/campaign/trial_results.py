@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +28,11 @@ from evaluation.listening_tests import Analysis, analyse, mushra_boxplot, public
 from evaluation.report import markdown_table, write_csv
 from rumik_app.files import atomic_write
 from webapp.campaign.definition import DEFINITION, Campaign
+from webapp.campaign.export import bundle_files
 from webapp.campaign.formats import write_design_exports
 from webapp.campaign.trial_store import TrialStore
 from webapp.ratings import now_iso
 
-ZIP_NAME = "campaign_export.zip"
 SCALE_LIMITS = {"mos": (0, 5.2), "smos": (0, 5.2), "cmos": (-3.2, 3.2), "mushra": (0, 102)}
 
 
@@ -143,8 +142,4 @@ def export_trials(campaign: Campaign, store: TrialStore, out_dir: str | Path) ->
                 "files": sorted(str(f.relative_to(out)) for f in files)}
     atomic_write(out / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1))
     files.append(out / "manifest.json")
-    bundle = out / ZIP_NAME
-    with zipfile.ZipFile(bundle, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in files:
-            zf.write(f, f.relative_to(out))
-    return [bundle, *files]
+    return [bundle_files(out, files), *files]

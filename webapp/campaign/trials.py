@@ -31,7 +31,7 @@ from rumik_app.audio import write_wav
 from webapp.access import AccessDenied
 from webapp.campaign.definition import Campaign, CampaignError, PromptView
 from webapp.campaign.designs import REFERENCE, TrialPlan, clip_key
-from webapp.campaign.queues import NOT_YOURS, REMOVED
+from webapp.campaign.queues import NOT_YOURS, claim_rater_slot
 from webapp.campaign.raters import is_admin
 from webapp.campaign.store import NotYourItem
 from webapp.campaign.trial_store import TrialStore
@@ -73,15 +73,7 @@ class TrialQueues:
 
     # ------------------------------------------------------------------ rater side
     def slot_for(self, rater: str) -> int:
-        if not rater or is_admin(rater):
-            raise AccessDenied("The admin login has no rating queue; sign in as a rater.")
-        if self.has_login is not None and not self.has_login(rater):
-            raise AccessDenied(REMOVED)
-        slot = self.store.claim_slot(self.campaign.name, rater, len(self.plan.slots))
-        if slot is None:
-            raise UserError(f"Every rater slot of campaign {self.campaign.name!r} is taken; ask the admin to add slots "
-                            "(a new campaign with more --rater-slots).")
-        return slot
+        return claim_rater_slot(self.campaign, self.store, len(self.plan.slots), rater, self.has_login)
 
     def needs_qualification(self) -> bool:
         return self.design == "mos" and self.campaign.options.qualification
