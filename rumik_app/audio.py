@@ -9,6 +9,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -25,12 +26,15 @@ class Audio:
     samples: float32 [N] mono waveform; sample_rate: Hz (24000 for Mimi).
     seed: the seed actually used (so a random draw can be reproduced).
     info: free-form facts about generation (tokens, frames, finish reasons, timings).
+    timings: the word timestamps (`rumik_app.align.Timings`) when asked for
+    (`engine.synthesize(req, timestamps=True)`), else None.
     """
 
     samples: np.ndarray
     sample_rate: int = SAMPLE_RATE
     seed: int | None = None
     info: dict = field(default_factory=dict)
+    timings: Any = None
 
     @property
     def duration(self) -> float:

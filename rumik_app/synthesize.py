@@ -102,6 +102,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--job", metavar="DIR", help="keep the chunks of a long text in DIR as they finish; run the same "
                                                 "command again after an interruption to continue where it stopped "
                                                 "(the same audio as one uninterrupted run)")
+    p.add_argument("--timestamps", metavar="FILE.json",
+                   help="also write each typed word's start and end (seconds) as JSON (docs/timestamps.md)")
+    p.add_argument("--captions", metavar="FILE.srt|FILE.vtt",
+                   help="also write captions, SubRip or WebVTT by the suffix")
+    p.add_argument("--aligner", action="append", metavar="NAME[:PATH]",
+                   help="word aligner for --timestamps/--captions, repeatable: pocketsphinx (English, the default), "
+                        "indicconformer:PATH (22 Indian languages), ctc:PATH (a local CTC model)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no summary lines (errors and warnings still print)")
     p.add_argument("--out", help="output path (required unless --print-prompt)")
@@ -116,6 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--out is required (or --print-prompt to see the prompts without synthesising)")
     if problem := format_problem(args.format) or rate_problem(args.format, args.sample_rate):
         p.error(problem.replace("response_format", "--format").replace("sample_rate", "--sample-rate"))
+    if args.captions is not None and not args.captions.lower().endswith((".srt", ".vtt")):
+        p.error("--captions names a .srt or .vtt file")
+    if args.aligner and not (args.timestamps or args.captions):
+        p.error("--aligner aligns words for --timestamps or --captions; add one of them")
     args.engine_options = engine_options(p, args)
     return args
 
@@ -225,9 +236,19 @@ def run(args: argparse.Namespace) -> Audio | None:
     if script and args.stream:
         raise PromptError("--stream speaks one request; a dialogue or SSML document is synthesised whole (drop "
                           "--stream).", field="text")
+    if script and (args.timestamps or args.captions):
+        raise PromptError("word timestamps are not available for a dialogue or SSML document yet; use --spans for "
+                          "each part's place, or speak plain text.", field="text")
+    aligners = None
+    if args.aligner:  # an aligner that cannot load is refused before the model loads
+        from rumik_app.align import AlignerSet
+
+        aligners = AlignerSet.load(args.aligner, strict=True)
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)
+    if aligners is not None:
+        engine.use_aligners(aligners)
     if library is not None:
         attach_library(engine, library, args.max_adapters, args.adapter_rank)
     say = (lambda line: None) if args.quiet else print
@@ -235,6 +256,8 @@ def run(args: argparse.Namespace) -> Audio | None:
     save(audio, args)
     if args.spans:
         write_spans(args.spans, audio, req)
+    if args.timestamps or args.captions:
+        write_timings(engine, req, audio, args, say)
     report(audio, args, say)
     warn_if_capped(audio.info.get("finish_reasons") or [], fields["max_seconds"])
     if args.model == TINY_MODEL:
@@ -264,6 +287,23 @@ def write_spans(path: str, audio: Audio, req: SynthesisRequest | None) -> None:
     keys = ("index", "speaker", "voice", "text", "start", "end", "pause_after", "seed")
     atomic_write(path, json.dumps([{key: span.get(key) for key in keys} for span in spans], ensure_ascii=False,
                                   indent=1) + "\n")
+
+
+def write_timings(engine, req: SynthesisRequest, audio: Audio, args: argparse.Namespace, say) -> None:
+    """--timestamps and --captions: the words aligned chunk by chunk (the audio is already saved)."""
+    from rumik_app.align.captions import write_captions, write_timestamps
+    from rumik_app.align.timeline import time_words
+
+    plan = engine.plan(req)
+    timings = time_words(req, [chunk.text for chunk in plan], audio.samples, audio.sample_rate,
+                         audio.info["chunk_seconds"], engine.aligners)
+    if args.timestamps:
+        write_timestamps(args.timestamps, timings)
+    if args.captions:
+        write_captions(args.captions, timings.words)
+    say(f"timestamps: {len(timings.words)} words ({timings.aligner or 'no aligner'})")
+    if timings.missing:
+        print(f"warning: {timings.missing}", file=sys.stderr)
 
 
 def print_prompts(parts, config, voices=None) -> None:
@@ -300,6 +340,8 @@ def synthesize_script_cli(engine, parts, say) -> Audio:
 
 def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say) -> Audio:
     """One request: the whole clip, or through the streaming path (--stream: time to first audio)."""
+    from rumik_app.audio import chunk_spans
+    from rumik_app.engine.stream import CROSSFADE_SECONDS
     from rumik_app.prompt import validate_text
 
     spoken = req.spoken_text()
@@ -321,8 +363,10 @@ def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say)
             pieces.append(piece)
             bar(stats["tokens"], stats["max_tokens"])
         audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
+        spans = chunk_spans(stats["chunk_samples"], int(CROSSFADE_SECONDS * engine.sample_rate))
         audio.info = {"seconds": time.perf_counter() - start, "first_audio_s": first, "tokens": stats["tokens"],
-                      "finish_reasons": stats["finish_reasons"]}
+                      "finish_reasons": stats["finish_reasons"],
+                      "chunk_seconds": [[a / engine.sample_rate, b / engine.sample_rate] for a, b in spans]}
         return audio
 
 

@@ -26,6 +26,8 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "evaluation.run": ["--system", "espeak", "--prompts", missing, "--asr", "pocketsphinx",
                            "--out", str(tmp / "r")],
         "evaluation.asr": [str(tmp / "missing.wav")],
+        "evaluation.align": [str(tmp / "missing.wav"), "--text", "hi", "--language", "en",
+                             "--out", str(tmp / "w.json")],
         "evaluation.quality": [str(tmp / "missing.wav"), "--out", str(tmp / "q.jsonl")],
         "evaluation.speaker": [str(tmp / "missing.wav"), str(tmp / "b.wav"), "--out", str(tmp / "s.jsonl")],
         "evaluation.nova": ["score", "--prompts", missing, "--transcripts", missing, "--out", str(tmp / "v.jsonl")],

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rumik_app.align import AlignerSet
+from rumik_app.align.timeline import time_words
 from rumik_app.audio import Audio, chunk_spans, crossfade_concat
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
@@ -64,6 +66,7 @@ class BaseEngine:
     synth_batch_size = 8
     library = None  # a VoiceLibrary whose voices are served besides the checkpoint's (use_voices)
     _watermark = DEFAULT_POLICY
+    _aligners: AlignerSet | None = None
 
     def __init__(self, tokenizer, codec, config: RumikOSSConfig, checkpoint_dir: str | Path):
         self.tokenizer = tokenizer
@@ -207,22 +210,36 @@ class BaseEngine:
         return [audio[row, : int(frames) * self.codec.frame_size].astype(np.float32)
                 for row, frames in enumerate(num_frames)]
 
-    def synthesize(self, req: SynthesisRequest, progress: Progress | None = None) -> Audio:
+    def synthesize(self, req: SynthesisRequest, progress: Progress | None = None, timestamps: bool = False) -> Audio:
         """Synthesise any length of text; long text is chunked and crossfaded.
 
         progress: called once per frame as `progress(tokens_done, token_budget)` (see
-        `synthesize_many`); 100 tokens = 1 s of audio.
+        `synthesize_many`); 100 tokens = 1 s of audio. timestamps: also align the words
+        (`Audio.timings`, docs/ARCHITECTURE.md §16).
         """
-        return self.synthesize_many([req], progress=progress)[0]
+        return self.synthesize_many([req], progress=progress, timestamps=timestamps)[0]
+
+    @property
+    def aligners(self) -> AlignerSet:
+        """The word aligners `timestamps=True` uses: `use_aligners`'s, else the default set, loaded once."""
+        if self._aligners is None:
+            self._aligners = AlignerSet.load()
+        return self._aligners
+
+    def use_aligners(self, aligners: AlignerSet | Sequence[str]) -> None:
+        """Align with these aligners, or specs (`rumik_app.align.load_aligner`: AlignmentError when one cannot load)."""
+        self._aligners = aligners if isinstance(aligners, AlignerSet) else AlignerSet.load(aligners, strict=True)
 
     def synthesize_many(self, requests: Sequence[SynthesisRequest], batch_size: int | None = None,
-                        progress: Progress | None = None) -> list[Audio]:
+                        progress: Progress | None = None, timestamps: bool = False) -> list[Audio]:
         """Synthesise several requests, batching their chunks `batch_size` at a time
         (default `synth_batch_size`: 8 in-process, 64 on vLLM, whose scheduler decides the rest).
 
         progress: called once per frame with (tokens done, token budget): the budget is the
         sum over batches of the largest `max_new_tokens` in each, the most the call can
         generate; a batch that stops early jumps `tokens done` to its budget.
+        timestamps: each `Audio.timings` holds its words' times (an aligner failing is said in
+        `timings.missing`; the audio is returned all the same).
         """
         start = time.perf_counter()
         size = batch_size or self.synth_batch_size
@@ -246,8 +263,12 @@ class BaseEngine:
                 tokens[owner] += length
                 finish[owner].append(reason)
         elapsed = time.perf_counter() - start
-        return [self.joined_audio(waves[owner], plan, tokens[owner], elapsed, finish[owner])
-                for owner, plan in enumerate(plans)]
+        audios = [self.joined_audio(waves[owner], plan, tokens[owner], elapsed, finish[owner])
+                  for owner, plan in enumerate(plans)]
+        for req, plan, audio in zip(requests, plans, audios, strict=True) if timestamps else ():
+            audio.timings = time_words(req, [chunk.text for chunk in plan], audio.samples, audio.sample_rate,
+                                       audio.info["chunk_seconds"], self.aligners)
+        return audios
 
     def joined_audio(self, waves: list[np.ndarray], plan: Sequence[SynthesisRequest], tokens: int, elapsed: float,
                      finish: list[str]) -> Audio:

@@ -23,8 +23,10 @@ to the offline clip marked whole; it holds back up to `latency_seconds()` (about
 audio), so the first piece waits for that many more frames (4 at 24 kHz) to carry audio.
 
 `stats` is filled as `TTSEngine.stream` documents: `seed`, `chunks`, `max_tokens` (the token
-budget) and `watermarked` at the start, then `tokens` (every id pushed) and `finish_reasons`
-(one per chunk).
+budget) and `watermarked` at the start, then `tokens` (every id pushed), `finish_reasons`
+(one per chunk) and `chunk_samples` (each finished chunk's decoded length, before the
+crossfade: with `rumik_app.audio.chunk_spans` it says exactly where each chunk lies in the
+stream, which word timestamps need; appended before the chunk's last piece is returned).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def new_stream_stats(plan: Sequence[SynthesisRequest], stats: dict | None = None
     """`stats` (or a new dict) reset for a stream of these chunks: seed, chunks, max_tokens,
     tokens 0 and no finish reasons yet."""
     stats = stats if stats is not None else {}
-    stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[],
+    stats.update(seed=plan[0].seed, tokens=0, chunks=len(plan), finish_reasons=[], chunk_samples=[],
                  max_tokens=sum(chunk.max_new_tokens for chunk in plan))
     return stats
 
@@ -89,12 +91,14 @@ class StreamAssembler:
         self.codec_stream = None
         self.pending: list[list[int]] = []
         self.want = first_frames
+        self.decoded = 0  # samples of the current chunk decoded so far
 
     def start_chunk(self) -> None:
         """Begin the next chunk: a fresh parser and codec state; the first piece comes early again."""
         self.parser = FrameParser(self.layout)
         self.codec_stream = self.codec.streaming_decoder(batch=1)
         self.pending = []
+        self.decoded = 0
         self.want = self.first_frames + self.lead
         self.lead = 0
         if self.joiner is not None:
@@ -116,12 +120,14 @@ class StreamAssembler:
         self.pending = []
         self.want = self.frames_per_piece
         audio = self.codec_stream.decode(codes)[0].cpu().numpy().astype(np.float32)
+        self.decoded += len(audio)
         return self._out(self.joiner.push(audio) if self.joiner is not None else audio)
 
     def end_chunk(self, finish_reason: str) -> np.ndarray:
         """The chunk ended (`finish_reason`, as the decoder reports it): the rest of its audio."""
         self.stats["finish_reasons"].append(finish_reason)
         out = self.piece()
+        self.stats["chunk_samples"].append(self.decoded)  # before its last piece goes out
         if self.joiner is None:
             return out
         return np.concatenate([out, self._out(self.joiner.end_chunk())])

@@ -34,6 +34,7 @@ import os
 import sys
 from pathlib import Path
 
+from rumik_app.align import DEFAULT_ALIGNERS
 from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options
 from rumik_app.engine.serving import DEFAULT_MAX_BATCH, DEFAULT_MAX_PROMPT_TOKENS, DEFAULT_MAX_QUEUE
 from rumik_app.errors import CheckpointError
@@ -105,6 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--served-model-name", help="model id in /v1/models (default: the last part of --model)")
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_TIMEOUT_S,
                    help="seconds streaming requests may take to finish after SIGTERM")
+    p.add_argument("--aligner", action="append", metavar="NAME[:PATH]",
+                   help="word-timestamp aligner, repeatable, first match per language wins: pocketsphinx (English, "
+                        "the default), indicconformer:PATH (22 Indian languages), ctc:PATH (a local CTC model); "
+                        "'none' turns timestamps off")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = p.parse_args(argv)
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1 or args.max_sessions < 0:
@@ -181,6 +186,13 @@ def proxies(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in (args.forwarded_allow_ips or "").split(",") if entry.strip())
 
 
+def aligner_specs(given: list[str] | None) -> tuple[str, ...]:
+    """--aligner: the default set when not given, none for "none"."""
+    if not given:
+        return DEFAULT_ALIGNERS
+    return () if given == ["none"] else tuple(given)
+
+
 def served_name(model: str) -> str:
     """`rumik-ai/rumik-oss-1` -> `rumik-oss-1`; `/models/rumik-oss-1/` -> `rumik-oss-1`."""
     return Path(model.rstrip("/\\")).name or model
@@ -208,7 +220,8 @@ def build_server(args: argparse.Namespace):
     app = create_app(adapter, model_name=name, aliases=(args.model,), api_key=args.api_keys, data_dir=args.data_dir,
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
                      max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
-                     body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client)
+                     body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client,
+                     aligners=aligner_specs(args.aligner))
     # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
     # request that can decode or wait, plus room for /health, /metrics and the ones being
     # refused. Idle ones make room (connections.py). (uvicorn does not count WebSockets here;

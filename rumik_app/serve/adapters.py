@@ -152,6 +152,8 @@ class SchedulerAdapter(EngineVoices):
             while True:
                 event = await events.get()
                 if isinstance(event, np.ndarray):
+                    if info is not None:  # live: chunk_samples says where each chunk lies (word timestamps)
+                        info.update(job.stats)
                     yield event
                 elif event is None:
                     return
@@ -291,6 +293,8 @@ class AsyncEngineAdapter(EngineVoices):
                 while piece is not None:
                     self._audio_samples += len(piece)
                     self._sample_rate_window()
+                    if info is not None:  # live: chunk_samples says where each chunk lies (word timestamps)
+                        info.update(stats)
                     yield piece
                     piece = await anext(pieces, None)
         except Exception as exc:

@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rumik_app.align import DEFAULT_ALIGNERS, AlignerSet
 from rumik_app.request import DEFAULT_MAX_SECONDS, check_max_seconds
 from rumik_app.serve import lexicons as lexicon_routes
 from rumik_app.serve import ops, text_in
@@ -64,19 +65,21 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
                max_seconds: float = DEFAULT_MAX_SECONDS, admin_key: str | None = None,
                body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
                max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-               data_dir: str | Path | None = None) -> FastAPI:
+               data_dir: str | Path | None = None, aligners: Sequence[str] | None = DEFAULT_ALIGNERS) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `openai.schema.parse_voice_map`); max_sessions: WebSocket
     sessions (Silk's and text-in's) open at once, max_sessions_per_client of them per client
     address; max_seconds: the cap per chunk when a request gives none; admin_key: what
     /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take;
     api_key: one key or several (each owns its own lexicons); data_dir: where lexicons are kept
-    (None: in memory)."""
+    (None: in memory); aligners: the word aligners' specs (None or empty: no word timestamps;
+    the default set loads what it can, an explicit one must load whole)."""
     sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
     ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
                        lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None),
-                       body_timeout=body_timeout)
+                       body_timeout=body_timeout,
+                       aligners=AlignerSet.load(aligners, strict=aligners != DEFAULT_ALIGNERS) if aligners else None)
     jobs = JobRunner(adapter, Path(data_dir) / "jobs" if data_dir else None)  # off (501) without --data-dir
 
     @asynccontextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rumik_app.align import AlignerSet
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part, build_script, plan_script
 from rumik_app.request import DEFAULT_MAX_SECONDS, SynthesisRequest, build_request
 from rumik_app.serve.lexicons import LexiconStore
@@ -25,8 +26,8 @@ from rumik_app.serve.sockets import SessionRegistry
 class ServeContext:
     """What every route of the server shares (`app.state.ctx`): the adapter, its metrics and
     sessions, the model names it answers to (the served name first), other voice names, the
-    length cap when a request gives none, the API keys' lexicons, and the seconds a request
-    body may take (routes that read their own body: a voice archive)."""
+    length cap when a request gives none, the API keys' lexicons, the seconds a request
+    body may take (routes that read their own body: a voice archive), and the word aligners."""
 
     adapter: SpeechAdapter
     metrics: ServerMetrics
@@ -36,6 +37,7 @@ class ServeContext:
     default_max_seconds: float = DEFAULT_MAX_SECONDS
     lexicons: LexiconStore = field(default_factory=LexiconStore)
     body_timeout: float = DEFAULT_BODY_TIMEOUT_S
+    aligners: AlignerSet | None = None  # word timestamps (None: refused)
 
     @property
     def model_name(self) -> str:

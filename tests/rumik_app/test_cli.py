@@ -105,3 +105,33 @@ def test_tiny_builder_cli(tmp_path):
                  "--kv-heads", "1", "--ffn", "64"])
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "t" / "codec" / "model.safetensors").exists() and "1 layers" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_writes_timestamps_and_captions_from_the_stream(tiny_checkpoint, tmp_path):
+    """The whole CLI path with the default aligner (pocketsphinx) on the tiny model's noise: the chunks'
+    exact spans come from the stream, and whatever words the aligner finds or misses are said."""
+    import json
+
+    out, words, captions = tmp_path / "s.wav", tmp_path / "w.json", tmp_path / "c.srt"
+    proc = _run(["rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", "Pay ₹250 now <laugh> please.",
+                 "--stream", "--seed", "1", "--max-seconds", "0.8", "--out", str(out), "--timestamps", str(words),
+                 "--captions", str(captions)])
+    assert proc.returncode == 0, proc.stderr
+    timings = json.loads(words.read_text())
+    duration = sf.info(out).duration
+    assert timings["segments"] == [{"text": "Pay ₹250 now <laugh> please.", "start": 0.0,
+                                    "end": pytest.approx(duration, abs=1e-3)}]
+    assert {w["word"] for w in timings["words"]} <= {"Pay", "₹250", "now", "<laugh>", "please."}
+    assert timings["words"] or timings["missing"]  # noise: found words, or the reason none were
+    assert all(0 <= w["start"] <= w["end"] <= duration + 1e-3 for w in timings["words"])
+    assert captions.exists() and "timestamps:" in proc.stdout
+
+
+def test_cli_refuses_bad_timestamp_flags_before_loading(tmp_path):
+    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"),
+                 "--captions", str(tmp_path / "c.txt")])
+    assert proc.returncode == 2 and "--captions names a .srt or .vtt file" in proc.stderr
+    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"),
+                 "--timestamps", str(tmp_path / "w.json"), "--aligner", "nosuch"])
+    assert proc.returncode == 2 and "unknown aligner 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr

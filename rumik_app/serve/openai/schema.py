@@ -50,7 +50,7 @@ OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
 # This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
 EXTRA_FIELDS = ("sample_rate", "tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language",
-                "lexicon", "dialogue", "dialogue_gap", "spans")
+                "lexicon", "dialogue", "dialogue_gap", "spans", "timestamps")
 
 
 class VoiceRef(BaseModel):
@@ -84,6 +84,8 @@ class SpeechRequest(SamplingFields):
     dialogue: bool = False  # input is a script: "Name (tone, pace): text" per line, one clip out
     dialogue_gap: float | None = None  # seconds of silence between turns (default 0.3)
     spans: bool = False  # answer JSON: the whole file in base64 and where each part (turn, SSML run) sits
+    # word timestamps: JSON with the whole file in base64 and its words, or with SSE word events between the audio
+    timestamps: bool = False
 
 
 @dataclass
@@ -95,6 +97,7 @@ class SpeechJob:
     sse: bool
     parts: list[Part] | None = None  # a dialogue or SSML script (rumik_app.serve.scripts)
     sample_rate: int | None = None  # the output rate in Hz (speech_job sets it; None: the format's default)
+    timestamps: bool = False  # align the words (rumik_app.serve.words)
 
 
 def check_model(name: str, accepted: Sequence[str]) -> None:
@@ -182,6 +185,8 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
     if body.spans and sse:
         raise ApiError(400, "spans come in one JSON answer with the whole file; drop stream_format \"sse\" (or "
                             "spans).", param="spans")
+    if body.timestamps:
+        check_timestamps(body, ctx)
     lexicons = ctx.lexicons.resolve(owner, body.lexicon)
     values = {**request_fields(body, ctx.voice_map), "lexicons": lexicons or None}
     try:
@@ -190,7 +195,19 @@ def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) 
         request = ctx.build(values) if parts is None else first_request(parts)
     except PromptError as exc:
         raise prompt_error(exc) from None
-    return SpeechJob(request, fmt, sse, parts, rate)
+    if parts is not None and body.timestamps:
+        raise ApiError(400, "word timestamps are not available for dialogue or SSML input yet; send plain text "
+                            "(or drop timestamps and use spans for each part's place).", param="timestamps")
+    return SpeechJob(request, fmt, sse, parts, rate, body.timestamps)
+
+
+def check_timestamps(body: SpeechRequest, ctx: ServeContext) -> None:
+    """`timestamps: true` needs this server's aligners and does not combine with `spans`."""
+    if body.spans:
+        raise ApiError(400, "timestamps and spans are two JSON answers; ask for one.", param="timestamps")
+    if ctx.aligners is None:
+        raise ApiError(400, "this server gives no word timestamps (it was started with --aligner none); drop "
+                            "timestamps or ask its operator.", param="timestamps")
 
 
 def validation_error(errors: Sequence[dict]) -> ApiError:
