@@ -22,7 +22,18 @@ same code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (fal
 sentence in one binary frame, as vLLM-Omni; true: raw audio as it is generated, needs response_format
 pcm, ulaw or alaw; audio.start's sample_rate is the output rate) and
 `split_granularity` ("sentence", the default here: speak each sentence once it is complete;
-"none": the whole utterance at input.done).
+"none": the whole utterance at input.done). `timestamps: true` (the speech route's field; refused
+at session.config when the server has no aligners) adds one frame per sentence:
+  words   {utterance_index, sentence_index, words: [{word, start, end, kind}], aligner, missing}
+          the sentence's typed words ("₹250" is one word, a tag such as <laugh> has kind "tag"),
+          with start and end in seconds from the start of THAT sentence's audio (its audio.start),
+          as a voice agent counts what it has played of the sentence playing when the user barges
+          in; missing: None, or why some words have no times.
+It comes after the sentence's audio.done and before the next sentence's audio.done (whole files:
+before its audio frame) or the utterance's session.done. The words are aligned off the event loop
+while the next sentence is synthesized (`rumik_app.serve.words.StreamWords`), so synthesis never
+waits for them; at most one sentence's words are outstanding (the next sentence's audio.done
+waits for them if the aligner is slower than speech). SSML sentences are refused with timestamps.
 
 Sentences are cut as text arrives by `rumik_app.text.chunking.SentenceCutter` (the
 project's sentence rules; the cut points depend on the text only, not on how it was split
@@ -54,6 +65,7 @@ from rumik_app.serve.errors import ApiError, engine_error, prompt_error
 from rumik_app.serve.openai.schema import SpeechRequest, check_format, check_model, speech_job, validation_error
 from rumik_app.serve.protocol import OPEN_OWNER
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session
+from rumik_app.serve.words import StreamWords
 from rumik_app.text.chunking import SentenceCutter
 
 PATH = "/v1/audio/speech/stream"
@@ -138,6 +150,7 @@ class TextInSession:
         self.spoken = 0  # units of the session: the seed offset
         self.busy = False
         self.last_frame = time.monotonic()
+        self.words: asyncio.Task | None = None  # the last spoken sentence's words frame, being aligned
 
     async def run(self) -> None:
         """Serve the session until the client hangs up, times out or closes it (after session.close,
@@ -269,22 +282,46 @@ class TextInSession:
         self.utterance, self.sentences = self.utterance + 1, 0
 
     async def _speaker(self) -> None:
-        while (item := await self.units.get()) is not None:
-            if isinstance(item, tuple):
-                _, utterance, total = item
-                await self._send_json({"type": "session.done", "utterance_index": utterance,
-                                       "total_sentences": total})
-                continue
-            self.queued_chars -= len(item.text)
-            self.busy = True
-            try:
-                await self._speak(item)
-            finally:
-                self.busy = False
-                self.last_frame = max(self.last_frame, time.monotonic())
+        try:
+            while (item := await self.units.get()) is not None:
+                if isinstance(item, tuple):
+                    _, utterance, total = item
+                    await self._words_sent()
+                    await self._send_json({"type": "session.done", "utterance_index": utterance,
+                                           "total_sentences": total})
+                    continue
+                self.queued_chars -= len(item.text)
+                self.busy = True
+                try:
+                    await self._speak(item)
+                finally:
+                    self.busy = False
+                    self.last_frame = max(self.last_frame, time.monotonic())
+            await self._words_sent()  # session.close: the last words before the socket closes
+        finally:
+            if self.words is not None and not self.words.done():  # a hang-up: nobody to tell
+                self.words.cancel()
+                await asyncio.gather(self.words, return_exceptions=True)
+
+    async def _words_sent(self) -> None:
+        """Wait for the last sentence's words frame to be sent (ClientGone if the client went)."""
+        task, self.words = self.words, None
+        if task is not None:
+            await task
+
+    async def _send_words(self, words: StreamWords, ids: dict) -> None:
+        """A sentence's words frame, once its last chunk is aligned (a task: the next sentence goes on)."""
+        try:
+            batches = await words.finish()
+        finally:
+            words.cancel()
+        timings = words.timings()
+        await self._send_json({"type": "words", **ids, "words": [w.to_dict() for batch in batches for w in batch],
+                               "aligner": timings.aligner, "missing": timings.missing})
 
     async def _speak(self, unit: Unit) -> None:
         cfg, started, total, opened = unit.config, time.perf_counter(), 0, False
+        words: StreamWords | None = None
         fields = {**cfg.fields, "seed": unit.seed}
         ids = {"utterance_index": unit.utterance, "sentence_index": unit.index}
         source_rate = self.adapter.sample_rate
@@ -303,9 +340,12 @@ class TextInSession:
             if job.parts:  # a sentence that is an SSML document: not spoken in pieces here
                 raise ApiError(400, "SSML is not taken on a text-in session; send plain text, or the document to "
                                     "POST /v1/audio/speech.", param="text", code="invalid_text")
+            info: dict = {}  # filled live by the stream: where each chunk lies (StreamWords reads it)
+            if job.timestamps:
+                words = await off_loop(StreamWords, job.request, self.adapter, self.ctx.aligners, info)
             async with self.session.utterance():
                 audio = []
-                async for piece in self.adapter.stream(job.request, {}):
+                async for piece in self.adapter.stream(job.request, info):
                     if not opened:
                         self.metrics.first_audio.observe(time.perf_counter() - started)
                     await start()
@@ -314,14 +354,19 @@ class TextInSession:
                     elif data := encoder.encode(piece):
                         total += len(data)
                         await self._send_audio(data)
-            if encoder is not None and (data := encoder.finish()):  # the resampler's tail
+                    if words is not None:
+                        words.push(piece)
+            if encoder is not None:
+                data = encoder.finish()  # the resampler's tail
                 total += len(data)
-                await self._send_audio(data)
-            if encoder is None:
+            else:
                 samples = np.concatenate(audio) if audio else np.zeros(0, dtype=np.float32)
                 data = await off_loop(encode_whole, cfg.response_format, samples, source_rate, cfg.sample_rate)
                 total = len(data)
+            await self._words_sent()  # the previous sentence's words, before this one's last frames
+            if encoder is None:
                 await start()
+            if data:
                 await self._send_audio(data)
             failed = False
             self.metrics.request_done(200, cfg.response_format, time.perf_counter() - started)
@@ -335,8 +380,14 @@ class TextInSession:
             await start()
             await self._send_json({"type": "error", "message": error.message, "code": error.code, **ids})
         finally:
-            if opened:
-                await self._send_json({"type": "audio.done", **ids, "total_bytes": total, "error": failed})
+            try:
+                if opened:
+                    await self._send_json({"type": "audio.done", **ids, "total_bytes": total, "error": failed})
+            finally:
+                if words is not None and not failed:  # aligned while the next sentence is made; sent when ready
+                    self.words = asyncio.create_task(self._send_words(words, ids))
+                elif words is not None:
+                    words.cancel()
 
     async def _send_json(self, frame: dict) -> None:
         if not await self.session.send_json(frame):

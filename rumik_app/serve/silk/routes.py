@@ -40,6 +40,7 @@ from rumik_app.serve.silk.schema import (
     SilkFields,
     SilkVoice,
     check_silk_model,
+    check_silk_timestamps,
     silk_output,
     silk_request,
     silk_script,
@@ -114,6 +115,7 @@ async def tts(request: Request) -> Response:
     try:
         fields = SilkFields.parse(await _json_body(request))
         check_silk_model(fields.model, ctx.accepted)
+        check_silk_timestamps(fields.timestamps, ctx, socket=False)
         fmt, rate = silk_output(fields.response_format, fields.sample_rate, HTTP_FORMAT, FORMATS,
                                 ctx.adapter.sample_rate)
         voice = SilkVoice().updated(fields)

@@ -12,7 +12,9 @@ The protocol has no format or rate field (the clients expect 24 kHz 16-bit audio
 server adds its own, as it adds `seed` (an int: the same audio again): `response_format`
 (`/v1/tts`: any of the speech route's formats, default wav; the socket: pcm, ulaw or alaw,
 default pcm) and `sample_rate` (rumik_app.resample.RATES; default 8000 for ulaw/alaw, else
-24000), checked by `silk_output`. Both model names select this server's one model:
+24000), checked by `silk_output`, and on the socket `timestamps` (true: each utterance's
+words with their times, as `words` frames between its audio; `check_silk_timestamps`).
+Both model names select this server's one model:
   mulberry  the voice from `speaker` and `description`;
   muga      a leading tone tag in the text, `[happy] Namaste!`: neutral (no tone), happy,
             sad, excited, angry (and this model's `professional`). `whisper` has no
@@ -36,7 +38,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pydantic import ConfigDict, StrictInt, ValidationError
+from pydantic import ConfigDict, StrictBool, StrictInt, ValidationError
 
 from rumik_app.engine.script import Part
 from rumik_app.prompt import TONES, PromptError, normalize_voice
@@ -88,6 +90,7 @@ class SilkFields(SamplingFields):
     seed: int | None = None
     response_format: str | None = None  # this server's: see silk_output
     sample_rate: StrictInt | None = None  # this server's: Hz, one of rumik_app.resample.RATES (`true` is not 1)
+    timestamps: StrictBool | None = None  # this server's: `words` frames on the socket (see check_silk_timestamps)
 
     @classmethod
     def parse(cls, data) -> "SilkFields":
@@ -125,14 +128,16 @@ class SilkVoice:
 
 @dataclass(frozen=True)
 class SilkAudio:
-    """A socket session's output (`response_format`, `sample_rate`; None: the defaults): like the
-    voice, a frame's values hold until a frame changes them."""
+    """A socket session's output (`response_format`, `sample_rate`; None: the defaults; and
+    `timestamps`: word frames, default off): like the voice, a frame's values hold until a
+    frame changes them."""
 
     response_format: str | None = None
     sample_rate: int | None = None
+    timestamps: bool = False
 
     def updated(self, fields: SilkFields) -> "SilkAudio":
-        given = {name: getattr(fields, name) for name in ("response_format", "sample_rate")
+        given = {name: getattr(fields, name) for name in ("response_format", "sample_rate", "timestamps")
                  if getattr(fields, name) is not None}
         return replace(self, **given)
 
@@ -147,6 +152,24 @@ def silk_output(fmt: str | None, rate: int | None, default: str, allowed: Sequen
     if problem := rate_problem(fmt, rate):
         raise SilkError(400, problem, "unsupported_sample_rate")
     return fmt, output_rate(fmt, source_rate, rate)
+
+
+def check_silk_timestamps(timestamps: bool | None, ctx: ServeContext, parts: list[Part] | None = None,
+                          socket: bool = True) -> None:
+    """`timestamps: true` needs this server's aligners (`ctx.aligners`), plain text (not SSML)
+    and the socket, whose `words` frames carry them (`/v1/tts` answers a WAV alone); SilkError 400."""
+    if not timestamps:
+        return
+    if not socket:
+        raise SilkError(400, "timestamps come as `words` frames on the socket (POST /v1/tts/ws-connect); /v1/tts "
+                             "answers a WAV alone. For one JSON answer with the audio and its words, POST "
+                             "/v1/audio/speech with timestamps: true.", "unsupported_parameter")
+    if ctx.aligners is None:
+        raise SilkError(400, "This server gives no word timestamps (it was started with --aligner none); send "
+                             "timestamps: false or ask its operator.", "timestamps_unavailable")
+    if parts is not None:
+        raise SilkError(400, "Word timestamps are not available for SSML text yet; send plain text, or "
+                             "timestamps: false for this utterance.", "unsupported_parameter")
 
 
 def check_silk_model(name: str | None, accepted: Sequence[str]) -> str:

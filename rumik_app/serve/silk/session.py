@@ -11,6 +11,15 @@ interrupt); `close` or a hang-up aborts; a bad frame gets an `error` frame and t
 goes on; an idle session times out after IDLE_TIMEOUT_S, every session after
 MAX_SESSION_AGE_S. Audio comes from `SpeechAdapter.stream`, the rows and stream assembler
 every other route uses.
+
+Word timestamps (this server's `timestamps` field, held like the format; needs the server's
+aligners and plain text, else an `error` frame): each planned chunk is aligned off the event
+loop once its audio is out (`rumik_app.serve.words.StreamWords`), and its typed words go out as
+`{"type": "words", "request_id", "words": [{word, start, end, kind}]}` between the audio
+frames, the rest after the last audio and before `done`; times are seconds from the start of
+that utterance's audio (the output's timeline, at any `sample_rate`). A chunk whose words are
+still being aligned never holds its audio back; `done` then also carries `aligner` and
+`missing` (None, or why some words have no times).
 """
 
 from __future__ import annotations
@@ -38,11 +47,13 @@ from rumik_app.serve.silk.schema import (
     SilkFields,
     SilkVoice,
     check_silk_model,
+    check_silk_timestamps,
     silk_output,
     silk_request,
     silk_script,
 )
 from rumik_app.serve.sockets import CLOSE_NORMAL, Session, SessionsFull
+from rumik_app.serve.words import StreamWords
 from rumik_app.watermark import WatermarkUnavailable
 
 log = logging.getLogger(__name__)
@@ -160,15 +171,17 @@ class SilkSession:
                                  "without a type.", "invalid_frame")
         if fields.model is not None:
             check_silk_model(fields.model, self.accepted)  # the model is fixed at ws-connect; only check it
-        await self._stop(reason="interrupt")
         voice, audio = self.voice.updated(fields), self.audio.updated(fields)
+        check_silk_timestamps(audio.timestamps, self.ctx)  # no aligners: refused, the playing utterance goes on
+        await self._stop(reason="interrupt")
         output = silk_output(audio.response_format, audio.sample_rate, SOCKET_FORMAT, RAW_FORMATS,
                              self.adapter.sample_rate)
         parts = await off_loop(silk_script, fields, voice, self.ctx)  # SSML: its parts in order; None: plain
+        check_silk_timestamps(audio.timestamps, self.ctx, parts)
         req = silk_request(fields, voice, self.ctx) if parts is None else first_request(parts)
         self.voice, self.audio = voice, audio  # only a frame that made a valid request changes them
         self.current_id = request_id()
-        self.current = asyncio.create_task(self._speak(req, self.current_id, parts, output))
+        self.current = asyncio.create_task(self._speak(req, self.current_id, parts, output, audio.timestamps))
         return True
 
     async def _stop(self, reason: str | None) -> None:
@@ -182,13 +195,16 @@ class SilkSession:
             await self.session.send_json({"type": "cancelled", "reason": reason, "request_id": self.current_id})
 
     async def _speak(self, req: SynthesisRequest, rid: str, parts: list[Part] | None = None,
-                     output: tuple[str, int | None] = (SOCKET_FORMAT, None)) -> None:
+                     output: tuple[str, int | None] = (SOCKET_FORMAT, None), timestamps: bool = False) -> None:
         started = time.perf_counter()
-        info: dict = {}
+        info: dict = {}  # filled live by the stream: where each chunk lies (StreamWords reads it)
         samples = 0
+        words: StreamWords | None = None
         encoder = make_encoder(output[0], self.adapter.sample_rate, output[1])  # raw: pcm, ulaw or alaw
         pieces = script_stream(self.adapter, parts, info) if parts else self.adapter.stream(req, info)
         try:
+            if timestamps:  # plain text only (checked): the plan's chunk texts, made off the loop
+                words = await off_loop(StreamWords, req, self.adapter, self.ctx.aligners, info)
             async with self.session.utterance():
                 await self.session.send_json({"type": "queued", "queue_depth": self.adapter.stats().queue_depth,
                                               "request_id": rid})
@@ -199,13 +215,22 @@ class SilkSession:
                     samples += len(piece)
                     if (data := encoder.encode(piece)) and not await self.session.send_audio(data):
                         return
+                    if words is not None:
+                        words.push(piece)
+                        if not await self._send_words(rid, words.ready()):  # chunks aligned so far
+                            return
                 if (data := encoder.finish()) and not await self.session.send_audio(data):  # the resampler's tail
+                    return
+                if words is not None and not await self._send_words(rid, await words.finish()):  # the rest
                     return
             seconds, elapsed = samples / self.adapter.sample_rate, time.perf_counter() - started
             self.metrics.request_done(200, encoder.fmt, elapsed)
-            await self.session.send_json({"type": "done", "request_id": rid, "audio_duration": round(seconds, 3),
-                                          "rtf": round(elapsed / seconds, 4) if seconds else 0.0,
-                                          "credits_used": 0, "seed": req.seed})
+            done = {"type": "done", "request_id": rid, "audio_duration": round(seconds, 3),
+                    "rtf": round(elapsed / seconds, 4) if seconds else 0.0, "credits_used": 0, "seed": req.seed}
+            if words is not None:  # which aligner placed the words, and why any have no times (None: all have)
+                timings = words.timings()
+                done.update(aligner=timings.aligner, missing=timings.missing)
+            await self.session.send_json(done)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes one error frame
@@ -215,6 +240,16 @@ class SilkSession:
             await self.session.send_json({**error.frame(), "request_id": rid})
         finally:
             await pieces.aclose()
+            if words is not None:
+                words.cancel()
+
+    async def _send_words(self, rid: str, batches: list[list]) -> bool:
+        """One `words` frame per aligned chunk that completed any typed words; False if the socket is gone."""
+        for batch in batches:
+            if batch and not await self.session.send_json(
+                    {"type": "words", "request_id": rid, "words": [word.to_dict() for word in batch]}):
+                return False
+        return True
 
 
 async def first_piece(pieces: AsyncIterator[np.ndarray], tick, every: float = QUEUED_EVERY_S) -> np.ndarray:
