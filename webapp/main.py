@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from webapp import zerogpu
@@ -52,6 +53,7 @@ zerogpu.import_spaces()
 
 # Nothing below imports torch, transformers or gradio, so `--help` is instant (`rumik app --help`):
 # Gradio, and the rate tab that needs it to load, are imported where the page is built (`build_demo`, `_theme`).
+from rumik_app.align import AlignerSet, AlignmentError  # noqa: E402
 from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options  # noqa: E402
 from rumik_app.errors import report_user_error  # noqa: E402
 from rumik_app.request import DEFAULT_MODEL  # noqa: E402
@@ -64,6 +66,7 @@ from webapp.scoring import DEFAULT_ASR_MODEL, JudgeCatalog  # noqa: E402
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots  # noqa: E402
 from webapp.synth_tab import SynthHandlers, build_synth_tab  # noqa: E402
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry  # noqa: E402
+from webapp.timings import HIGHLIGHT_JS, TRANSCRIPT_CSS  # noqa: E402
 from webapp.uploads import MAX_CLIP_MB  # noqa: E402
 
 if TYPE_CHECKING:
@@ -84,7 +87,7 @@ CSS = """
 #model-banner:has(h3, p) {
   background: #fff4e5; border-left: 4px solid #f59e0b; padding: 0.6em 1em; border-radius: 6px;
 }
-"""
+""" + TRANSCRIPT_CSS
 # System fonts only: the page must look right offline, and the OS Indic fonts (fonts-indic,
 # Noto) cover every script the model reads.
 THEME_FONTS = ["ui-sans-serif", "system-ui", "Noto Sans", "sans-serif"]
@@ -98,7 +101,8 @@ INTRO = (
 def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, preload: bool = True,
                admin: AdminGate | None = None, served: ServedFolder | None = None,
                engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,),
-               speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, voices: str | os.PathLike | None = None) -> gr.Blocks:
+               speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, voices: str | os.PathLike | None = None,
+               aligners: Sequence[str] | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
@@ -108,8 +112,11 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     options), as `rumik_app.cli_args.engine_kwargs` reads them from the flags; `asr_models`: the
     Hugging Face ASR judges visitors may pick in the Evaluate tab (hub ids or folders);
     `speaker_encoder`: the Evaluate tab's speaker-similarity model (`evaluation.speaker` spec);
-    `voices`: a voice library folder whose voices rumik-oss-1 speaks too (docs/voices.md).
-    Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves.
+    `voices`: a voice library folder whose voices rumik-oss-1 speaks too (docs/voices.md);
+    `aligners`: the *Word timestamps* aligners' specs (`rumik_app.align.load_aligner`; None: each
+    engine's default, pocketsphinx for English), loaded now.
+    Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves, AlignmentError if an
+    aligner cannot load.
     """
     import gradio as gr
 
@@ -122,7 +129,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     if preload:
         registry.preload(SYSTEM_RUMIK)
     store = RatingStore(layout.database)
-    synth = SynthHandlers(registry, served)
+    synth = SynthHandlers(registry, served, AlignerSet.load(aligners, strict=True) if aligners else None)
     rate = RateHandlers(registry, synth, store, layout, admin)
     default, choices = registry.default_choice(), registry.choices()
 
@@ -176,7 +183,7 @@ def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_t
                            auth=demo.login_check.acheck if logins else None,
                            auth_message="Sign in to use this rumik-oss-1 app.",
                            run_history=False if admin.enabled else None,
-                           max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS,
+                           max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, js=HIGHLIGHT_JS,
                            quiet=prevent_thread_lock, app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
 
 
@@ -221,6 +228,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-unload", type=float, metavar="MINUTES",
                    help="unload the model after this many minutes without a visitor (frees the GPU; the next "
                         "synthesis reloads it); in-process engine only, not on ZeroGPU (it frees the GPU itself)")
+    p.add_argument("--aligner", action="append", default=None, metavar="NAME[:PATH]",
+                   help="word aligner for the Word timestamps box, repeatable, first match per language wins: "
+                        "pocketsphinx (English, the default), indicconformer:FOLDER (Indian languages), "
+                        "ctc:FOLDER (a local CTC model)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM
     add_voices_argument(p)  # --voices DIR: library voices in the Voice menu
     args = p.parse_args(argv)
@@ -244,8 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         admin = AdminGate.from_sources(args.admin_password)
         demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
                           asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)),
-                          speaker_encoder=args.speaker_encoder, voices=args.voices)
-    except (LoginError, UnsafeLayoutError) as exc:
+                          speaker_encoder=args.speaker_encoder, voices=args.voices, aligners=args.aligner)
+    except (LoginError, UnsafeLayoutError, AlignmentError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""),

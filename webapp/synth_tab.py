@@ -17,6 +17,11 @@ preview; text starting with `<speak>` is SSML and, with *Dialogue* on, the text 
 `Name (tone, pace): text` lines. Both are scripts (`rumik_app.engine.script`): spoken whole,
 their parts joined with exact pauses, the info line listing each part's span; the player gets a
 script in one piece. Only rumik engines speak scripts; espeak-ng refuses them (it reads lexicons).
+
+Word timestamps (issue 36, `webapp.timings`): with *Word timestamps* ticked, a second event
+aligns the words of the clip just streamed (the stream event keeps what it needs in the
+visitor's session state) and shows SRT and WebVTT captions and a transcript whose current word
+is highlighted while the clip plays.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rumik_app.align import AlignerSet
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.engine.script import Part
 from rumik_app.errors import RumikError
@@ -78,6 +84,15 @@ from webapp.scripts import (
 )
 from webapp.storage import ServedFolder
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
+from webapp.timings import (
+    ALIGN_CONCURRENCY,
+    TIMESTAMPS_INFO,
+    TRANSCRIPT_ELEM_ID,
+    TimingJob,
+    WordTimings,
+    script_job,
+    timing_job,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +145,9 @@ class Job:
 class SynthHandlers:
     """The Synthesise tab's functions; each raises gr.Error with one readable message."""
 
-    def __init__(self, registry: SystemRegistry, served: ServedFolder):
+    def __init__(self, registry: SystemRegistry, served: ServedFolder, aligners: AlignerSet | None = None):
         self.registry, self.served = registry, served
+        self.timings = WordTimings(registry, served, aligners)  # aligners: app.py --aligner (None: the engine's)
 
     def build(self, form: SynthForm) -> tuple[LoadedSystem, SynthesisRequest]:
         """Check everything: every field before any model is loaded (so they are checked even if
@@ -183,9 +199,11 @@ class SynthHandlers:
             return str(self.served.write_wav(samples))
 
     def stream(self, form: SynthForm) -> Iterator[tuple]:
-        """UI synthesis: yields (audio piece as WAV bytes, seed used as text, download path, info).
+        """UI synthesis: yields (audio piece as WAV bytes, seed used as text, download path, info,
+        timing job): the last is the `webapp.timings.TimingJob` the *Word timestamps* event reads
+        (a gr.State: kept on the server, not an API output).
 
-        The first yield clears the previous result (audio, seed, download), so an error never
+        The first yield clears the previous result (audio, seed, download, job), so an error never
         sits under an old clip; the info line then counts the audio generated against the
         budget while pieces stream, and on an error says what went wrong (also raised as
         gr.Error, the toast)."""
@@ -193,7 +211,7 @@ class SynthHandlers:
 
         # gr.update(value=None) empties a streaming player (a plain None leaves the last clip in it);
         # the download is emptied and greyed out until this run's clip is there (_download_state).
-        yield gr.update(value=None), "", gr.update(value=None, interactive=False), "Checking the request…"
+        yield gr.update(value=None), "", gr.update(value=None, interactive=False), "Checking the request…", None
         try:
             with user_errors("Synthesis"):
                 job = self.prepare(form)
@@ -201,20 +219,32 @@ class SynthHandlers:
                 yield from self._stream_script(job)
                 return
             chosen, req = job.chosen, job.request
-            yield gr.skip(), str(req.seed), gr.skip(), f"Generating with {chosen.label}, seed {req.seed}…"
+            yield gr.skip(), str(req.seed), gr.skip(), f"Generating with {chosen.label}, seed {req.seed}…", gr.skip()
             stats: dict = {}
             pieces: list[np.ndarray] = []
             with user_errors("Synthesis"):
                 for piece in chosen.stream(req, stats):
                     if len(piece):
                         pieces.append(piece)
-                        yield Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), _progress(chosen, req, stats)
+                        yield (Audio(piece).to_wav_bytes(), gr.skip(), gr.skip(), _progress(chosen, req, stats),
+                               gr.skip())
                 samples = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
                 path = self.served.write_wav(samples)
         except gr.Error as exc:
-            yield gr.skip(), gr.skip(), gr.skip(), error_line("Not synthesised", exc)
+            yield gr.skip(), gr.skip(), gr.skip(), error_line("Not synthesised", exc), gr.skip()
             raise
-        yield gr.skip(), str(req.seed), str(path), _info(chosen, req, samples, stats)
+        yield (gr.skip(), str(req.seed), str(path), _info(chosen, req, samples, stats),
+               timing_job(chosen, req, stats, path))
+
+    def word_timings(self, wanted: object, job: TimingJob | None) -> Iterator[tuple]:
+        """After a run, with *Word timestamps* ticked: (transcript HTML, [captions.srt, captions.vtt]
+        or None, note), "Aligning…" first (`webapp.timings.WordTimings.run`)."""
+        yield from self.timings.run(wanted, job)
+
+    @staticmethod
+    def clear_timings() -> tuple:
+        """A new run starts: no transcript, captions or note of the previous clip."""
+        return "", None, ""
 
     def _stream_script(self, job: Job) -> Iterator[tuple]:
         """A script for the player: made whole (its parts share the engine's batches), then one piece."""
@@ -223,12 +253,12 @@ class SynthHandlers:
         spoken = sum(part.request is not None for part in job.parts)
         yield (gr.skip(), str(job.seed), gr.skip(),
                f"Generating the {KIND_NAMES[job.kind]} ({spoken} parts) with {job.chosen.label}, seed {job.seed}; "
-               "it plays when all of it is made…")
+               "it plays when all of it is made…", gr.skip())
         with user_errors("Synthesis"):
             result = job.chosen.synthesize_script(job.parts, APP_LIMITS)
             path = self.served.write_wav(result.samples)
         yield (Audio(result.samples).to_wav_bytes(), str(job.seed), str(path),
-               _script_info(job, result.samples, result.spans, result.info))
+               _script_info(job, result.samples, result.spans, result.info), script_job(job.chosen, path))
 
     def default_seconds(self, system: str | None) -> float:
         """The Max seconds slider's default for a system: short for random-weight `tiny`."""
@@ -432,6 +462,8 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
             normalize = gr.Checkbox(value=True, label="Read numbers, money, dates and times as words",
                                     info="₹2,50,000 → दो लाख पचास हज़ार रुपए; the preview shows what the model reads.",
                                     elem_id="normalize")
+            timestamps = gr.Checkbox(value=False, label="Word timestamps", info=TIMESTAMPS_INFO,
+                                     elem_id="word-timestamps")
             preview = gr.Textbox(label="Prompt the model receives (read-only)", value=first_prompt, interactive=False,
                                  lines=2, elem_id="prompt-preview")
             notes = gr.Markdown(first_notes, elem_id="prompt-notes")
@@ -475,6 +507,15 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                                    placeholder="shown after a run")
             download = gr.DownloadButton("Download (24 kHz WAV)", value=None, elem_id="download", interactive=False)
             info = gr.Markdown(elem_id="synth-info")
+    # Word timestamps (webapp.timings): shown while the box is ticked, filled after each run.
+    with gr.Column(visible=False, elem_id="word-timings") as timings_box:
+        transcript = gr.HTML("", label="Transcript (the word being spoken is highlighted)", show_label=True,
+                             container=True, elem_id=TRANSCRIPT_ELEM_ID)
+        with gr.Row():
+            captions = gr.File(label="Captions: SubRip (.srt) and WebVTT (.vtt)", file_count="multiple",
+                               interactive=False, elem_id="captions")
+            timings_note = gr.Markdown(elem_id="timings-note")
+    timing_state = gr.State(None)  # the last clip's TimingJob: on the server only
     gr.Examples(
         [list(example) for example in SHOWCASE],
         inputs=[text, voice, language, tone, accent, pace],
@@ -511,11 +552,20 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
           inputs_kwargs=preview_inputs, outputs=[preview, notes], api_name="prompt_preview", show_progress="hidden",
           trigger_mode="always_last", concurrency_id="preview", concurrency_limit=PREVIEW_CONCURRENCY)
     # Gradio's busy/error overlay on the player only: the info line beside it says what is happening.
-    go.click(form_event(SynthForm, handlers.stream), inputs_kwargs=inputs, outputs=[audio, seed_used, download, info],
-             api_name="synthesize_stream", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY,
-             show_progress_on=[audio]).then(
-        _download_state, inputs=download, outputs=download, api_name="download_state", queue=False,
-        show_progress="hidden")
+    timing_outputs = [transcript, captions, timings_note]
+    go.click(handlers.clear_timings, outputs=timing_outputs, api_name="clear_timings", api_visibility="private",
+             queue=False, show_progress="hidden")
+    run = go.click(form_event(SynthForm, handlers.stream), inputs_kwargs=inputs,
+                   outputs=[audio, seed_used, download, info, timing_state], api_name="synthesize_stream",
+                   concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY, show_progress_on=[audio])
+    run.then(_download_state, inputs=download, outputs=download, api_name="download_state", queue=False,
+             show_progress="hidden")
+    # The words are aligned after the clip is out (the player does not wait), in a queue of their own.
+    run.then(handlers.word_timings, inputs=[timestamps, timing_state], outputs=timing_outputs,
+             api_name="word_timings", api_visibility="private", concurrency_id="align",
+             concurrency_limit=ALIGN_CONCURRENCY, show_progress="hidden")
+    timestamps.change(lambda on: gr.update(visible=bool(on)), inputs=timestamps, outputs=timings_box,
+                      api_name="word_timings_box", api_visibility="private", queue=False, show_progress="hidden")
     # The API twin: no description mode (tone, accent, pace and description as sent) and no language
     # (its dropdown picks examples; an API caller's numbers are read per clause, from the script).
     api_inputs = {name: component for name, component in inputs.items() if name not in ("description_mode", "language")}
