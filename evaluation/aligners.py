@@ -154,6 +154,9 @@ def rough_phones(word: str) -> str:
     return " ".join(phones)
 
 
+MAX_ADDED_WORDS = 20_000  # out-of-dictionary words one decoder takes before it is made afresh
+
+
 class PocketSphinxAligner:
     """English forced alignment with pocketsphinx's own model (see the module docstring).
     Covers Latin-script words in any language: the phones are English ones."""
@@ -169,7 +172,14 @@ class PocketSphinxAligner:
         except ImportError as exc:
             raise AlignmentError("pocketsphinx is not installed; install the eval extra: "
                                  "pip install -e .[eval].") from exc
-        self.decoder = Decoder(**POCKETSPHINX_ALIGN_CONFIG)
+        self._new_decoder = Decoder
+        self._fresh_decoder()
+
+    def _fresh_decoder(self) -> None:
+        """The shipped dictionary plus the wildcard phones; words a text adds are counted, so a
+        long-running server's dictionary never grows past MAX_ADDED_WORDS (then it starts again)."""
+        self.decoder = self._new_decoder(**POCKETSPHINX_ALIGN_CONFIG)
+        self.added = 0
         for i, phone in enumerate(STAR_PHONES):  # the decoder is updated once, with the last word
             self.decoder.add_word(STAR_WORD.format(phone.lower()), phone, i == len(STAR_PHONES) - 1)
 
@@ -184,6 +194,7 @@ class PocketSphinxAligner:
             raise AlignmentError(f"pocketsphinx can only spell Latin-script words, not {word!r}; pass it as STAR or "
                                  "align it with its own language's aligner (--aligner indicconformer:PATH).")
         if self.decoder.lookup_word(clean) is None:
+            self.added += 1
             parts = [p for p in clean.split("-") if p]
             phones = [self.decoder.lookup_word(p) or rough_phones(p) for p in parts]
             self.decoder.add_word(clean, " ".join(phones), True)
@@ -224,6 +235,8 @@ class PocketSphinxAligner:
             raise AlignmentError("the clip is silent; there are no words to place in it.")
         for w in words:
             refuse_digits(w)
+        if self.added >= MAX_ADDED_WORDS:  # between texts, never inside one
+            self._fresh_decoder()
         entries = [w if w == STAR else self.dictionary_word(w) for w in words if has_letters(w)]
         if not entries:
             return fill_empty(words, [])

@@ -18,6 +18,7 @@ around it still land, and the caller aligns that run again with its own script's
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -28,6 +29,8 @@ import numpy as np
 
 from rumik_app.errors import RumikError
 from rumik_app.text.languages import script_counts
+
+log = logging.getLogger(__name__)
 
 ALIGNER_GROUP = "rumik_app.aligners"  # entry points: aligner name -> a factory taking the spec's argument (or None)
 DEFAULT_ALIGNERS = ("pocketsphinx",)  # offline English; Indic languages need an IndicConformer folder
@@ -118,22 +121,31 @@ class AlignerSet:
             except RumikError as exc:
                 if strict:
                     raise
+                log.warning("aligner %s did not load: %s", spec, exc)
                 errors[spec] = str(exc)
         return cls(aligners, errors)
 
     def find(self, language: str, script: str) -> Aligner | None:
+        """The first aligner that covers this language (ISO code) and script, or None."""
         return next((a for a in self.aligners if a.covers(language, script)), None)
 
     def why_none(self, language: str, script: str) -> str:
-        """One sentence: why no aligner covers this language and script, and the fix."""
-        loaded = ", ".join(a.name for a in self.aligners) or "none"
-        failed = "".join(f" {spec} did not load: {reason}" for spec, reason in self.errors.items())
+        """Why no aligner covers this language and script, and the fix; aligners by kind only
+        (their folders stay in the operator's log: this reaches a server's clients)."""
+        loaded = ", ".join(kind(a) for a in self.aligners) or "none"
+        failed = "".join(f" {spec.partition(':')[0]} did not load." for spec in self.errors)
         return (f"no aligner covers {script} text in language {language!r} (loaded: {loaded}).{failed} "
                 f"Indian languages need an IndicConformer folder: --aligner indicconformer:PATH; other Latin-script "
                 f"speech a local CTC model: --aligner ctc:PATH.")
 
     def lock(self, aligner: Aligner) -> threading.Lock:
+        """The lock an aligner is used under (one thread at a time)."""
         return self.locks[id(aligner)]
+
+
+def kind(aligner: Aligner) -> str:
+    """An aligner's name without its folder ("indicconformer:/models/ic" -> "indicconformer")."""
+    return aligner.name.partition(":")[0]
 
 
 def load_aligner(spec: str) -> Aligner:

@@ -17,11 +17,12 @@ A chunk no aligner can place keeps its span; its words are listed in `missing` w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 
-from rumik_app.align import STAR, Aligner, AlignerSet, AlignmentError, Timings, WordTime, word_script
+from rumik_app.align import STAR, Aligner, AlignerSet, AlignmentError, Timings, WordTime, kind, word_script
 from rumik_app.align.refine import refine_boundaries
 from rumik_app.align.words import SpokenWord, letters, map_words
 from rumik_app.request import SynthesisRequest
@@ -29,6 +30,7 @@ from rumik_app.text.languages import get_language
 from rumik_app.text.normalize import SCRIPT_DEFAULT_LANGUAGE
 
 Span = tuple[float, float]
+log = logging.getLogger(__name__)
 
 
 class WordTimer:
@@ -51,24 +53,32 @@ class WordTimer:
         output; returns the typed words it completed, in order."""
         words = self.map.chunks[index]
         end = offset + len(samples) / sample_rate
-        typed = sorted({w.owner for w in words if w.owner is not None})
+        owners = {w.owner for w in words if w.owner is not None}
+        shares = self.map.shares
+        typed = sorted(owners | {i for i, host in shares.items() if host in owners})
         self.segments.append({"text": " ".join(self.map.typed[i] for i in typed), "start": round(offset, 3),
                               "end": round(end, 3)})
+        duration = len(samples) / sample_rate
         spans = self._chunk_spans(index, words, samples, sample_rate)
         for word, span in zip(words, spans, strict=True):
-            if word.owner is not None and span is not None:
-                self.spans.setdefault(word.owner, []).append((offset + span[0], offset + span[1]))
-        done = [self._typed_word(i) for i in typed if self.last_chunk.get(i) == index and i in self.spans]
+            if word.owner is not None and span is not None:  # inside the chunk, whatever the aligner said
+                start, stop = (min(max(t, 0.0), duration) for t in span)
+                self.spans.setdefault(word.owner, []).append((offset + start, offset + stop))
+        done = [self._typed_word(i, shares.get(i, i)) for i in typed
+                if self.last_chunk.get(shares.get(i, i)) == index and shares.get(i, i) in self.spans]
         done = _monotonic(done, self.words[-1].end if self.words else 0.0)
         self.words.extend(done)
         return done
 
     def timings(self) -> Timings:
+        """Every word timed so far, each chunk's span, the aligners' kinds, and what is missing."""
         return Timings(list(self.words), list(self.segments), aligner=", ".join(self.used) or None,
                        missing=" ".join(self.missing) or None)
 
-    def _typed_word(self, index: int) -> WordTime:
-        spans = self.spans[index]
+    def _typed_word(self, index: int, host: int) -> WordTime:
+        """Typed token `index`, timed by its own spoken words (host == index) or by the neighbour it
+        was read with."""
+        spans = self.spans[host]
         token = self.map.typed[index]
         kind = "tag" if SpokenWord(token, index).is_tag else "word"
         return WordTime(token, min(s for s, _ in spans), max(e for _, e in spans), kind)
@@ -125,10 +135,17 @@ class WordTimer:
 
     def _run(self, aligner: Aligner, samples: np.ndarray, sample_rate: int, texts: list[str],
              language: str) -> list[Span]:
-        with self.aligners.lock(aligner):
-            spans = aligner.align(samples, sample_rate, texts, language)
-        if aligner.name not in self.used:
-            self.used.append(aligner.name)
+        texts = [STAR if any(ch.isdigit() for ch in t) else t for t in texts]  # normalize=False: digits as typed
+        try:
+            with self.aligners.lock(aligner):
+                spans = aligner.align(samples, sample_rate, texts, language)
+        except AlignmentError:
+            raise
+        except Exception as exc:  # a model's own failure (onnxruntime, pocketsphinx): said, the audio stays
+            log.exception("aligner %s failed", kind(aligner))
+            raise AlignmentError(f"the {kind(aligner)} aligner failed ({type(exc).__name__})") from exc
+        if kind(aligner) not in self.used:
+            self.used.append(kind(aligner))
         return list(spans)
 
     def _aligner(self, script: str) -> Aligner | None:
@@ -143,9 +160,15 @@ class WordTimer:
 
 def _monotonic(words: list[WordTime], floor: float) -> list[WordTime]:
     """Words that never start before the previous one ended: chunks overlap by the crossfade, so an
-    aligner may put a chunk's first word inside the previous chunk's last 50 ms."""
-    out = []
+    aligner may put a chunk's first word inside the previous chunk's last 50 ms. Words that share a
+    span (`WordMap.shares`) keep sharing it."""
+    shared = None
+    out: list[WordTime] = []
     for word in words:
+        if out and (word.start, word.end) == shared:  # read together with the word before: the same span
+            out.append(WordTime(word.word, out[-1].start, out[-1].end, word.kind))
+            continue
+        shared = (word.start, word.end)
         start = max(word.start, floor)
         floor = max(word.end, start)
         out.append(WordTime(word.word, start, floor, word.kind))

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rumik_app.prompt import TAG_PATTERN, split_tags
 from rumik_app.request import SynthesisRequest
 
+WINDOW_SLACK = 64  # expected words looked at beyond twice a chunk's own count (normalisation may lengthen)
+
 
 @dataclass(frozen=True)
 class SpokenWord:
-    """One word of a chunk's text as the model reads it; owner: index into `WordMap.typed` (None:
-    a word nothing typed explains, which keeps its neighbour's owner when timed)."""
+    """One word of a chunk's text as the model reads it; owner: index into `WordMap.typed` (None
+    only when nothing typed could explain any word of its chunk)."""
 
     text: str
     owner: int | None
@@ -41,6 +43,9 @@ class SpokenWord:
 class WordMap:
     typed: list[str]  # the typed tokens (words and tags), in order
     chunks: list[list[SpokenWord]]  # per planned chunk, its spoken words
+    # typed tokens with letters that own no spoken word, read together with a neighbour ("Rs" of
+    # "Rs 500", read "five hundred rupees"): token index -> the neighbour whose span it shares
+    shares: dict[int, int] = field(default_factory=dict)
 
 
 def letters(word: str) -> str:
@@ -67,21 +72,28 @@ def spoken_words_of(token: str, req: SynthesisRequest) -> list[str]:
 
 
 def map_words(req: SynthesisRequest, chunk_texts: Sequence[str]) -> WordMap:
-    """Each chunk's spoken words with the typed token each comes from (see the module docstring)."""
+    """Each chunk's spoken words with the typed token each comes from (see the module docstring).
+    Matched chunk by chunk against a window of the expected words, so a chapter costs linear time."""
     typed = split_tags(req.text)
-    expected = [(word, index) for index, token in enumerate(typed) for word in spoken_words_of(token, req)]
-    actual = [(word, chunk) for chunk, text in enumerate(chunk_texts) for word in split_tags(text)]
-    owners = _owners([letters(w) for w, _ in expected], [i for _, i in expected], [letters(w) for w, _ in actual])
-    chunks: list[list[SpokenWord]] = [[] for _ in chunk_texts]
-    for (word, chunk), owner in zip(actual, owners, strict=True):
-        chunks[chunk].append(SpokenWord(word, owner))
-    return WordMap(typed, chunks)
+    expected = [(letters(word), index) for index, token in enumerate(typed) for word in spoken_words_of(token, req)]
+    chunks: list[list[SpokenWord]] = []
+    position = 0
+    for text in chunk_texts:
+        words = split_tags(text)
+        window = expected[position: position + 2 * len(words) + WINDOW_SLACK]
+        owners, used = _owners([k for k, _ in window], [i for _, i in window], [letters(w) for w in words])
+        chunks.append([SpokenWord(word, owner) for word, owner in zip(words, owners, strict=True)])
+        position += used if used else len(words)
+    owned = {w.owner for chunk in chunks for w in chunk}
+    return WordMap(typed, chunks, _shares(typed, owned))
 
 
-def _owners(expected: list[str], expected_owner: list[int], actual: list[str]) -> list[int | None]:
-    """The owner of each actual word: matched words take their match's, a replaced run shares its
-    expected run's owners in proportion, an inserted word has none."""
+def _owners(expected: list[str], expected_owner: list[int], actual: list[str]) -> tuple[list[int | None], int]:
+    """The owner of each actual word, and how many expected words the match used: matched words
+    take their match's owner, a replaced run shares its expected run's owners in proportion, an
+    inserted word takes its neighbour's ("rupees" read after "500")."""
     owners: list[int | None] = [None] * len(actual)
+    used = 0
     matcher = difflib.SequenceMatcher(None, expected, actual, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
@@ -89,4 +101,22 @@ def _owners(expected: list[str], expected_owner: list[int], actual: list[str]) -
         elif op == "replace":
             for j in range(j1, j2):
                 owners[j] = expected_owner[i1 + (j - j1) * (i2 - i1) // (j2 - j1)]
-    return owners
+        if op in ("equal", "replace"):
+            used = i2
+    for j in range(len(owners)):  # inserted words: the word before's owner, else the next one's
+        if owners[j] is None:
+            owners[j] = owners[j - 1] if j else next((o for o in owners if o is not None), None)
+    return owners, used
+
+
+def _shares(typed: list[str], owned: set[int | None]) -> dict[int, int]:
+    """Typed tokens with letters that own no spoken word -> the next owning token (else the previous)."""
+    shares = {}
+    for index, token in enumerate(typed):
+        if index in owned or is_silent(token) or TAG_PATTERN.fullmatch(token):
+            continue
+        after = next((j for j in range(index + 1, len(typed)) if j in owned), None)
+        before = next((j for j in range(index - 1, -1, -1) if j in owned), None)
+        if (host := after if after is not None else before) is not None:
+            shares[index] = host
+    return shares

@@ -203,11 +203,12 @@ def build_server(args: argparse.Namespace):
     import uvicorn
 
     from rumik_app.serve.adapters import load_adapter
-    from rumik_app.serve.app import SpeechServer, create_app
+    from rumik_app.serve.app import SpeechServer, create_app, server_aligners
     from rumik_app.serve.connections import ConnectionPolicy, guarded_protocol
     from rumik_app.serve.openai.schema import parse_voice_map
     from rumik_app.voices.library import use_library
 
+    aligners = server_aligners(aligner_specs(args.aligner))  # a bad --aligner is said before the model loads
     sizes = {"max_prompt_tokens": args.max_prompt_tokens} if args.backend == "engine" else {}
     if args.idle_unload is not None:
         sizes["idle_unload_s"] = args.idle_unload * 60
@@ -221,7 +222,7 @@ def build_server(args: argparse.Namespace):
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
                      max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
                      body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client,
-                     aligners=aligner_specs(args.aligner))
+                     aligners=aligners)
     # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
     # request that can decode or wait, plus room for /health, /metrics and the ones being
     # refused. Idle ones make room (connections.py). (uvicorn does not count WebSockets here;

@@ -65,21 +65,21 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
                max_seconds: float = DEFAULT_MAX_SECONDS, admin_key: str | None = None,
                body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
                max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
-               data_dir: str | Path | None = None, aligners: Sequence[str] | None = DEFAULT_ALIGNERS) -> FastAPI:
+               data_dir: str | Path | None = None,
+               aligners: AlignerSet | Sequence[str] | None = DEFAULT_ALIGNERS) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `openai.schema.parse_voice_map`); max_sessions: WebSocket
     sessions (Silk's and text-in's) open at once, max_sessions_per_client of them per client
     address; max_seconds: the cap per chunk when a request gives none; admin_key: what
     /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take;
     api_key: one key or several (each owns its own lexicons); data_dir: where lexicons are kept
-    (None: in memory); aligners: the word aligners' specs (None or empty: no word timestamps;
-    the default set loads what it can, an explicit one must load whole)."""
+    (None: in memory); aligners: the word aligners, or their specs (`server_aligners`)."""
     sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
     ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
                        lexicons=LexiconStore(Path(data_dir) / "lexicons" if data_dir else None),
                        body_timeout=body_timeout,
-                       aligners=AlignerSet.load(aligners, strict=aligners != DEFAULT_ALIGNERS) if aligners else None)
+                       aligners=server_aligners(aligners))
     jobs = JobRunner(adapter, Path(data_dir) / "jobs" if data_dir else None)  # off (501) without --data-dir
 
     @asynccontextmanager
@@ -106,6 +106,19 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     for router in ROUTERS:
         app.include_router(router)
     return app
+
+
+def server_aligners(aligners: AlignerSet | Sequence[str] | None) -> AlignerSet | None:
+    """The server's word aligners: None or empty specs turn timestamps off; the default set loads what it can
+    (and without any, timestamps are off, with a warning), an explicit one must load whole (AlignmentError)."""
+    if isinstance(aligners, AlignerSet) or not aligners:
+        return aligners or None
+    loaded = AlignerSet.load(aligners, strict=tuple(aligners) != DEFAULT_ALIGNERS)
+    if not loaded.aligners:
+        log.warning("no word aligner loaded (%s): requests with timestamps get a 400",
+                    "; ".join(loaded.errors.values()))
+        return None
+    return loaded
 
 
 def _error_response(exc: ApiError) -> JSONResponse:

@@ -13,7 +13,9 @@ sides and the command line import it cheaply.
 `stream()` raises, before its first piece, `PromptError` (bad input: HTTP 400), `ServerBusy`
 (queue full: 503 + Retry-After), `ShuttingDown` (503) or `EngineFailed` (the decode loop
 died: 500); abandoning the iteration (`aclose()`, a cancelled task: the client hung up)
-frees whatever the request held.
+frees whatever the request held. `info` is filled as the stream goes, not only at its end:
+`info["chunk_samples"]` holds each finished chunk's decoded length before that chunk's last piece
+is yielded (word timestamps, `rumik_app.serve.words`, place each chunk in the stream with it).
 """
 
 from __future__ import annotations

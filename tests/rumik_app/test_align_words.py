@@ -162,3 +162,50 @@ def test_captions_group_words_into_cues_in_both_formats():
     assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:00.900\nHello world.")
     with pytest.raises(RumikError, match="srt or .vtt"):
         check_caption_path("out.txt")
+
+
+def test_a_token_read_with_its_neighbour_shares_its_span_and_inserted_words_keep_an_owner():
+    req = SynthesisRequest("Pay Rs 500 now.", language="en")
+    spoken = req.spoken_text()
+    words = map_words(req, [spoken])
+    assert None not in [w.owner for w in words.chunks[0]]
+    timings = time_words(req, [spoken], np.zeros(2 * RATE, np.float32), RATE, [[0.0, 2.0]],
+                         AlignerSet([EvenAligner()]))
+    assert [w.word for w in timings.words] == ["Pay", "Rs", "500", "now."]
+    rupees, number = timings.words[1], timings.words[2]
+    if "rupees" in spoken.lower().split()[1:4]:  # read "five hundred rupees": "Rs" shares "500"'s span
+        assert (rupees.start, rupees.end) == (number.start, number.end)
+    assert timings.words[-1].word == "now." and timings.words[-1].start >= number.end
+
+
+def test_a_long_text_maps_in_linear_time_chunk_by_chunk():
+    sentence = "On 15/08/2026 she paid ₹2,50,000 and Rs 500 for 3 tickets. "
+    req = SynthesisRequest(sentence * 120, language="en")
+    texts = [req.with_(text=sentence).spoken_text()] * 120
+    words = map_words(req, texts)
+    owners = [w.owner for chunk in words.chunks for w in chunk]
+    assert None not in owners and owners == sorted(owners) and max(owners) >= len(words.typed) - 2
+
+
+def test_an_aligner_that_crashes_is_said_and_never_raises():
+    class Crashes(EvenAligner):
+        def align(self, samples, sample_rate, words, language):
+            raise RuntimeError("onnxruntime went away")
+
+    req = SynthesisRequest("good words.")
+    timings = time_words(req, ["good words."], np.zeros(RATE, np.float32), RATE, [[0.0, 1.0]],
+                         AlignerSet([Crashes()]))
+    assert timings.words == [] and "the even aligner failed (RuntimeError)" in timings.missing
+
+
+def test_digits_left_as_typed_are_wildcards_and_times_stay_inside_the_chunk():
+    class Overshoots(EvenAligner):
+        def align(self, samples, sample_rate, words, language):
+            spans = super().align(samples, sample_rate, words, language)
+            return [*spans[:-1], (spans[-1][0], spans[-1][1] + 0.5)]  # past the clip's end
+
+    aligner = Overshoots()
+    req = SynthesisRequest("Call 100 now", normalize=False)
+    timings = time_words(req, ["Call 100 now"], np.zeros(RATE, np.float32), RATE, [[0.0, 1.0]], AlignerSet([aligner]))
+    assert aligner.calls[0][0] == ["Call", STAR, "now"]
+    assert [w.word for w in timings.words] == ["Call", "100", "now"] and timings.words[-1].end <= 1.0

@@ -105,3 +105,38 @@ def test_a_server_without_aligners_says_so(server):
     finally:
         server.ctx.aligners = saved
     assert resp.status_code == 400 and "--aligner none" in resp.json()["error"]["message"]
+
+
+def test_a_batch_item_with_timestamps_gets_its_own_error(server):
+    items = [{"model": "tiny", "voice": "Ira", "input": "Hello.", "max_seconds": 0.3, "seed": 1},
+             {"model": "tiny", "voice": "Ira", "input": "Hello.", "max_seconds": 0.3, "timestamps": True}]
+    resp = httpx.post(server.url + "/v1/audio/speech/batch", json={"items": items}, timeout=120,
+                      headers={"Authorization": f"Bearer {KEY}"})
+    first, second = resp.json()["results"]
+    assert "audio" in first and second["error"]["param"] == "timestamps"
+    assert "POST /v1/audio/speech" in second["error"]["message"]
+
+
+def test_stream_words_stop_cleanly_when_the_client_leaves(server):
+    """A hang-up mid-stream: the words task is cancelled, nothing waits on it."""
+    import asyncio
+
+    import numpy as np
+
+    from rumik_app.request import SynthesisRequest
+    from rumik_app.serve.words import StreamWords
+
+    async def run():
+        info = {"chunk_samples": []}
+        words = StreamWords(SynthesisRequest(LONG, seed=1), server.adapter, server.ctx.aligners, info)
+        assert words.chunks == 2
+        info["chunk_samples"].append(24_000)
+        words.push(np.zeros(24_000, np.float32))  # chunk 0 complete (no crossfade seam after it yet)
+        words.push(np.zeros(1_200, np.float32))
+        words.cancel()  # the client left
+        await asyncio.sleep(0.05)
+        assert words.worker.cancelled() or words.worker.done()
+        return words
+
+    words = asyncio.run(run())
+    assert words.scheduled == 1 and len(words.pieces[0]) <= 1_200 + 1_200  # only the seam's audio is kept

@@ -47,8 +47,8 @@ from rumik_app.serve.protocol import SEED_HEADER
 
 JOBS_PATH = "/v1/audio/jobs"
 PLAIN_TEXT_ONLY = ("A job takes plain text: send a dialogue or SSML to /v1/audio/speech (its parts are planned "
-                   "together there), and drop stream_format \"sse\" and spans (a job's audio is fetched whole from "
-                   "GET /v1/audio/jobs/{id}/audio).")
+                   "together there), and drop stream_format \"sse\", spans and timestamps (a job's audio is fetched "
+                   "whole from GET /v1/audio/jobs/{id}/audio).")
 
 # FLAC is written whole at the end (its header carries the length): hours of a job's audio would be
 # held in memory for one download, so a job is made in a format that streams.
@@ -74,7 +74,7 @@ def plan_job(body: SpeechRequest, ctx: ServeContext, limits: JobLimits,
              owner: str) -> tuple[SynthesisRequest, str, int | None, list[SynthesisRequest]]:
     """(request, response_format, sample_rate or None, planned chunks) of a job body; ApiError
     names the field (CPU work: normalising and planning a chapter)."""
-    if body.dialogue or body.spans or body.stream_format == "sse":
+    if body.dialogue or body.spans or body.timestamps or body.stream_format == "sse":
         raise ApiError(400, PLAIN_TEXT_ONLY, param="input", code="unsupported_job")
     bounded = dataclasses.replace(ctx, adapter=_JobBounds(ctx.adapter, limits.request_limits))
     job = speech_job(body, bounded, owner)

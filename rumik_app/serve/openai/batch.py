@@ -129,6 +129,9 @@ def check_item(index: int, raw: Any, ctx: ServeContext, owner: str) -> Item:
             raise ApiError(400, "stream_format \"sse\" does not apply in a batch: each item's audio comes whole, in "
                                 "base64. Drop stream_format, or send this request to POST /v1/audio/speech.",
                            param="stream_format", code="unsupported_format")
+        if body.timestamps:
+            raise ApiError(400, "timestamps are not given in a batch; send this request to POST /v1/audio/speech "
+                                "with timestamps: true.", param="timestamps", code="unsupported_parameter")
         job = speech_job(body, ctx, owner)
         return Item(index, job, budget_seconds(job, ctx), spans=body.spans)
     except ApiError as exc:

@@ -54,7 +54,6 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     check_model(body.model, ctx.accepted)
     job = await off_loop(speech_job, body, ctx, owner_of(request))  # lexicons, SSML, a script's plan: CPU work
     info: dict = {}
-    words = await off_loop(StreamWords, job.request, ctx.adapter, ctx.aligners, info) if job.timestamps else None
     pieces = script_stream(ctx.adapter, job.parts, info) if job.parts else ctx.adapter.stream(job.request, info)
     try:
         first = await _first_piece(pieces, request)
@@ -67,6 +66,8 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
         ctx.metrics.request_done(CLIENT_CLOSED, job.response_format)
         return Response(status_code=CLIENT_CLOSED)
     ctx.metrics.first_audio.observe(time.perf_counter() - started)
+    # built once the request is admitted and sounding: a refused request costs no second reading of its text
+    words = await off_loop(StreamWords, job.request, ctx.adapter, ctx.aligners, info) if job.timestamps else None
     if body.spans or (words is not None and not job.sse):
         return await _with_spans(ctx, job, first, pieces, info, request, started, words)
     encoder = make_encoder(job.response_format, ctx.adapter.sample_rate, job.sample_rate)  # ffmpeg starts at audio
@@ -112,10 +113,10 @@ async def _body(ctx: ServeContext, job: SpeechJob, encoder: Encoder, first: np.n
         if data := encoder.header() + await run(encoder.encode, first):
             yield frame(data)
         async for piece in _pushed(pieces, words):
+            for batch in await words.due() if words is not None else ():  # before the next chunk's audio ends
+                yield _sse_words(batch)
             if data := await run(encoder.encode, piece):
                 yield frame(data)
-            for batch in words.ready() if words is not None else ():
-                yield _sse_words(batch)
         if data := await run(encoder.finish):
             yield frame(data)
         for batch in await words.finish() if words is not None else ():
@@ -150,8 +151,8 @@ async def _with_spans(ctx: ServeContext, job: SpeechJob, first: np.ndarray, piec
         words.push(first)
     try:
         rest = await unless_disconnected(_gather(_pushed(pieces, words)), request)
-        if words is not None and rest is not None:
-            await words.finish()
+        if words is not None and rest is not None and await unless_disconnected(words.finish(), request) is None:
+            rest = None  # the client left while the words were aligned
     except Exception as exc:  # noqa: BLE001 - a later part failed: one readable error body, nothing sent yet
         raise engine_error(exc) from None
     finally:

@@ -203,22 +203,22 @@ class SilkSession:
         encoder = make_encoder(output[0], self.adapter.sample_rate, output[1])  # raw: pcm, ulaw or alaw
         pieces = script_stream(self.adapter, parts, info) if parts else self.adapter.stream(req, info)
         try:
-            if timestamps:  # plain text only (checked): the plan's chunk texts, made off the loop
-                words = await off_loop(StreamWords, req, self.adapter, self.ctx.aligners, info)
             async with self.session.utterance():
                 await self.session.send_json({"type": "queued", "queue_depth": self.adapter.stats().queue_depth,
                                               "request_id": rid})
                 first = await first_piece(pieces, lambda: self.session.send_json(
                     {"type": "queued", "queue_depth": self.adapter.stats().queue_depth, "request_id": rid}))
                 self.metrics.first_audio.observe(time.perf_counter() - started)
+                if timestamps:  # plain text only (checked); built once admitted: the plan's chunk texts, off the loop
+                    words = await off_loop(StreamWords, req, self.adapter, self.ctx.aligners, info)
                 async for piece in _chain(first, pieces):
                     samples += len(piece)
+                    if words is not None:  # a chunk's words before the next chunk's audio ends
+                        words.push(piece)
+                        if not await self._send_words(rid, await words.due()):
+                            return
                     if (data := encoder.encode(piece)) and not await self.session.send_audio(data):
                         return
-                    if words is not None:
-                        words.push(piece)
-                        if not await self._send_words(rid, words.ready()):  # chunks aligned so far
-                            return
                 if (data := encoder.finish()) and not await self.session.send_audio(data):  # the resampler's tail
                     return
                 if words is not None and not await self._send_words(rid, await words.finish()):  # the rest
