@@ -45,7 +45,6 @@ from rumik_app.request import (
     SynthesisRequest,
     build_request,
     default_max_seconds,
-    wire_settings,
 )
 from rumik_app.text.lexicon import Lexicon
 from webapp.common import (
@@ -62,11 +61,8 @@ from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, exampl
 from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
 from webapp.scripts import (
     DEFAULT_GAP,
-    EDITOR_COLUMNS,
-    EDITOR_ROWS,
     KIND_DIALOGUE,
     KIND_NAMES,
-    LEXICON_SUFFIXES,
     MAX_EDITOR_ROWS,
     MAX_GAP_SECONDS,
     NEEDS_ENGINE,
@@ -83,6 +79,7 @@ from webapp.scripts import (
     spans_table,
 )
 from webapp.storage import ServedFolder
+from webapp.synth_widgets import lexicon_editor, lexicon_upload, sampling_sliders
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
 from webapp.timings import (
     ALIGN_CONCURRENCY,
@@ -395,50 +392,6 @@ def _script_info(job: Job, samples: np.ndarray, spans: list[dict], info: dict) -
     return line
 
 
-def lexicon_upload():
-    """The lexicon upload, handed on as its path: the handler's own check (`read_lexicon_upload`)
-    gives the one message for a wrong type or size (Gradio's type check would refuse it before
-    the handler, with its own words, and fail the live preview's event too). The page's file
-    picker still offers only LEXICON_SUFFIXES."""
-    import gradio as gr
-
-    component = gr.File(label="Pronunciation lexicon (optional): PLS, TSV or JSON, for your requests only",
-                        file_types=list(LEXICON_SUFFIXES), file_count="single", type="filepath",
-                        elem_id="lexicon-file", height=90)
-
-    def path_of(payload):
-        if payload is None:
-            return None
-        files = getattr(payload, "root", None)
-        first = files[0] if isinstance(files, list) and files else payload
-        return getattr(first, "path", None)
-
-    component.preprocess = path_of
-    return component
-
-
-def lexicon_editor():
-    """The lexicon editor (*My words*): a table of EDITOR_COLUMNS, EDITOR_ROWS blank rows to
-    start, three fixed columns, rows added by the visitor (the handler refuses more than
-    MAX_EDITOR_ROWS: Gradio's own row limits are not enforced). Handed on as its rows (lists of
-    cells), read by `read_lexicon_editor`; None (an API caller without it) is no table."""
-    import gradio as gr
-
-    component = gr.Dataframe(
-        value=[["" for _ in EDITOR_COLUMNS] for _ in range(EDITOR_ROWS)], headers=list(EDITOR_COLUMNS),
-        datatype="str", type="array", row_count=EDITOR_ROWS,
-        column_count=(len(EDITOR_COLUMNS), "fixed"),  # as Gradio keeps it: the page offers no column to add
-        interactive=True, show_row_numbers=True, wrap=True, max_height=300, elem_id="lexicon-editor",
-        label=f"My words (optional, up to {MAX_EDITOR_ROWS} rows): the word, how to say it, and languages "
-              "(optional codes such as hi, mr); for your requests only")
-
-    def rows_of(payload):
-        return None if payload is None else payload.data
-
-    component.preprocess = rows_of
-    return component
-
-
 def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices: list[tuple[str, str]]) -> None:
     """Lay out the Synthesise tab inside an open `gr.Blocks`/`gr.Tab` and wire its events."""
     import gradio as gr
@@ -571,14 +524,3 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     api_inputs = {name: component for name, component in inputs.items() if name not in ("description_mode", "language")}
     api_button.click(form_event(SynthForm, handlers.synthesize), inputs_kwargs=api_inputs, outputs=api_audio,
                      api_name="synthesize", concurrency_id="synthesis", concurrency_limit=SYNTH_CONCURRENCY)
-
-
-def sampling_sliders() -> dict:
-    """One slider per sampling setting a client sets (`rumik_app.request.wire_settings`): the
-    declared range, step, label and default."""
-    sliders = {}
-    for spec in wire_settings():
-        slider = spec.metadata["slider"]
-        sliders[spec.name] = checked_slider(slider.low, slider.high, value=spec.default, step=slider.step,
-                                            label=slider.label, elem_id=spec.name.replace("_", "-"))
-    return sliders

@@ -100,7 +100,7 @@ REACHES_EVERY_FRONT_END = textwrap.dedent('''
     from rumik_app.serve.text_in import parse_config
     from rumik_vllm.rules import RequestRules
     from webapp.forms import SynthForm
-    from webapp.synth_tab import sampling_sliders
+    from webapp.synth_widgets import sampling_sliders
 
     class Adapter:  # what the server's protocols read of an adapter
         voices, limits, sample_rate = ("Ira",), RequestLimits(4096, 8192), 24000
