@@ -6,6 +6,7 @@
     rumik train sft --config training/configs/finetune_voice.toml --out runs/sft
     rumik campaign status --name pilot --data-dir outputs/app
     rumik watermark detect out/*.wav               # PerthNet watermark: watermarked or clean, and a score
+    rumik align clip.wav --text "the words" --language en --out words.json   # word timestamps of any clip
 
 `rumik NAME ARGS...` calls NAME's module `main(ARGS)` unchanged, so its flags, help and exit
 status are the module's own, and `python -m MODULE ARGS...` stays the same command. Every
@@ -35,6 +36,7 @@ COMMANDS: dict[str, Command] = {
     "synthesize": Command("rumik_app.synthesize", "text to a WAV (or --format, --sample-rate) with voice, tone, tags"),
     "serve": Command("rumik_app.serve.__main__", "the speech server: OpenAI /v1/audio/speech and Rumik's API"),
     "app": Command("webapp.main", "the Gradio app: synthesise, blind A/B rating, evaluation"),
+    "align": Command("evaluation.align", "word timestamps of any recording and its text (forced alignment)"),
     "eval": Command("evaluation.run", "benchmark a system: WER/CER/GCER, NoVA tags, IndicEmo"),
     "train sft": Command("training.sft.__main__", "supervised fine-tuning or continued pre-training"),
     "train grpo": Command("training.grpo.__main__", "GRPO with per-codebook reward routing"),
