@@ -56,12 +56,15 @@ run() {
 if [ "$SMOKE" = 1 ]; then
   SPEED=(--smoke --device cpu); QUANTS="none int8"; CKPT_ARGS="tiny64 2"
   QUANT_SPEED=(--no-compile)  # the compiled path is dry-run by the first step; compiling again costs a minute
-  LOAD=(--concurrency 1,2 --rounds 1 --max-seconds 0.3 --max-batch 2)
+  # the engine's server only: vLLM's server is started by tests/vllm/test_serve_process.py, and serve_load
+  # passes --backend through unchanged, so the dry run checks this script's wiring without a second vLLM start
+  LOAD=(--concurrency 1,2 --rounds 1 --max-seconds 0.3 --max-batch 2); SPAWN=engine
   GRPO=(--prompts 2 --generations 2 --new-tokens 32 --steps 1)
   LIMIT_SPEED=300; LIMIT_LOAD=600; LIMIT_GRPO=600
 else
   SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"; QUANT_SPEED=()
   LOAD=(--concurrency 1,16,64 --rounds 1 --max-seconds 2 --max-batch 64 --server-arg=--gpu-memory-utilization=0.45)
+  SPAWN=engine,vllm
   GRPO=(--preset real-width --layers 12 --new-tokens 512 --steps 2 --gpu-memory-utilization 0.4)
   LIMIT_SPEED=120; LIMIT_LOAD=150; LIMIT_GRPO=120
 fi
@@ -91,7 +94,7 @@ done
 
 CKPT="$("$PYTHON" -c "import sys; from benchmarks.backend_throughput import build_checkpoint; \
 print(build_checkpoint(sys.argv[1], int(sys.argv[2])))" $CKPT_ARGS 2>> "$OUT/checkpoint.log" | tail -n 1)"
-run serve_load "$LIMIT_LOAD" "$PYTHON" benchmarks/serve_load.py --spawn engine,vllm --checkpoint "$CKPT" \
+run serve_load "$LIMIT_LOAD" "$PYTHON" benchmarks/serve_load.py --spawn "$SPAWN" --checkpoint "$CKPT" \
   --server-python "$PYTHON" "${LOAD[@]}" --json "$OUT/serve_load.json"
 run grpo_rollouts "$LIMIT_GRPO" "$PYTHON" benchmarks/grpo_rollouts.py "${GRPO[@]}" --json "$OUT/grpo_rollouts.json"
 

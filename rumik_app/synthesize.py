@@ -210,6 +210,11 @@ def run(args: argparse.Namespace) -> Audio | None:
     # and SSML once the checkpoint's voices are known); then the voice against the checkpoint's
     # own (a fine-tuned one may have other voices), with the same seed.
     fields = request_fields(args)
+    aligners = None
+    if args.aligner:  # an aligner that cannot load is refused before the model is fetched or loaded
+        from rumik_app.align import AlignerSet
+
+        aligners = AlignerSet.load(args.aligner, strict=True)
     if args.job is not None and fields["seed"] is None:  # a rerun resumes with the folder's seed
         from rumik_app.engine.resume import stored_seed
 
@@ -239,11 +244,6 @@ def run(args: argparse.Namespace) -> Audio | None:
     if script and (args.timestamps or args.captions):
         raise PromptError("word timestamps are not available for a dialogue or SSML document yet; use --spans for "
                           "each part's place, or speak plain text.", field="text")
-    aligners = None
-    if args.aligner:  # an aligner that cannot load is refused before the model loads
-        from rumik_app.align import AlignerSet
-
-        aligners = AlignerSet.load(args.aligner, strict=True)
     if args.backend == "vllm":
         quiet_vllm_logs()
     engine = load_engine(str(path), **args.engine_options)

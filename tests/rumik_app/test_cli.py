@@ -128,10 +128,15 @@ def test_cli_writes_timestamps_and_captions_from_the_stream(tiny_checkpoint, tmp
     assert captions.exists() and "timestamps:" in proc.stdout
 
 
-def test_cli_refuses_bad_timestamp_flags_before_loading(tmp_path):
-    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"),
-                 "--captions", str(tmp_path / "c.txt")])
-    assert proc.returncode == 2 and "--captions names a .srt or .vtt file" in proc.stderr
-    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"),
-                 "--timestamps", str(tmp_path / "w.json"), "--aligner", "nosuch"])
-    assert proc.returncode == 2 and "unknown aligner 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_refuses_bad_timestamp_flags_before_loading(tmp_path, capsys):
+    from rumik_app.synthesize import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"), "--captions",
+              str(tmp_path / "c.txt")])
+    assert exited.value.code == 2 and "--captions names a .srt or .vtt file" in capsys.readouterr().err
+    status = main(["--model", "tiny", "--text", "hi", "--out", str(tmp_path / "x.wav"), "--timestamps",
+                   str(tmp_path / "w.json"), "--aligner", "nosuch"])
+    err = capsys.readouterr().err
+    assert status == 2 and "unknown aligner 'nosuch'" in err and "Traceback" not in err
+    assert not (tmp_path / "x.wav").exists()  # refused before the model loaded, nothing written
