@@ -257,7 +257,7 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
                              source_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, scheduler,
                              train_config, extra_state: dict | None = None, *, keep_last: int | None = None,
                              state_dict: dict | None = None, save_master_weights: bool = True,
-                             dtype: torch.dtype = torch.bfloat16) -> Path:
+                             dtype: torch.dtype = torch.bfloat16, extra_dirs: dict[str, Path] | None = None) -> Path:
     """Write OUT/checkpoints/step_XXXXXXXX/ and point OUT/checkpoints/latest at it.
 
     model: the unwrapped RumikOSSForCausalLM (with peft, merge first or pass `state_dict`).
@@ -268,6 +268,8 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
     state_dict: a gathered full state dict to save instead of `model.state_dict()`.
     save_master_weights: also store the full-precision weights in training_state.pt, so a
     resume is exact even though the published weights are `dtype` (bf16).
+    optimizer: None when its state is saved elsewhere (FSDP2: in `extra_dirs`' DCP folder).
+    extra_dirs: {name: folder} moved into the checkpoint before it is committed (FSDP2's DCP shards).
     Call on the main process only. Returns the checkpoint folder.
     """
     root = Path(out_dir) / CHECKPOINTS_DIR
@@ -283,7 +285,7 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
         save_checkpoint(_StateView(state), rumik_config, Path(source_dir), tmp, dtype=dtype)
         payload = {
             "step": int(step),
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer is not None else None,
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": rng_state(),
             "extra_state": {**(extra_state or {}), "step": int(step)},
@@ -292,6 +294,8 @@ def save_training_checkpoint(out_dir: str | os.PathLike, step: int, model: torch
             payload["model"] = {k: v.detach().cpu() for k, v in state.items() if k != "lm_head.weight"}
         torch.save(payload, tmp / TRAINING_STATE)
         save_config(train_config, tmp / TRAIN_CONFIG)
+        for name, folder in (extra_dirs or {}).items():
+            os.replace(folder, tmp / name)
         replace_dir(tmp, final)  # fsyncs the files, then renames
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -321,7 +325,7 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Optimizer, scheduler,
+def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Optimizer | None, scheduler,
                         *, model: torch.nn.Module | None = None) -> dict:
     """Restore optimizer, scheduler and RNG states from `ckpt_dir`; returns extra_state (with `step`).
 
@@ -344,7 +348,8 @@ def load_training_state(ckpt_dir: str | os.PathLike, optimizer: torch.optim.Opti
         if missing or unexpected:
             raise CheckpointError(f"{path}: weights do not match the model (missing {missing[:5]}, "
                                   f"unexpected {unexpected[:5]}); resume with the model the run started from.")
-    optimizer.load_state_dict(payload["optimizer"])
+    if optimizer is not None and payload.get("optimizer") is not None:  # None: FSDP2 (DCP folder)
+        optimizer.load_state_dict(payload["optimizer"])
     if scheduler is not None and payload.get("scheduler") is not None:
         scheduler.load_state_dict(payload["scheduler"])
     set_rng_state(payload["rng"])

@@ -36,6 +36,7 @@ T = TypeVar("T")
 
 BASE_MODEL = "rumik-ai/rumik-oss-1-base"  # the pre-RL checkpoint both trainers start from by default
 SAVE_DTYPES = ("bfloat16", "float32")  # published weights; training_state.pt keeps float32 masters
+DISTRIBUTED = ("ddp", "fsdp2")  # how several processes share a run (training.fsdp); one process uses neither
 RESUME_IGNORED_KEYS = ("out_dir",)  # where the run lives is not a setting of the run
 MAX_LISTED_CHANGES = 5
 
@@ -88,7 +89,9 @@ class RunConfig:
     cadence and how many to keep; save_dtype: dtype of the published weights;
     activation_checkpointing: recompute activations in backward to save memory;
     torch_threads: CPU intra-op threads (None: torch's default); deterministic: torch's
-    deterministic kernels (training.common.set_seed).
+    deterministic kernels (training.common.set_seed); distributed: with several processes,
+    "ddp" (every process holds the whole model) or "fsdp2" (weights, gradients and AdamW state
+    sharded per decoder layer, DCP-sharded checkpoints: training.fsdp); one process uses neither.
     """
 
     model: str = BASE_MODEL
@@ -101,6 +104,7 @@ class RunConfig:
     activation_checkpointing: bool = False
     torch_threads: int | None = None
     deterministic: bool = False
+    distributed: str = "ddp"
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError (naming the key) for settings that cannot run; subclasses extend it."""
@@ -112,6 +116,9 @@ class RunConfig:
             raise ConfigError(f"save_dtype must be one of {SAVE_DTYPES}, got {self.save_dtype!r}.")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError("torch_threads must be >= 1 (or left out for torch's default).")
+        if self.distributed not in DISTRIBUTED:
+            raise ConfigError(f"distributed must be one of {DISTRIBUTED} (--set distributed=fsdp2), "
+                              f"got {self.distributed!r}.")
         self.optim.validate()
 
 
@@ -309,5 +316,5 @@ def config_changes(saved: Any, current: Any, key: str = "") -> list[str]:
 
 __all__ = [
     "ConfigError", "OptimConfig", "RunConfig", "load_config", "save_config", "config_dict", "config_changes",
-    "BASE_MODEL", "SAVE_DTYPES",
+    "BASE_MODEL", "SAVE_DTYPES", "DISTRIBUTED",
 ]

@@ -52,7 +52,9 @@ or override, missing data, a changed run without --resume, a missing checkpoint)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -62,10 +64,13 @@ import torch
 from rumik_app.checkpoint.load import ModelUnavailable
 from rumik_app.errors import CheckpointError, ConfigError, user_errors
 from rumik_app.files import atomic_write
+from training import fsdp
 from training.common import (
+    CHECKPOINTS_DIR,
     METRICS_FILE,
     TRAIN_CONFIG,
     MetricsLogger,
+    clip_gradients,
     latest_checkpoint,
     list_checkpoints,
     load_training_state,
@@ -82,13 +87,21 @@ SMOKE_FAILED = 1  # exit status of a --smoke run whose check failed (2 stays "ba
 DISTRIBUTION = {"NO": "not distributed", "MULTI_CPU": "DDP over CPU processes", "MULTI_GPU": "DDP over GPUs",
                 "MULTI_XPU": "DDP over XPUs", "MULTI_NPU": "DDP over NPUs", "FSDP": "FSDP", "DEEPSPEED": "DeepSpeed",
                 "XLA": "XLA"}
+MIB = 2**20
 
 
 class Trainer:
     """Shared skeleton of a training run (module docstring). Subclasses set, in `__init__`:
     `engine` (the TTSEngine whose config and checkpoint folder a checkpoint copies), `model`
     (the unwrapped model), `master` (the module that receives the full-precision weights on
-    resume, None when the checkpoint holds adapters instead), `optimizer` and `scheduler`."""
+    resume, None when the checkpoint holds adapters instead), `optimizer` and `scheduler`.
+
+    Distribution (`cfg.distributed`, training.fsdp): with several processes "ddp" (the default:
+    `accelerator.prepare` wraps the model in DDP) or "fsdp2" (`self.fsdp` is True: the wing shards
+    its root module with `self.shard` before building the optimiser and sets `self.sharded` to
+    it; checkpoints then hold the model and AdamW state as DCP shards in CKPT/dcp/ next to the
+    published weights, and resume reshards them to the world size at hand). A wing that sets
+    `self.sharded` (also without FSDP2) can resume from such a checkpoint on one process."""
 
     name: ClassVar[str] = "training"  # `python -m <name>`; also the first word of the header line
     config_class: ClassVar[type[RunConfig]] = RunConfig
@@ -104,6 +117,8 @@ class Trainer:
         set_seed(cfg.seed, deterministic=cfg.deterministic)
         self.resumed_from: Path | None = None
         self.engine = self.model = self.master = self.optimizer = self.scheduler = None
+        self.fsdp = fsdp.uses_fsdp2(cfg.distributed, self.acc.num_processes)
+        self.sharded: torch.nn.Module | None = None  # the root module of DCP checkpoints (FSDP2)
 
     # ------------------------------------------------------------------ what a wing implements
     @staticmethod
@@ -160,15 +175,44 @@ class Trainer:
         return f"{name} {first:.{d}f} -> {last:.{d}f} (mean of the first and the last {k} steps)"
 
     # ------------------------------------------------------------------ shared
+    def shard(self, root: torch.nn.Module, layers, mixed_precision: str) -> torch.nn.Module:
+        """FSDP2: shard `root` per decoder layer (training.fsdp.shard) and make it `self.sharded`."""
+        self.sharded = fsdp.shard(root, layers, mixed_precision)
+        return root
+
+    def no_sync(self, module: torch.nn.Module, enabled: bool = True):
+        """Skip the gradient all-reduce / reduce-scatter of this backward (gradient accumulation)."""
+        if not enabled:
+            return contextlib.nullcontext()
+        return fsdp.no_sync(module) if self.fsdp else self.acc.no_sync(module)
+
+    def clip_gradients(self, params, max_grad_norm: float) -> float:
+        """Clip to `max_grad_norm` (0: none); the total norm over all processes, before clipping."""
+        if self.fsdp:
+            return fsdp.clip_grad_norm(params, max_grad_norm)
+        return clip_gradients(self.acc, params, max_grad_norm)
+
     def save(self, step: int) -> Path | None:
-        """Write OUT/checkpoints/step_N; every process calls it, the main one writes (returns the folder)."""
+        """Write OUT/checkpoints/step_N; every process calls it, the main one writes (returns the folder).
+        FSDP2: every process first writes its DCP shards of the model and optimiser into a staging
+        folder that becomes CKPT/dcp/ when the checkpoint is committed."""
+        main, staged = self.acc.is_main_process, None
+        if self.fsdp:
+            staged = self.out / CHECKPOINTS_DIR / f".step_{step}.{fsdp.DCP_DIR}.partial"
+            if main:
+                shutil.rmtree(staged, ignore_errors=True)
+                staged.mkdir(parents=True)
+            self.acc.wait_for_everyone()
+            fsdp.save_sharded(staged, self.sharded, self.optimizer)
         state, extra = self.checkpoint_state()
         path = None
-        if self.acc.is_main_process:
+        if main:
             path = save_training_checkpoint(
-                self.out, step, self.model, self.engine.config, self.engine.checkpoint_dir, self.optimizer,
-                self.scheduler, self.cfg, extra, keep_last=self.cfg.keep_last, state_dict=state,
-                save_master_weights=self.master is not None, dtype=getattr(torch, self.cfg.save_dtype))
+                self.out, step, self.model, self.engine.config, self.engine.checkpoint_dir,
+                None if self.fsdp else self.optimizer, self.scheduler, self.cfg, extra,
+                keep_last=self.cfg.keep_last, state_dict=state,
+                save_master_weights=self.master is not None and not self.fsdp,
+                dtype=getattr(torch, self.cfg.save_dtype), extra_dirs={fsdp.DCP_DIR: staged} if staged else None)
         self.acc.wait_for_everyone()
         return path
 
@@ -180,7 +224,14 @@ class Trainer:
             return 0
         if not force:
             check_same_settings(self.cfg)
-        extra = load_training_state(ckpt, self.optimizer, self.scheduler, model=self.master)
+        sharded = ckpt / fsdp.DCP_DIR
+        if sharded.is_dir() and self.sharded is None:
+            raise CheckpointError(f"{ckpt} holds FSDP2 (DCP) shards, which {self.name} cannot load yet; "
+                                  f"resume it with distributed=fsdp2 on several processes, or start a fresh --out.")
+        extra = load_training_state(ckpt, None if sharded.is_dir() else self.optimizer, self.scheduler,
+                                    model=self.master)
+        if sharded.is_dir():  # FSDP2's model + optimiser shards, resharded to this world size
+            fsdp.load_sharded(sharded, self.sharded, self.optimizer)
         self.restore(extra)
         self.resumed_from = ckpt
         return int(extra["step"])
@@ -190,11 +241,15 @@ class Trainer:
         acc, n = self.acc, self.acc.num_processes
         kind = acc.distributed_type.value
         dist = DISTRIBUTION.get(kind, kind)
+        if self.fsdp:
+            dist = f"FSDP2 over {'CPU processes' if acc.device.type == 'cpu' else 'GPUs'}, sharded per decoder layer"
+        held = fsdp.model_state_bytes(self.sharded or self.model) / MIB if self.model is not None else None
         mixed = "no mixed precision" if acc.mixed_precision == "no" else f"{acc.mixed_precision} mixed precision"
         weights = str(getattr(self.model, "dtype", "")).removeprefix("torch.")
         return (f"{self.name}: {n} process{'es' if n != 1 else ''} ({dist}), {acc.device}, "
                 f"{weights + ' weights, ' if weights else ''}{mixed}"
-                f"{', deterministic kernels' if self.cfg.deterministic else ''}; "
+                f"{', deterministic kernels' if self.cfg.deterministic else ''}"
+                f"{f', {held:,.1f} MiB of weights, grads and AdamW state per process' if held is not None else ''}; "
                 f"{self.total_steps} steps -> {self.out}")
 
     def progress_line(self, step: int, metrics: dict[str, Any], elapsed: float, steps_run: int) -> str:
@@ -268,6 +323,8 @@ def check_same_settings(cfg: RunConfig) -> None:
         return
     path = ckpt / TRAIN_CONFIG
     saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if saved:
+        saved.setdefault("distributed", "ddp")  # written before the key existed: those runs were DDP
     changes = config_changes(saved, config_dict(cfg))
     if changes:
         more = f" and {len(changes) - MAX_LISTED_CHANGES} more" if len(changes) > MAX_LISTED_CHANGES else ""

@@ -91,13 +91,16 @@ def test_cli_stream_reports_first_audio(tiny_checkpoint, tmp_path):
     assert "first audio after" in proc.stdout and sf.info(out).samplerate == 24_000
 
 
-def test_cli_errors_are_one_clear_line(tmp_path):
-    proc = _run(["rumik_app.synthesize", "--model", str(tmp_path / "missing"), "--text", "hi",
-                 "--out", str(tmp_path / "x.wav")])
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("error: No checkpoint folder")
-    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi <boom>", "--out", str(tmp_path / "x.wav")])
-    assert proc.returncode == 2 and "Unknown tag <boom>" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_errors_are_one_clear_line(tmp_path, capsys):
+    """In-process (tests/test_cli_errors.py runs every command's error in a fresh process)."""
+    from rumik_app.synthesize import main
+
+    status = main(["--model", str(tmp_path / "missing"), "--text", "hi", "--out", str(tmp_path / "x.wav")])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err and err.startswith("error: No checkpoint folder")
+    status = main(["--model", "tiny", "--text", "hi <boom>", "--out", str(tmp_path / "x.wav")])
+    err = capsys.readouterr().err
+    assert status == 2 and "Unknown tag <boom>" in err and "Traceback" not in err
 
 
 def test_tiny_builder_cli(tmp_path):

@@ -3,8 +3,8 @@
     python -m training.sft --config training/configs/pretrain_curriculum.toml
     python -m training.sft --config C.toml --set optim.lr=3e-5 --set batch.micro_batch=2 --out runs/x
     python -m training.sft --config C.toml --out runs/x --resume   # continue runs/x with changed settings
-    accelerate launch --num_processes 8 -m training.sft --config C.toml     # DDP (FSDP/DeepSpeed:
-                                                                            # accelerate config)
+    accelerate launch --num_processes 8 -m training.sft --config C.toml     # DDP
+    accelerate launch --num_processes 8 -m training.sft --config C.toml --set distributed=fsdp2  # FSDP2
     python -m training.sft --smoke --out /tmp/smoke      # CPU, a minute: espeak-ng data, tiny model
 
 Loss: cross-entropy on unit tokens and `</audio>` only (normalised by the number of such
@@ -20,12 +20,13 @@ the final weights are also published at OUT itself, so `TTSEngine.from_pretraine
 loads them. One line per step goes to stdout and OUT/metrics.jsonl.
 
 Multi-process: every process draws the same global batch and trains on its own slice;
-checkpoints are written by the main process. The published weights are gathered with
-`accelerator.get_state_dict`, so they are right under FSDP and DeepSpeed too. The saved
-optimizer state is the main process's `optimizer.state_dict()`, which makes exact resume a
-single-process/DDP feature (tested with two CPU processes); FSDP/DeepSpeed optimizer shards
-are not saved yet. loss.head = "audio" reads the tied embedding outside the LM head's own
-forward: use it with one process or DDP, not FSDP.
+checkpoints are written by the main process. `distributed = "ddp"` (default): the objective
+is wrapped in DDP by `accelerator.prepare` and the saved optimizer state is the main process's.
+`distributed = "fsdp2"` (training.fsdp): the objective is sharded per decoder layer with
+`fully_shard` (bf16 params / fp32 reduce when mixed precision is bf16), the published weights
+are gathered to the main process, and the model and AdamW state are saved as DCP shards
+(CKPT/dcp/) that resume on the same or another number of processes. Both are tested against
+one process with two CPU processes. accelerate's own FSDP/DeepSpeed settings are not used.
 
 Reproducibility: a run is a function of its config and `seed`, not of paths. The batch order
 is (seed, content of each prepared folder's index.jsonl; training.sft.data), the weights
@@ -39,7 +40,6 @@ software and process count, and an op without a deterministic kernel then raises
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -49,8 +49,8 @@ import torch
 
 from rumik_app.engine.local import TTSEngine
 from rumik_app.request import SynthesisRequest
-from training import cli
-from training.common import build_optimizer, clip_gradients, enable_activation_checkpointing, read_metrics
+from training import cli, fsdp
+from training.common import build_optimizer, enable_activation_checkpointing, read_metrics
 from training.prepare import codec_fingerprint
 from training.sft import smoke
 from training.sft.config import SFTConfig
@@ -139,6 +139,12 @@ class SFTTrainer(Trainer):
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(model)
         objective = SFTObjective(model, self.engine.layout, cfg.loss.head, cfg.loss.ce_chunk_tokens)
+        self.sharded = objective  # one process resumes an FSDP2 run's DCP checkpoint through it
+        if self.fsdp:  # shard first: the optimiser must see the sharded parameters
+            self.objective = self.shard(objective.to(acc.device), model.model.layers, acc.mixed_precision)
+            self.optimizer, self.scheduler = build_optimizer(model, cfg.optim, self.total_steps)
+            self.model, self.master = model, None  # the full weights are gathered at save time
+            return
         optimizer, self.scheduler = build_optimizer(model, cfg.optim, self.total_steps)
         self.objective, self.optimizer = acc.prepare(objective, optimizer)
         self.model = self.master = acc.unwrap_model(self.objective).model
@@ -165,14 +171,13 @@ class SFTTrainer(Trainer):
         local = torch.zeros(3, device=acc.device)  # acoustic sum, stop sum, tokens
         for k, pairs in enumerate(micro):
             tensors = to_device(collate([self.builder(key, i) for key, i in pairs], self.engine.pad_id), acc.device)
-            sync = contextlib.nullcontext() if k == len(micro) - 1 else acc.no_sync(self.objective)
-            with sync:
+            with self.no_sync(self.objective, enabled=k < len(micro) - 1):
                 sums = self.objective(**tensors)
                 loss = (sums["acoustic_sum"] / n_targets + lam * sums["stop_sum"] / n_bounds) * world
                 acc.backward(loss)
             local += torch.stack([sums["acoustic_sum"].detach().float(), sums["stop_sum"].detach().float(),
                                   tensors["attention_mask"].sum().float()])
-        grad_norm = clip_gradients(acc, self.objective.parameters(), cfg.optim.max_grad_norm)
+        grad_norm = self.clip_gradients(self.objective.parameters(), cfg.optim.max_grad_norm)
         learning_rate = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -194,11 +199,16 @@ class SFTTrainer(Trainer):
         self.objective.eval()
         mine = items[acc.process_index :: acc.num_processes]
         sums = torch.zeros(2, device=acc.device)
-        for lo in range(0, len(mine), micro_batch):
-            batch = to_device(collate([self.builder(k, i) for k, i in mine[lo : lo + micro_batch]],
-                                      self.engine.pad_id), acc.device)
+        # FSDP2 all-gathers in every forward: every rank runs as many as the busiest one (a rank
+        # with fewer items repeats a batch of the first item and drops its sums).
+        busiest = (len(items) + acc.num_processes - 1) // acc.num_processes if self.fsdp else len(mine)
+        for lo in range(0, busiest, micro_batch):
+            part = mine[lo : lo + micro_batch]
+            batch = to_device(collate([self.builder(k, i) for k, i in part or items[:1]], self.engine.pad_id),
+                              acc.device)
             out = self.objective(**batch)
-            sums += torch.stack([out["acoustic_sum"].float(), out["stop_sum"].float()])
+            if part:
+                sums += torch.stack([out["acoustic_sum"].float(), out["stop_sum"].float()])
         sums = acc.reduce(sums, "sum")
         n_targets, n_bounds = self.builder.targets(items)
         self.objective.train()
@@ -207,7 +217,10 @@ class SFTTrainer(Trainer):
                 "heldout_stop": stop}
 
     def checkpoint_state(self) -> tuple[dict | None, dict]:
-        state = self.acc.get_state_dict(self.objective)  # every rank: FSDP/DeepSpeed gather here
+        if self.fsdp:  # every rank: the full weights gathered to the main process
+            state = fsdp.full_state_dict(self.objective)
+        else:
+            state = self.acc.get_state_dict(self.objective)  # every rank: DeepSpeed gathers here
         if self.acc.is_main_process:
             state = {k.removeprefix("model."): v for k, v in state.items()}
         return state, {"data": self.sampler.state_dict()}
