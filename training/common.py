@@ -24,7 +24,11 @@ DeepSpeed gather there), then `save_training_checkpoint(..., state_dict=...)` on
 process only, with `accelerator.unwrap_model(model)`; every rank calls
 `load_training_state` after `accelerator.prepare` (RNG states are the main process's).
 The optimizer state saved is `optimizer.state_dict()` of the main process: complete for one
-process and DDP; under FSDP/DeepSpeed it is only that rank's shard (not enough to resume).
+process and DDP. Under `distributed = "fsdp2"` (training.fsdp, driven by training.trainer) the
+weights and the optimizer state are DCP shards instead, in the folder's `dcp/` (passed as
+`extra_dirs`), and training_state.pt holds the scheduler, the main process's RNG states and the
+extra state (`optimizer=None`, no full-precision weights). accelerate's FSDP/DeepSpeed
+optimizer shards are not saved.
 """
 
 from __future__ import annotations

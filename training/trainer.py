@@ -98,7 +98,7 @@ class Trainer:
 
     Distribution (`cfg.distributed`, training.fsdp): with several processes "ddp" (the default:
     `accelerator.prepare` wraps the model in DDP) or "fsdp2" (`self.fsdp` is True: the wing shards
-    its root module with `self.shard` before building the optimiser and sets `self.sharded` to
+    its root module with `self.shard_model` before building the optimiser and sets `self.sharded` to
     it; checkpoints then hold the model and AdamW state as DCP shards in CKPT/dcp/ next to the
     published weights, and resume reshards them to the world size at hand). A wing that sets
     `self.sharded` (also without FSDP2) can resume from such a checkpoint on one process."""
@@ -175,7 +175,7 @@ class Trainer:
         return f"{name} {first:.{d}f} -> {last:.{d}f} (mean of the first and the last {k} steps)"
 
     # ------------------------------------------------------------------ shared
-    def shard(self, root: torch.nn.Module, layers, mixed_precision: str) -> torch.nn.Module:
+    def shard_model(self, root: torch.nn.Module, layers, mixed_precision: str) -> torch.nn.Module:
         """FSDP2: shard `root` per decoder layer (training.fsdp.shard) and make it `self.sharded`."""
         self.sharded = fsdp.shard(root, layers, mixed_precision)
         return root

@@ -194,6 +194,10 @@ class PolicyRunConfig(RunConfig):
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""
         super().validate(num_processes)
+        if self.distributed == "fsdp2" and num_processes > 1:  # SFT has it (training.fsdp); rollouts need more
+            raise ConfigError("distributed = \"fsdp2\" is not available for GRPO and DPO yet (their rollouts "
+                              "generate with the live weights, which FSDP2 shards): run them with "
+                              "distributed = \"ddp\" (drop --set distributed=fsdp2), or LoRA to fit a smaller GPU.")
         self.rollout.validate()
         if self.micro_batch_size < 1:
             raise ConfigError("micro_batch_size must be >= 1")

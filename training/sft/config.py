@@ -6,7 +6,7 @@
 `python -m training.sft --config FILE` reads a JSON or TOML file into `SFTConfig` (see
 training/configs/pretrain_curriculum.toml and finetune_voice.toml). The keys every run has
 (model, out_dir, seed, optim, save_every, keep_last, save_dtype, activation_checkpointing,
-torch_threads, deterministic) come from `training.config.RunConfig`; the optimiser's from
+torch_threads, deterministic, distributed) come from `training.config.RunConfig`; the optimiser's from
 `training.config.OptimConfig` (its defaults are the published pre-training run's).
 """
 

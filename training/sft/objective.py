@@ -15,7 +15,9 @@ head:
   "audio" the engine's audio-only head (`rumik_app.model.lm.AudioHead`, restrict_phase=True):
           softmax over the codebook the position needs plus `</audio>`, exactly the
           distribution the engine samples from. Reads the embedding outside the LM head's
-          own forward, so use it with single-process or DDP training (not FSDP).
+          own forward: right with one process, DDP and `distributed = "fsdp2"` (training.fsdp
+          keeps the embedding in the root unit, gathered for the whole forward), not with
+          other FSDP wrappings that shard the embedding in a unit of its own.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class SFTTrainer(Trainer):
         objective = SFTObjective(model, self.engine.layout, cfg.loss.head, cfg.loss.ce_chunk_tokens)
         self.sharded = objective  # one process resumes an FSDP2 run's DCP checkpoint through it
         if self.fsdp:  # shard first: the optimiser must see the sharded parameters
-            self.objective = self.shard(objective.to(acc.device), model.model.layers, acc.mixed_precision)
+            self.objective = self.shard_model(objective.to(acc.device), model.model.layers, acc.mixed_precision)
             self.optimizer, self.scheduler = build_optimizer(model, cfg.optim, self.total_steps)
             self.model, self.master = model, None  # the full weights are gathered at save time
             return

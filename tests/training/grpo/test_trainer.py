@@ -186,8 +186,8 @@ def test_schedule_starts_at_its_first_value_and_the_log_is_compact(tiny_checkpoi
                 "sampling/sampling_logp_difference/mean", "time/rollout_s"):
         assert all(key in row for row in rows), key  # the full metrics go to the file
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("training.grpo: 1 process (not distributed), cpu, float32 weights, "
-                               f"no mixed precision; 3 steps -> {out}")
+    assert lines[0].startswith("training.grpo: 1 process (not distributed), cpu, float32 weights, no mixed precision, ")
+    assert lines[0].endswith(f" MiB of weights, grads and AdamW state per process; 3 steps -> {out}")
     steps = [line for line in lines if line.startswith("step ")]
     assert len(steps) == 3 and all(len(line) < 160 for line in steps), steps
     assert re.fullmatch(r"step 1/3 \( 33%\) \| reward \d\.\d{3} ±\d\.\d{3} \| kl \S+ \| loss \S+ \| lr 5\.00e-04 \| "

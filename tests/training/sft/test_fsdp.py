@@ -1,0 +1,121 @@
+"""training.sft with `distributed = "fsdp2"` (training.fsdp): two CPU processes over gloo, fp32.
+
+FSDP2 = DDP = one process on the SFT smoke's losses; DCP-sharded checkpoints that resume exactly
+on the same world size and reshard from 2 processes to 1; the final weights in the published format.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from rumik_app import TTSEngine
+from rumik_app.errors import ConfigError
+from tests.training.distributed import run_on_two_cpu_processes, set_args
+from training.common import read_metrics
+from training.config import load_config
+from training.dpo.config import DPOConfig
+from training.grpo.config import SMOKE_CONFIG as GRPO_SMOKE
+from training.grpo.config import GRPOConfig
+from training.sft.config import SFTConfig
+from training.sft.smoke import prepare_smoke_run
+from training.sft.trainer import SFTTrainer
+
+DPO_SMOKE = Path(__file__).resolve().parents[3] / "training" / "configs" / "dpo_smoke.json"
+STEPS = 10  # 5 English + 5 Indic-with-replay steps: crosses the stage boundary and two checkpoints
+SETS = ["stages.0.steps=5", "stages.1.steps=5", 'loss.head="full"', "batch.global_batch=4", "batch.micro_batch=1",
+        "save_every=4", "keep_last=5", "eval.every=0", "optim.warmup_steps=2", "mixed_precision=\"no\""]
+KEYS = ("loss", "acoustic_loss", "stop_loss", "heldout_loss")  # to 1e-5 (rel); grad_norm to 1e-4
+
+
+def _rows(out: Path) -> list[dict]:
+    return [r for r in read_metrics(out) if "event" not in r]
+
+
+def _config(smoke: Path, out: Path, *more: str) -> SFTConfig:
+    cfg = load_config(SFTConfig, smoke, [*SETS, *more])
+    cfg.out_dir = str(out)
+    return cfg
+
+
+def _two(smoke: Path, out: Path, *more: str):
+    return run_on_two_cpu_processes("training.sft", ["--config", str(smoke), "--out", str(out),
+                                                     *set_args(*SETS, *more)])
+
+
+def _close(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x["learning_rate"] == y["learning_rate"] and x["stage"] == y["stage"]
+        for key in KEYS:
+            if key in x or key in y:
+                assert x[key] == pytest.approx(y[key], rel=1e-5), (x["step"], key, x[key], y[key])
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4), x["step"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """The same 10 steps on one process, on two (DDP) and on two (FSDP2)."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    smoke = prepare_smoke_run(tmp / "smoke")
+    SFTTrainer(_config(smoke, tmp / "one")).train()
+    ddp = _two(smoke, tmp / "ddp")
+    assert "training.sft: 2 processes (DDP over CPU processes)" in ddp.stdout
+    fsdp = _two(smoke, tmp / "fsdp2", "distributed=fsdp2")
+    assert "training.sft: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp.stdout
+    assert "MiB of weights, grads and AdamW state per process" in fsdp.stdout
+    assert fsdp.stdout.count(f"finished step {STEPS}/{STEPS}") == 1  # the main process prints
+    return {"smoke": smoke, "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp}
+
+
+@pytest.mark.slow
+def test_fsdp2_losses_match_ddp_and_one_process(runs):
+    one, ddp, fsdp = (_rows(runs[k]) for k in ("one", "ddp", "fsdp2"))
+    assert len(one) == STEPS and "heldout_loss" in one[-1]
+    _close(one, ddp)
+    _close(one, fsdp)
+    # the final weights in the published format, gathered from the shards
+    a = TTSEngine.from_pretrained(str(runs["one"]), device="cpu").model.state_dict()
+    b = TTSEngine.from_pretrained(str(runs["fsdp2"]), device="cpu").model.state_dict()
+    assert set(a) == set(b) and all(torch.allclose(a[k], b[k], atol=1e-2) for k in a)  # bf16 published weights
+    ckpt = runs["fsdp2"] / "checkpoints" / "step_00000008"
+    assert (ckpt / "dcp" / ".metadata").exists() and (ckpt / "model.safetensors").exists()
+    state = torch.load(ckpt / "training_state.pt", weights_only=True)
+    assert state["optimizer"] is None and "model" not in state and state["rng"]  # AdamW + weights: in dcp/
+
+
+@pytest.mark.slow
+def test_fsdp2_resumes_exactly_and_reshards_to_one_process(runs):
+    """A run killed after step 5 (checkpoint step 4 on disk) continues on 2 processes exactly; the
+    same checkpoint loads on one process (DCP resharding) and continues to the same losses."""
+    full = _rows(runs["fsdp2"])
+    for name in ("resumed2", "resumed1"):
+        (runs["tmp"] / name / "checkpoints").mkdir(parents=True)
+        shutil.copytree(runs["fsdp2"] / "checkpoints" / "step_00000004",
+                        runs["tmp"] / name / "checkpoints" / "step_00000004")
+    done = _two(runs["smoke"], runs["tmp"] / "resumed2", "distributed=fsdp2")
+    assert "resumed from" in done.stdout
+    again = _rows(runs["tmp"] / "resumed2")
+    assert [r["step"] for r in again] == list(range(5, STEPS + 1))
+    for x, y in zip(again, full[4:], strict=True):
+        for key in ("loss", "grad_norm", "learning_rate"):
+            assert x[key] == y[key], (x["step"], key)  # same world size: bit for bit
+    SFTTrainer(_config(runs["smoke"], runs["tmp"] / "resumed1", "distributed=fsdp2")).train()
+    _close(_rows(runs["tmp"] / "resumed1"), full[4:])
+
+
+def test_distributed_key_is_checked():
+    cfg = SFTConfig(stages=[])
+    assert cfg.distributed == "ddp"
+    cfg.distributed = "zero3"
+    with pytest.raises(ConfigError, match=r"distributed must be one of \('ddp', 'fsdp2'\)"):
+        cfg.validate()
+    assert json.loads(json.dumps(SFTConfig().__dict__, default=str))["distributed"] == "ddp"
+    # GRPO and DPO refuse FSDP2 on several processes (one process needs neither strategy)
+    for config_class, path in ((GRPOConfig, GRPO_SMOKE), (DPOConfig, DPO_SMOKE)):
+        policy = load_config(config_class, path, ["distributed=fsdp2"])
+        policy.validate(1)
+        with pytest.raises(ConfigError, match="not available for GRPO and DPO yet"):
+            policy.validate(2)
