@@ -54,18 +54,6 @@ HINDI_STANDIN = {"pieces": {"hi": ["▁नम", "स्ते", "▁दु", "�
 DEFAULT_SECONDS = 2.5
 
 
-def build_checkpoint(layers: int) -> Path:
-    """The real-width random checkpoint with `layers` layers, built once (decode_speed.py's cache)."""
-    from rumik_app.checkpoint.load import cache_root
-    from rumik_app.checkpoint.tiny import TinySpec, build_tiny_checkpoint
-
-    path = cache_root() / f"bench-real-width-{layers}l"
-    if not (path / "codec" / "model.safetensors").exists():
-        print(f"building real-width checkpoint ({layers} layers) in {path} ...", flush=True)
-        build_tiny_checkpoint(path, TinySpec.real_width(layers=layers))
-    return path
-
-
 def synthesise(checkpoint: Path, sentences: list[str], seconds: float) -> tuple[list, float]:
     """([(samples [N], rate, text)] per sentence, total synthesis seconds)."""
     from rumik_app import SynthesisRequest, TTSEngine
@@ -145,7 +133,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
-    checkpoint = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.layers)
+    if args.checkpoint:
+        checkpoint = Path(args.checkpoint)
+    else:  # decode_speed.py's real-width checkpoint and its cache (that module imports torch: loaded here)
+        from benchmarks.decode_speed import build_checkpoint
+
+        checkpoint = build_checkpoint(args.layers)
     sentences = list(SENTENCES[: max(1, min(args.sentences, len(SENTENCES)))])
     clips, synth_s = synthesise(checkpoint, sentences, args.seconds)
     audio_s = sum(len(samples) / rate for samples, rate, _ in clips)
