@@ -340,8 +340,7 @@ def synthesize_script_cli(engine, parts, say) -> Audio:
 
 def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say) -> Audio:
     """One request: the whole clip, or through the streaming path (--stream: time to first audio)."""
-    from rumik_app.audio import chunk_spans
-    from rumik_app.engine.stream import CROSSFADE_SECONDS
+    from rumik_app.engine.stream import chunk_seconds
     from rumik_app.prompt import validate_text
 
     spoken = req.spoken_text()
@@ -363,10 +362,9 @@ def synthesize_one(engine, req: SynthesisRequest, args: argparse.Namespace, say)
             pieces.append(piece)
             bar(stats["tokens"], stats["max_tokens"])
         audio = Audio(np.concatenate(pieces) if pieces else np.zeros(0, np.float32), engine.sample_rate, req.seed)
-        spans = chunk_spans(stats["chunk_samples"], int(CROSSFADE_SECONDS * engine.sample_rate))
         audio.info = {"seconds": time.perf_counter() - start, "first_audio_s": first, "tokens": stats["tokens"],
                       "finish_reasons": stats["finish_reasons"],
-                      "chunk_seconds": [[a / engine.sample_rate, b / engine.sample_rate] for a, b in spans]}
+                      "chunk_seconds": chunk_seconds(stats["chunk_samples"], engine.sample_rate)}
         return audio
 
 

@@ -123,12 +123,11 @@ def timing_job(chosen: LoadedSystem, req: SynthesisRequest, stats: dict, wav: st
     (`rumik_app.engine.stream`) and the crossfade; a note instead for a system without an engine."""
     if chosen.engine is None:
         return TimingJob(chosen.key, str(wav), note=NO_ENGINE_NOTE.format(label=chosen.label))
-    from rumik_app.audio import SAMPLE_RATE, chunk_spans
-    from rumik_app.engine.stream import CROSSFADE_SECONDS
+    from rumik_app.audio import SAMPLE_RATE
+    from rumik_app.engine.stream import chunk_seconds
 
     texts = tuple(chunk.text for chunk in chosen.engine.plan(req))
-    spans = chunk_spans(list(stats.get("chunk_samples", ())), int(CROSSFADE_SECONDS * SAMPLE_RATE))
-    seconds = tuple((a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in spans)
+    seconds = tuple(tuple(span) for span in chunk_seconds(stats.get("chunk_samples", ()), SAMPLE_RATE))
     if len(seconds) != len(texts):  # not reported (a stream run in another process: ZeroGPU's worker)
         if len(texts) == 1:
             seconds = ()  # one chunk: the whole clip, exactly

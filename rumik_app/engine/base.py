@@ -31,11 +31,17 @@ import torch
 
 from rumik_app.align import AlignerSet
 from rumik_app.align.timeline import time_words
-from rumik_app.audio import Audio, chunk_spans, crossfade_concat
+from rumik_app.audio import Audio, crossfade_concat
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import RowParams
 from rumik_app.engine.planning import plan_request
-from rumik_app.engine.stream import CROSSFADE_SECONDS, FIRST_PIECE_FRAMES, PIECE_FRAMES, StreamAssembler
+from rumik_app.engine.stream import (
+    CROSSFADE_SECONDS,
+    FIRST_PIECE_FRAMES,
+    PIECE_FRAMES,
+    StreamAssembler,
+    chunk_seconds,
+)
 from rumik_app.errors import PromptError
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.prompt import normalize_voice
@@ -280,11 +286,10 @@ class BaseEngine:
         if marker is not None and samples.size:
             samples = marker.apply(samples, self.sample_rate)
         audio = Audio(samples, self.sample_rate, seed=plan[0].seed)
-        spans = chunk_spans([len(w) for w in waves], fade)
         audio.info = {"tokens": tokens, "chunks": len(plan), "finish_reasons": list(finish), "seconds": elapsed,
                       "watermarked": marker is not None,
                       # where each planned chunk lies in the audio, in seconds (long-form speaker drift)
-                      "chunk_seconds": [[a / self.sample_rate, b / self.sample_rate] for a, b in spans],
+                      "chunk_seconds": chunk_seconds([len(w) for w in waves], self.sample_rate),
                       "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                       # RTF = compute s per audio s (below 1: faster than real time); x_real_time is its inverse
                       "real_time_factor": elapsed / audio.duration if audio.duration else 0.0,

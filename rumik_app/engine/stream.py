@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from rumik_app.audio import CrossfadeStream
+from rumik_app.audio import CrossfadeStream, chunk_spans
 from rumik_app.model.tokens import FrameParser, TokenLayout
 from rumik_app.request import SynthesisRequest
 from rumik_app.watermark.stream import StreamWatermarker
@@ -52,6 +52,13 @@ PIECE_FRAMES = 5  # then 400 ms pieces
 STREAM_ATOL = 1e-5
 
 _EMPTY = np.zeros(0, dtype=np.float32)
+
+
+def chunk_seconds(chunk_samples: Sequence[int], sample_rate: int) -> list[list[float]]:
+    """[start, end] in seconds of each chunk in the joined audio, from each chunk's decoded length
+    (`stats["chunk_samples"]`, or the offline waves' lengths) and the engine's crossfade."""
+    spans = chunk_spans(list(chunk_samples), int(CROSSFADE_SECONDS * sample_rate))
+    return [[start / sample_rate, end / sample_rate] for start, end in spans]
 
 
 def new_stream_stats(plan: Sequence[SynthesisRequest], stats: dict | None = None) -> dict:
