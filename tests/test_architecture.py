@@ -28,7 +28,7 @@ FORBIDDEN = {
     "evaluation": {"rumik_vllm", "vllm", "training", "webapp", "benchmarks", "app"},
     "training": {"rumik_vllm", "vllm", "webapp", "benchmarks", "app"},
     "webapp": {"rumik_vllm", "vllm", "training", "benchmarks", "app"},
-    "benchmarks": {"rumik_vllm", "vllm", "training", "webapp", "app"},
+    "benchmarks": {"rumik_vllm", "vllm", "webapp", "app"},
     "app": {"rumik_vllm", "vllm", "training", "benchmarks"},
 }
 # rumik_app's layers, lowest first (§1): a module may import its own layer and the ones below.

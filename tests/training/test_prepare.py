@@ -94,6 +94,7 @@ def test_resume_keeps_finished_shards(tmp_path, tiny_checkpoint):
     stamps = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
     (shards / "shard_00001.json").unlink()  # as if killed while shard 1 was being written
     second = prepare(manifest, str(tiny_checkpoint), out, shard_size=5, device="cpu", new_speakers=("Meera",))
+    assert second.pop("run")["reused_shards"] == 2 and first.pop("run")["encoded_shards"] == 3
     assert second == first
     after = {p.name: p.stat().st_mtime_ns for p in shards.iterdir()}
     assert after["shard_00000.json"] == stamps["shard_00000.json"]  # kept, not re-encoded

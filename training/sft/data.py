@@ -33,7 +33,7 @@ import numpy as np
 from rumik_app.errors import RumikError
 from rumik_app.model.tokens import TokenLayout
 from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
-from training.prepare import INDEX_FILE, PREPARE_FILE, SHARDS_DIR
+from training.prepare.shards import INDEX_FILE, PREPARE_FILE, SHARDS_DIR
 
 HASH_BUCKETS = 10_000
 

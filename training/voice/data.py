@@ -42,6 +42,7 @@ from rumik_app.errors import PromptError
 from rumik_app.files import atomic_write
 from rumik_app.prompt import validate_text
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
+from training.prepare.clean import clipped_fraction
 from training.sft.data import DataError
 from training.voice.vad import clip_spans, speech_frames
 
@@ -170,11 +171,6 @@ def check_budget(recordings: list[Recording], data) -> float:
             raise DataError(f"The recordings hold more than data.max_hours = {data.max_hours:g} h of audio; pass "
                             "fewer, or raise the bound with --set data.max_hours=...")
     return total
-
-
-def clipped_fraction(samples: np.ndarray, level: float) -> float:
-    """The share of samples whose magnitude is at or above `level` (full scale = 1)."""
-    return float(np.mean(np.abs(samples) >= level)) if len(samples) else 0.0
 
 
 def cut_recording(rec: Recording, samples: np.ndarray, data) -> tuple[list[tuple[int, int]], str | None]:

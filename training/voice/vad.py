@@ -30,6 +30,7 @@ from evaluation.asr_judge import split_windows
 from evaluation.audio_io import resample
 from rumik_app.errors import RumikError
 
+VAD_BACKENDS = ("silero", "energy")  # speech_frames(backend=...)
 VAD_RATE = 16_000
 FRAME_SAMPLES = 512  # silero at 16 kHz
 CONTEXT_SAMPLES = 64

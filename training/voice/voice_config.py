@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from rumik_app.errors import ConfigError
 from rumik_app.request import DEFAULT_MODEL
 from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoiceError
+from training.voice.vad import VAD_BACKENDS
 
-VAD_BACKENDS = ("silero", "energy")
 LOSS_HEADS = ("audio", "full")
 
 

@@ -1,0 +1,106 @@
+"""training.prepare on Ray Data: a local Ray run with 2 workers writes what the single-process run
+writes, and a Ray run killed mid-way resumes to the same files without redoing finished shards.
+
+The corpus: 200 espeak-ng rows in English, Hindi and Tamil, two of them 25 s English recordings
+that the VAD cuts into utterances (benchmarks/espeak_corpus.py). Every stage runs: silero VAD,
+pocketsphinx transcribing the utterances, the silent, clipping and SNR filters, resemblyzer
+embeddings and the tiny checkpoint's Mimi. DNSMOS is left to tests/training/test_prepare_filters.py
+(0.4 s a clip on one core here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.espeak_corpus import make_corpus
+from training.prepare import PrepareConfig, prepare
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = {"max_seconds": 20.0, "asr": "pocketsphinx", "min_snr_db": 15.0, "speaker_encoder": "resemblyzer",
+            "shard_size": 20}
+KILL_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("corpus"), clips=200, long_recordings=2, long_seconds=25.0)
+
+
+@pytest.fixture(scope="module")
+def local_run(corpus, tiny_checkpoint, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("local") / "data"
+    return out, prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), device="cpu")
+
+
+def assert_same_output(one: Path, other: Path) -> None:
+    """Same index (byte for byte), codes and embeddings (float16, to 1e-2) in every shard."""
+    assert (one / "index.jsonl").read_text(encoding="utf-8") == (other / "index.jsonl").read_text(encoding="utf-8")
+    names = sorted(p.name for p in (one / "shards").glob("*.npy"))
+    assert names == sorted(p.name for p in (other / "shards").glob("*.npy"))
+    for name in names:
+        first, second = np.load(one / "shards" / name), np.load(other / "shards" / name)
+        if name.endswith(".emb.npy"):
+            np.testing.assert_allclose(first.astype(np.float32), second.astype(np.float32), atol=1e-2)
+        else:
+            assert np.array_equal(first, second), name
+    reports = [json.loads((folder / "report.json").read_text(encoding="utf-8")) for folder in (one, other)]
+    for report in reports:
+        report.pop("run")
+    assert reports[0] == reports[1]
+
+
+def test_local_run_segments_recordings_and_counts_every_stage(local_run):
+    out, report = local_run
+    rows = [json.loads(line) for line in (out / "index.jsonl").read_text(encoding="utf-8").splitlines()]
+    pieces = [row for row in rows if "segment" in row]
+    assert len({row["line"] for row in pieces}) == 2 and len(pieces) >= 3  # both recordings, cut
+    for row in pieces:
+        assert 2.0 <= row["seconds"] <= 20.0 and row["transcribed"] and row["text"]
+        assert row["source_end"] - row["source_start"] == pytest.approx(row["seconds"], abs=2e-3)
+    assert set(report["by_language"]) == {"en", "hi", "ta"}
+    assert report["counts"]["lines"] == 200 and report["counts"]["rows"] == 200
+    assert report["kept"] == len(rows) == report["counts"]["kept"]
+    filtered = sum(report["dropped"].get(key, 0) for key in ("silent", "clipped", "low_snr"))
+    assert report["kept"] == report["counts"]["utterances"] - filtered
+    assert set(report["speakers"]["mean_cosine"]) == {"Aisha", "Ira", "Siya"}
+    assert all(report["run"]["stage_seconds"][stage] > 0 for stage in ("decode", "segment", "embed", "encode"))
+    assert report["run"] | {"stage_seconds": None} == {"engine": "local", "shards": 10, "encoded_shards": 10,
+                                                       "reused_shards": 0, "stage_seconds": None}
+
+
+def test_ray_with_two_workers_writes_what_one_process_writes(corpus, local_run, tiny_checkpoint, tmp_path):
+    report = prepare(corpus, str(tiny_checkpoint), tmp_path / "ray", config=PrepareConfig(**SETTINGS),
+                     engine="ray", workers=2)
+    assert report["run"]["engine"] == "ray" and report["run"]["encoded_shards"] == 10
+    assert_same_output(local_run[0], tmp_path / "ray")
+
+
+def test_a_killed_ray_run_resumes_without_redoing_finished_shards(corpus, local_run, tiny_checkpoint, tmp_path):
+    out = tmp_path / "ray"
+    command = [sys.executable, "-m", "training.prepare", "--manifest", str(corpus), "--model", str(tiny_checkpoint),
+               "--out", str(out), "--engine", "ray", "--workers", "2",
+               *[arg for key, value in SETTINGS.items() for arg in ("--set", f"{key}={value}")]]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while not list((out / "shards").glob("shard_*.json")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = sorted((out / "shards").glob("shard_*.json"))
+    assert 1 <= len(finished) < 10, process.stderr.read().decode()[-2000:]
+    stamps = {p: p.stat().st_mtime_ns for base in finished for p in (base, base.with_suffix(".npy"))}
+    report = prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), engine="ray", workers=2)
+    assert report["run"]["reused_shards"] >= len(finished)
+    assert report["run"]["encoded_shards"] == 10 - report["run"]["reused_shards"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # finished shards were not written again
+    assert_same_output(local_run[0], out)
