@@ -5,6 +5,7 @@
     with no_sync(objective, enabled=not last_micro_batch): ...backward...
     norm = clip_grad_norm(objective.parameters(), 1.0)                   # over all ranks
     state = full_state_dict(objective)            # collective; the full weights on rank 0, {} elsewhere
+    replica.load_state_dict(gathered_state_dict(objective))   # collective; the full weights on every rank
     save_sharded(folder, objective, optimizer)    # collective: DCP, every rank writes its shards
     load_sharded(folder, objective, optimizer)    # any world size, also one plain process (resharding)
 
@@ -98,6 +99,14 @@ def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def gathered_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The full (unsharded) state dict on every rank, on the module's device; every rank calls it
+    (a rollout replica loads it after each optimiser step)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
+
+
 def save_sharded(folder: str | Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """DCP-save the model and optimiser state under `folder` (every rank calls it)."""
     import torch.distributed.checkpoint as dcp
@@ -133,4 +142,4 @@ def model_state_bytes(module: nn.Module, optimizer_slots: int = 2) -> int:
 
 
 __all__ = ["DISTRIBUTED", "DCP_DIR", "uses_fsdp2", "shard", "no_sync", "clip_grad_norm", "full_state_dict",
-           "save_sharded", "load_sharded", "model_state_bytes"]
+           "gathered_state_dict", "save_sharded", "load_sharded", "model_state_bytes"]

@@ -218,7 +218,7 @@ class DPOTrainer(RolloutTrainer):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
-        stats.update(self.source.sync_weights(self.model))  # vLLM: push what the step changed
+        stats.update(self.sync_rollout_weights())  # vLLM: push what the step changed
         return stats
 
     def pair_loss(self, chunk: list[int], normaliser: int):

@@ -9,7 +9,9 @@ where rollouts come from, and the rewards of a batch of prompts.
 `RolloutTrainer.__init__` builds what both wings share, in this order: the engine (the
 checkpoint, on the run's device and dtype), LoRA adapters if `lora.enabled`, the wing's
 reference (`make_reference`, GRPO's frozen copy), activation checkpointing, the optimiser and
-schedule, the policy scorer (training.grpo.policy) wrapped by accelerate, the rollout source
+schedule, the policy scorer (training.grpo.policy) wrapped by accelerate (FSDP2: a copy of the
+weights, `self.policy`, sharded per decoder layer, while the engine keeps a full replica that
+samples and is refreshed from the shards after every optimiser step: `sync_rollout_weights`), the rollout source
 of `rollout.backend`, the reward functions (training.grpo.rewards) and the prompt sampler
 (training.grpo.prompts). It also owns the checkpoint state of the weights (full weights, or
 LoRA adapters plus their merged published weights) and putting it back.
@@ -23,6 +25,8 @@ Trainers call `sync_weights` after every optimiser step, and with `full=True` af
 
 from __future__ import annotations
 
+import copy
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -33,6 +37,7 @@ from rumik_app.decode.rollouts import Rollouts
 from rumik_app.engine.local import TTSEngine
 from rumik_app.errors import ConfigError
 from rumik_app.request import SynthesisRequest
+from training import fsdp
 from training.common import build_optimizer, enable_activation_checkpointing
 from training.grpo.config import ROLLOUT_BACKENDS, PolicyRunConfig
 from training.grpo.policy import PolicyScorer, apply_lora, merged_state_dict
@@ -125,10 +130,15 @@ class RolloutTrainer(Trainer):
         self.reference = self.make_reference()
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(self.model)
-        self.master = self.model if self.peft is None else None  # LoRA checkpoints hold the adapters instead
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.total_steps)
-        self.scorer, self.optimizer = self.acc.prepare(PolicyScorer(self.model, self.layout, restrict), optimizer)
+        self.policy = copy.deepcopy(self.model) if self.fsdp else self.model  # the weights the optimiser steps
+        scorer = PolicyScorer(self.policy, self.layout, restrict)
+        self.sharded = scorer  # one process resumes an FSDP2 run's DCP checkpoint through it
+        if self.fsdp:  # shard first: the optimiser must see the sharded parameters
+            scorer = self.shard_model(scorer, self.policy.model.layers, self.acc.mixed_precision)
+        self.master = self.model if self.peft is None and not self.fsdp else None  # LoRA: the adapters instead
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        optimizer, self.scheduler = build_optimizer(self.policy, cfg.optim, cfg.total_steps)
+        self.scorer, self.optimizer = (scorer, optimizer) if self.fsdp else self.acc.prepare(scorer, optimizer)
         if source is None:
             source = rollout_source(cfg.rollout.backend, self)
         self.source = source(self) if callable(source) else source
@@ -140,6 +150,23 @@ class RolloutTrainer(Trainer):
         return None
 
     # ------------------------------------------------------------------ rollouts and rewards
+    def sync_rollout_weights(self, full: bool = False) -> dict[str, Any]:
+        """After every optimiser step (and with `full` after a resume): the rollout source gets the
+        new weights. FSDP2: the sharded weights are first gathered once into the engine's replica
+        (every process calls it; the gather is what is timed and logged)."""
+        if not self.fsdp:
+            return self.source.sync_weights(self.model, full)
+        start = time.perf_counter()
+        state = fsdp.gathered_state_dict(self.scorer)
+        missing, unexpected = self.model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()},
+                                                         strict=False)
+        if unexpected or any(not key.endswith("lm_head.weight") for key in missing):  # lm_head is tied
+            raise RuntimeError(f"gathered weights do not fit the replica: {missing[:3]} {unexpected[:3]}")
+        sizes = sum(v.numel() * v.element_size() for v in state.values())
+        self.source.sync_weights(self.model, full)  # the engine samples from the replica itself
+        return {"sync_seconds": time.perf_counter() - start, "sync_megabytes": sizes / 2**20,
+                "sync_tensors": len(state)}
+
     def shard(self, count: int) -> list[int]:
         """This process's prompts among `count` (prompt k goes to process k mod world)."""
         return list(range(count))[self.acc.process_index :: self.acc.num_processes]
@@ -190,8 +217,9 @@ class RolloutTrainer(Trainer):
             if self.acc.is_main_process:
                 state = merged_state_dict(self.peft)
                 extra["lora"] = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.peft).items()}
-        else:  # every process takes part (FSDP/DeepSpeed gather here)
-            state = {k.removeprefix("model."): v for k, v in self.acc.get_state_dict(self.scorer).items()}
+        else:  # every process takes part (FSDP2/DeepSpeed gather here; the main process gets the weights)
+            state = fsdp.full_state_dict(self.scorer) if self.fsdp else self.acc.get_state_dict(self.scorer)
+            state = {k.removeprefix("model."): v for k, v in state.items()}
         return state, extra
 
     def restore(self, extra: dict) -> None:
@@ -199,4 +227,4 @@ class RolloutTrainer(Trainer):
             from peft import set_peft_model_state_dict
 
             set_peft_model_state_dict(self.peft, extra["lora"])
-        self.source.sync_weights(self.model, full=True)  # vLLM: the checkpoint's weights, all of them
+        self.sync_rollout_weights(full=True)  # vLLM or the FSDP2 replica: the checkpoint's weights, all of them

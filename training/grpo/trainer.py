@@ -36,8 +36,9 @@ processes and every local loss is scaled by the world size, so DDP's gradient av
 exactly the global objective (the two-process CPU run above reproduces the one-process
 numbers; tests/training/grpo/test_trainer.py checks it). Rewards and lengths are gathered for
 logging, so metrics.jsonl describes the whole batch. With `rollout.backend = "engine"` the
-engine samples with the live weights of its process; FSDP / ZeRO-3 shard the weights, so it
-cannot run on them. With `rollout.backend = "vllm"` (training.grpo.vllm_rollouts, TRL's
+engine samples with the live weights of its process; under FSDP2 (`distributed = "fsdp2"`)
+those are sharded, so a copy trains sharded while the engine's full replica samples, gathered
+from the shards once after every optimiser step (training.grpo.rollout). With `rollout.backend = "vllm"` (training.grpo.vllm_rollouts, TRL's
 colocate mode) each process owns a vLLM engine that samples its shard, and after every
 optimiser step `sync_weights` pushes the changed (LoRA: merged) weights into it (under FSDP /
 ZeRO-3 gathered once first), logged as `sync_seconds` and `sync_megabytes`.
@@ -64,7 +65,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -75,7 +75,7 @@ from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD
 from rumik_app.request import SynthesisRequest
 from training import cli
-from training.common import clip_gradients, read_metrics
+from training.common import read_metrics
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.loss import (
     action_columns,
@@ -214,10 +214,9 @@ class GRPOTrainer(RolloutTrainer):
         weights: list[torch.Tensor | None] = [None] * len(batches)  # per micro-batch, from the old policy
         for _ in range(cfg.loss.num_iterations):
             if cfg.activation_checkpointing:
-                self.model.train()
+                self.policy.train()
             for k, b in enumerate(batches):
-                sync = nullcontext() if k == len(batches) - 1 else acc.no_sync(self.scorer)
-                with sync:
+                with self.no_sync(self.scorer, enabled=k < len(batches) - 1):
                     tok, stop = self.scorer(b)
                     logp = concat_actions(tok, stop)
                     old = concat_actions(*olds[k]) if olds is not None else logp.detach()
@@ -232,12 +231,12 @@ class GRPOTrainer(RolloutTrainer):
                 stats["loss"] += float(out.loss.detach()) / cfg.loss.num_iterations
                 for key in ("count", "kl_sum", "low_clip_sum", "high_clip_sum", "region_clip_sum"):
                     stats[key] += getattr(out, key)
-            stats["grad_norm"] += clip_gradients(acc, self.params, cfg.optim.max_grad_norm) / cfg.loss.num_iterations
+            stats["grad_norm"] += self.clip_gradients(self.params, cfg.optim.max_grad_norm) / cfg.loss.num_iterations
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
-        self.model.eval()
-        stats.update(self.source.sync_weights(self.model))  # vLLM: push what the steps changed
+        self.policy.eval()
+        stats.update(self.sync_rollout_weights())  # vLLM or the FSDP2 replica: what the steps changed
         return stats
 
     # ------------------------------------------------------------------ logging

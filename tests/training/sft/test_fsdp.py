@@ -13,7 +13,7 @@ import torch
 
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from tests.training.distributed import run_on_two_cpu_processes, set_args
+from tests.training.distributed import kill_on_two_cpu_processes_when, run_on_two_cpu_processes, set_args
 from training.common import read_metrics
 from training.config import load_config
 from training.dpo.config import DPOConfig
@@ -87,17 +87,20 @@ def test_fsdp2_losses_match_ddp_and_one_process(runs):
 
 
 @pytest.mark.slow
-def test_fsdp2_resumes_exactly_and_reshards_to_one_process(runs):
-    """A run killed after step 5 (checkpoint step 4 on disk) continues on 2 processes exactly; the
+def test_fsdp2_resumes_exactly_after_sigkill_and_reshards_to_one_process(runs):
+    """A run SIGKILLed once its step-4 checkpoint is on disk continues on 2 processes exactly; the
     same checkpoint loads on one process (DCP resharding) and continues to the same losses."""
-    full = _rows(runs["fsdp2"])
-    for name in ("resumed2", "resumed1"):
-        (runs["tmp"] / name / "checkpoints").mkdir(parents=True)
-        shutil.copytree(runs["fsdp2"] / "checkpoints" / "step_00000004",
-                        runs["tmp"] / name / "checkpoints" / "step_00000004")
-    done = _two(runs["smoke"], runs["tmp"] / "resumed2", "distributed=fsdp2")
+    full, killed = _rows(runs["fsdp2"]), runs["tmp"] / "killed"
+    step4 = killed / "checkpoints" / "step_00000004"
+    kill_on_two_cpu_processes_when("training.sft", ["--config", str(runs["smoke"]), "--out", str(killed),
+                                                    *set_args(*SETS, "distributed=fsdp2")], step4,
+                                   runs["tmp"] / "killed.log")
+    assert not (killed / "checkpoints" / f"step_{STEPS:08d}").exists()
+    (runs["tmp"] / "resumed1" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(step4, runs["tmp"] / "resumed1" / "checkpoints" / "step_00000004")
+    done = _two(runs["smoke"], killed, "distributed=fsdp2")
     assert "resumed from" in done.stdout
-    again = _rows(runs["tmp"] / "resumed2")
+    again = _rows(killed)[-(STEPS - 4):]  # the rows the resumed run appended
     assert [r["step"] for r in again] == list(range(5, STEPS + 1))
     for x, y in zip(again, full[4:], strict=True):
         for key in ("loss", "grad_norm", "learning_rate"):
@@ -113,9 +116,13 @@ def test_distributed_key_is_checked():
     with pytest.raises(ConfigError, match=r"distributed must be one of \('ddp', 'fsdp2'\)"):
         cfg.validate()
     assert json.loads(json.dumps(SFTConfig().__dict__, default=str))["distributed"] == "ddp"
-    # GRPO and DPO refuse FSDP2 on several processes (one process needs neither strategy)
-    for config_class, path in ((GRPOConfig, GRPO_SMOKE), (DPOConfig, DPO_SMOKE)):
-        policy = load_config(config_class, path, ["distributed=fsdp2"])
-        policy.validate(1)
-        with pytest.raises(ConfigError, match="not available for GRPO and DPO yet"):
+    # GRPO takes FSDP2 (tests/training/grpo/test_fsdp.py), but not with LoRA or vLLM rollouts; DPO refuses it
+    load_config(GRPOConfig, GRPO_SMOKE, ["distributed=fsdp2"]).validate(2)
+    for config_class, path, sets, message in (
+            (GRPOConfig, GRPO_SMOKE, ["lora.enabled=true"], "LoRA"),
+            (GRPOConfig, GRPO_SMOKE, ['rollout.backend="vllm"'], "rollout.backend"),
+            (DPOConfig, DPO_SMOKE, [], "not available for DPO yet")):
+        policy = load_config(config_class, path, ["distributed=fsdp2", *sets])
+        policy.validate(1)  # one process needs neither strategy
+        with pytest.raises(ConfigError, match=message):
             policy.validate(2)
