@@ -45,14 +45,13 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from training import cli
-from training.common import clip_gradients, read_metrics
+from training.common import read_metrics
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
 from training.dpo.loss import action_weights, pair_objective, pair_routing_matrix, routed_logps
 from training.dpo.pairs import PairSet, build_pairs
@@ -159,7 +158,7 @@ class DPOTrainer(RolloutTrainer):
         batches = [ScoringBatch.from_rollouts(parts[n].rollouts, q, [r for m, r in places if m == n], pad)
                    for n in sorted({n for n, _ in places})]
         rows = ScoringBatch.cat(batches, pad)
-        scorer = self.acc.unwrap_model(self.scorer)
+        scorer = self.replica_scorer()  # FSDP2: the full replica, so processes need not score in step
         tok, stop = [], []
         self.model.eval()
         with torch.no_grad():
@@ -204,20 +203,24 @@ class DPOTrainer(RolloutTrainer):
             local = local or ids[:1]
             per = max(1, cfg.micro_batch_size // 2)  # two rows per pair
             micro = [local[lo : lo + per] for lo in range(0, len(local), per)]
+            counted = len(micro) if not idle else 0
+            if self.fsdp:  # FSDP2 all-gathers in every forward: each process runs the busiest one's count
+                busiest = math.ceil(math.ceil(len(ids) / acc.num_processes) / per)
+                micro += [ids[:1]] * (busiest - len(micro))  # at weight 0
             if cfg.activation_checkpointing:
-                self.model.train()
+                self.policy.train()
             for k, chunk in enumerate(micro):
-                with nullcontext() if k == len(micro) - 1 else acc.no_sync(self.scorer):
+                with self.no_sync(self.scorer, enabled=k < len(micro) - 1):
                     out = self.pair_loss(chunk, len(ids))
-                    acc.backward(out.loss * (0.0 if idle else acc.num_processes))
-                if not idle:
+                    acc.backward(out.loss * (acc.num_processes if k < counted else 0.0))
+                if k < counted:
                     for key in SUM_KEYS:
                         stats[key] += getattr(out, key)
-            stats["grad_norm"] = clip_gradients(acc, self.params, cfg.optim.max_grad_norm)
+            stats["grad_norm"] = self.clip_gradients(self.params, cfg.optim.max_grad_norm)
         self.optimizer.step()  # without gradients (no pairs) AdamW leaves every weight alone
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.model.eval()
+        self.policy.eval()
         stats.update(self.sync_rollout_weights())  # vLLM: push what the step changed
         return stats
 

@@ -192,10 +192,15 @@ class PolicyRunConfig(RunConfig):
     micro_batch_size: int = 8
 
     def check_fsdp2(self) -> None:
-        """ConfigError when this run cannot shard with FSDP2 over several processes (GRPO overrides it)."""
-        raise ConfigError("distributed = \"fsdp2\" is not available for DPO yet (its reference scoring and pair "
-                          "steps give processes unequal forwards, which FSDP2 cannot): run it with "
-                          "distributed = \"ddp\" (drop --set distributed=fsdp2), or LoRA to fit a smaller GPU.")
+        """ConfigError when this run cannot shard with FSDP2 over several processes: a sharded copy
+        of the full weights trains while a gathered replica samples (training.grpo.rollout), so
+        not with LoRA, and not with vLLM rollouts yet."""
+        if self.lora.enabled:
+            raise ConfigError("distributed = \"fsdp2\" shards the full weights; a LoRA run (lora.enabled) trains "
+                              "only adapters and runs with distributed = \"ddp\".")
+        if self.rollout.backend != "engine":
+            raise ConfigError("distributed = \"fsdp2\" with rollout.backend = \"vllm\" is not available yet: use "
+                              "rollout.backend = \"engine\", or distributed = \"ddp\".")
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""
@@ -236,16 +241,6 @@ class GRPOConfig(PolicyRunConfig):
     steps: int = 500
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     loss: LossConfig = field(default_factory=LossConfig)
-
-    def check_fsdp2(self) -> None:
-        """FSDP2 trains a sharded copy of the full weights and samples with a gathered replica
-        (training.grpo.rollout): not with LoRA, and not with vLLM rollouts yet."""
-        if self.lora.enabled:
-            raise ConfigError("distributed = \"fsdp2\" shards the full weights; a LoRA run (lora.enabled) trains "
-                              "only adapters and runs with distributed = \"ddp\".")
-        if self.rollout.backend != "engine":
-            raise ConfigError("distributed = \"fsdp2\" with rollout.backend = \"vllm\" is not available yet: use "
-                              "rollout.backend = \"engine\", or distributed = \"ddp\".")
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""

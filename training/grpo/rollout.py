@@ -167,6 +167,15 @@ class RolloutTrainer(Trainer):
         return {"sync_seconds": time.perf_counter() - start, "sync_megabytes": sizes / 2**20,
                 "sync_tensors": len(state)}
 
+    def replica_scorer(self) -> PolicyScorer:
+        """A scorer of the current weights that needs no collective: under FSDP2 the engine's full
+        replica (equal to the shards after every sync), else the policy scorer itself."""
+        if not self.fsdp:
+            return self.acc.unwrap_model(self.scorer)
+        if getattr(self, "_replica_scorer", None) is None:
+            self._replica_scorer = PolicyScorer(self.model, self.layout, self.cfg.rollout.restrict_phase)
+        return self._replica_scorer
+
     def shard(self, count: int) -> list[int]:
         """This process's prompts among `count` (prompt k goes to process k mod world)."""
         return list(range(count))[self.acc.process_index :: self.acc.num_processes]

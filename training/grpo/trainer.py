@@ -38,10 +38,10 @@ numbers; tests/training/grpo/test_trainer.py checks it). Rewards and lengths are
 logging, so metrics.jsonl describes the whole batch. With `rollout.backend = "engine"` the
 engine samples with the live weights of its process; under FSDP2 (`distributed = "fsdp2"`)
 those are sharded, so a copy trains sharded while the engine's full replica samples, gathered
-from the shards once after every optimiser step (training.grpo.rollout). With `rollout.backend = "vllm"` (training.grpo.vllm_rollouts, TRL's
-colocate mode) each process owns a vLLM engine that samples its shard, and after every
-optimiser step `sync_weights` pushes the changed (LoRA: merged) weights into it (under FSDP /
-ZeRO-3 gathered once first), logged as `sync_seconds` and `sync_megabytes`.
+from the shards once after every optimiser step (training.grpo.rollout). With
+`rollout.backend = "vllm"` (training.grpo.vllm_rollouts, TRL's colocate mode) each process owns
+a vLLM engine that samples its shard, and after every optimiser step `sync_weights` pushes the
+changed (LoRA: merged) weights into it, logged as `sync_seconds` and `sync_megabytes`.
 
 Mismatch. The sampler's log-probs do not enter the loss as log pi: the trainer rescores every
 action with its own weights (log pi_old, for the gradient) and weights each action's clipped

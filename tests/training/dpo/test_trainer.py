@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from rumik_app import TTSEngine
-from tests.training.distributed import set_args, smoke_on_one_and_two_processes
+from tests.training.distributed import run_on_two_cpu_processes, set_args, smoke_on_one_and_two_processes
 from training.common import TRAINING_STATE, latest_checkpoint, read_metrics
 from training.config import load_config
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
@@ -184,14 +184,21 @@ def test_a_kill_mid_phase_resumes_exactly_and_a_fresh_run_repeats(smoke_run, tin
 
 @pytest.mark.slow
 def test_two_processes_match_one(tiny_checkpoint, tmp_path):
-    """DDP (gloo, 2 CPU processes, each sampling half the groups, the pool shared) gives the one-process numbers."""
+    """DDP and FSDP2 (gloo, 2 CPU processes, each sampling half the groups, the pool shared) give the
+    one-process numbers. FSDP2 trains sharded; the reference and the rollouts use each process's full
+    replica, gathered after every step (training.grpo.rollout)."""
     sets = set_args(f"model={tiny_checkpoint}", "phases=2", "rollout.max_new_tokens=32", "save_every=8")
     one, two = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, sets)
-    assert len(one) == len(two) == 8
-    for key in ("reward", "pairs", "dropped_groups", "num_pairs"):
-        assert [row[key] for row in two] == [row[key] for row in one], key
-    for key in ("loss", "rewards/margins", "rewards/chosen", "logps/chosen", "logps/rejected", "grad_norm"):
-        assert [row[key] for row in two] == pytest.approx([row[key] for row in one], rel=1e-4, abs=1e-6), key
+    done = run_on_two_cpu_processes("training.dpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets,
+                                                     *set_args("distributed=fsdp2")])
+    assert "training.dpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout
+    sharded = [row for row in read_metrics(tmp_path / "fsdp2") if "event" not in row]
+    assert len(one) == len(two) == len(sharded) == 8
+    for run in (two, sharded):
+        for key in ("reward", "pairs", "dropped_groups", "num_pairs"):
+            assert [row[key] for row in run] == [row[key] for row in one], key
+        for key in ("loss", "rewards/margins", "rewards/chosen", "logps/chosen", "logps/rejected", "grad_norm"):
+            assert [row[key] for row in run] == pytest.approx([row[key] for row in one], rel=1e-4, abs=1e-6), key
 
 
 @pytest.mark.slow

@@ -116,12 +116,14 @@ def test_distributed_key_is_checked():
     with pytest.raises(ConfigError, match=r"distributed must be one of \('ddp', 'fsdp2'\)"):
         cfg.validate()
     assert json.loads(json.dumps(SFTConfig().__dict__, default=str))["distributed"] == "ddp"
-    # GRPO takes FSDP2 (tests/training/grpo/test_fsdp.py), but not with LoRA or vLLM rollouts; DPO refuses it
+    # GRPO and DPO take FSDP2 (tests/training/grpo/test_fsdp.py, tests/training/dpo/test_trainer.py), but not
+    # with LoRA or vLLM rollouts
     load_config(GRPOConfig, GRPO_SMOKE, ["distributed=fsdp2"]).validate(2)
+    load_config(DPOConfig, DPO_SMOKE, ["distributed=fsdp2"]).validate(2)
     for config_class, path, sets, message in (
             (GRPOConfig, GRPO_SMOKE, ["lora.enabled=true"], "LoRA"),
             (GRPOConfig, GRPO_SMOKE, ['rollout.backend="vllm"'], "rollout.backend"),
-            (DPOConfig, DPO_SMOKE, [], "not available for DPO yet")):
+            (DPOConfig, DPO_SMOKE, ["lora.enabled=true"], "LoRA")):
         policy = load_config(config_class, path, ["distributed=fsdp2", *sets])
         policy.validate(1)  # one process needs neither strategy
         with pytest.raises(ConfigError, match=message):
