@@ -193,14 +193,11 @@ class PolicyRunConfig(RunConfig):
 
     def check_fsdp2(self) -> None:
         """ConfigError when this run cannot shard with FSDP2 over several processes: a sharded copy
-        of the full weights trains while a gathered replica samples (training.grpo.rollout), so
-        not with LoRA, and not with vLLM rollouts yet."""
+        of the full weights trains while a gathered replica samples or feeds vLLM
+        (training.grpo.rollout), so not with LoRA."""
         if self.lora.enabled:
             raise ConfigError("distributed = \"fsdp2\" shards the full weights; a LoRA run (lora.enabled) trains "
                               "only adapters and runs with distributed = \"ddp\".")
-        if self.rollout.backend != "engine":
-            raise ConfigError("distributed = \"fsdp2\" with rollout.backend = \"vllm\" is not available yet: use "
-                              "rollout.backend = \"engine\", or distributed = \"ddp\".")
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ConfigError naming the key when the config cannot run on `num_processes` processes."""

@@ -11,7 +11,7 @@ checkpoint, on the run's device and dtype), LoRA adapters if `lora.enabled`, the
 reference (`make_reference`, GRPO's frozen copy), activation checkpointing, the optimiser and
 schedule, the policy scorer (training.grpo.policy) wrapped by accelerate (FSDP2: a copy of the
 weights, `self.policy`, sharded per decoder layer, while the engine keeps a full replica that
-samples and is refreshed from the shards after every optimiser step: `sync_rollout_weights`), the rollout source
+samples, refreshed from the shards after every optimiser step, `sync_rollout_weights`), the rollout source
 of `rollout.backend`, the reward functions (training.grpo.rewards) and the prompt sampler
 (training.grpo.prompts). It also owns the checkpoint state of the weights (full weights, or
 LoRA adapters plus their merged published weights) and putting it back.
@@ -152,8 +152,9 @@ class RolloutTrainer(Trainer):
     # ------------------------------------------------------------------ rollouts and rewards
     def sync_rollout_weights(self, full: bool = False) -> dict[str, Any]:
         """After every optimiser step (and with `full` after a resume): the rollout source gets the
-        new weights. FSDP2: the sharded weights are first gathered once into the engine's replica
-        (every process calls it; the gather is what is timed and logged)."""
+        new weights. FSDP2: the sharded weights are first gathered once into the engine's replica,
+        which the engine samples with and vLLM is pushed from (every process calls it); the logged
+        seconds include the gather, the megabytes are what vLLM took (the engine: what was gathered)."""
         if not self.fsdp:
             return self.source.sync_weights(self.model, full)
         start = time.perf_counter()
@@ -162,10 +163,10 @@ class RolloutTrainer(Trainer):
                                                          strict=False)
         if unexpected or any(not key.endswith("lm_head.weight") for key in missing):  # lm_head is tied
             raise RuntimeError(f"gathered weights do not fit the replica: {missing[:3]} {unexpected[:3]}")
-        sizes = sum(v.numel() * v.element_size() for v in state.values())
-        self.source.sync_weights(self.model, full)  # the engine samples from the replica itself
-        return {"sync_seconds": time.perf_counter() - start, "sync_megabytes": sizes / 2**20,
-                "sync_tensors": len(state)}
+        gathered = sum(v.numel() * v.element_size() for v in state.values()) / 2**20
+        pushed = self.source.sync_weights(self.model, full)  # vLLM: from the replica; the engine samples it
+        return {**pushed, "sync_seconds": time.perf_counter() - start,
+                "sync_megabytes": pushed.get("sync_megabytes") or gathered}
 
     def replica_scorer(self) -> PolicyScorer:
         """A scorer of the current weights that needs no collective: under FSDP2 the engine's full

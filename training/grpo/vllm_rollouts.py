@@ -20,10 +20,13 @@ source parameters changed since the last push: tracked by torch's in-place versi
 of every trainable parameter (the optimiser's update bumps it; frozen ones never move). Full
 weights are pushed as they are; with LoRA each adapted layer's merged weight W + BA (and the
 trained stop head), computed one chunk at a time, never the whole model (training.grpo.policy.
-MergedWeights). Under FSDP or ZeRO-3 the weights are sharded: every rank gathers the full
-parameters once per step (`gathered`), pushes all trainable ones and frees them (code path;
-not run here: no GPUs). A resumed run pushes every weight of the checkpoint before its first
-rollout, which is vLLM started from the checkpoint's weights, without a second start.
+MergedWeights). Under FSDP2 (`distributed = "fsdp2"`) the trainer first gathers the shards into
+its engine's full replica once per step (training.grpo.rollout.RolloutTrainer.sync_rollout_weights)
+and this pushes from the replica, tested on 2 CPU processes (tests/vllm/test_grpo.py). Under
+accelerate's FSDP or ZeRO-3 every rank gathers the full parameters once per step (`gathered`),
+pushes all trainable ones and frees them (code path; not run here: no GPUs). A resumed run
+pushes every weight of the checkpoint before its first rollout, which is vLLM started from the
+checkpoint's weights, without a second start.
 
 Memory. On CUDA, vLLM's sleep mode (level 1: weights to CPU memory, KV cache dropped) frees
 its GPU memory while the trainer updates: sleep after rollouts, wake the weights before a
