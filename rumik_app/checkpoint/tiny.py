@@ -201,10 +201,18 @@ def tokenizer_config_dict() -> dict:
     }
 
 
-def mimi_config_dict() -> dict:
-    """A small Mimi with the real sample rate, frame rate and 32-quantizer layout (4.x keys)."""
+# kyutai/mimi's config.json where mimi_config_dict shrinks it (every other key is the same there): a
+# random Mimi of the published size costs what the real one costs to run (benchmarks/prepare_throughput.py).
+PUBLISHED_MIMI = {"hidden_size": 512, "num_filters": 64, "num_hidden_layers": 8, "intermediate_size": 2048,
+                  "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64, "codebook_dim": 256,
+                  "vector_quantization_hidden_dimension": 256, "upsample_groups": 512}
+
+
+def mimi_config_dict(published: bool = False) -> dict:
+    """A small Mimi with the real sample rate, frame rate and 32-quantizer layout (4.x keys); with
+    `published`, the published size (PUBLISHED_MIMI, ~79 M parameters)."""
     hidden = 64
-    return {
+    return {**{
         "architectures": ["MimiModel"], "audio_channels": 1, "codebook_dim": 32, "codebook_size": CODEBOOK_SIZE,
         "compress": 2, "dilation_growth_rate": 2, "frame_rate": FRAME_RATE_HZ, "head_dim": 16,
         "hidden_act": "gelu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": 128,
@@ -216,7 +224,7 @@ def mimi_config_dict() -> dict:
         "torch_dtype": "float32", "transformers_version": "4.45.0.dev0", "trim_right_ratio": 1.0,
         "upsample_groups": hidden, "upsampling_ratios": [8, 6, 5, 4], "use_cache": False,
         "use_causal_conv": True, "use_conv_shortcut": False, "vector_quantization_hidden_dimension": 32,
-    }
+    }, **(PUBLISHED_MIMI if published else {})}
 
 
 PREPROCESSOR_CONFIG = {
@@ -230,12 +238,13 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def build_codec(out_dir: Path, seed: int) -> None:
-    """codec/: config.json, model.safetensors (legacy flat keys), preprocessor_config.json."""
+def build_codec(out_dir: Path, seed: int, published: bool = False) -> None:
+    """codec/: config.json, model.safetensors (legacy flat keys), preprocessor_config.json; a small
+    Mimi, or with `published` one of the published size (both random)."""
     import torch
     from transformers import MimiConfig, MimiModel
 
-    cfg = mimi_config_dict()
+    cfg = mimi_config_dict(published)
     torch.manual_seed(seed)
     model = MimiModel(MimiConfig(**{k: v for k, v in cfg.items()
                                     if k not in ("architectures", "transformers_version")}))

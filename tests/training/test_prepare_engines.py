@@ -37,6 +37,17 @@ def corpus(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def ray_cluster() -> str:
+    """One local Ray instance for the module (2 CPUs for cleaners + 1 for Mimi); its GCS address, which a
+    run in another process joins with --address (prepare leaves a Ray it did not start running)."""
+    import ray
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def local_run(corpus, tiny_checkpoint, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("local") / "data"
     return out, prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), device="cpu")
@@ -78,26 +89,32 @@ def test_local_run_segments_recordings_and_counts_every_stage(local_run):
                                                        "reused_shards": 0, "stage_seconds": None}
 
 
-def test_ray_with_two_workers_writes_what_one_process_writes(corpus, local_run, tiny_checkpoint, tmp_path):
+def test_ray_with_two_workers_writes_what_one_process_writes(corpus, local_run, tiny_checkpoint, tmp_path,
+                                                            ray_cluster):
     report = prepare(corpus, str(tiny_checkpoint), tmp_path / "ray", config=PrepareConfig(**SETTINGS),
                      engine="ray", workers=2)
     assert report["run"]["engine"] == "ray" and report["run"]["encoded_shards"] == 10
     assert_same_output(local_run[0], tmp_path / "ray")
 
 
-def test_a_killed_ray_run_resumes_without_redoing_finished_shards(corpus, local_run, tiny_checkpoint, tmp_path):
+def test_a_killed_ray_run_resumes_without_redoing_finished_shards(corpus, local_run, tiny_checkpoint, tmp_path,
+                                                                  ray_cluster):
+    """The killed command joins the module's Ray (--address, as on a cluster); SIGKILL ends its job there."""
     out = tmp_path / "ray"
     command = [sys.executable, "-m", "training.prepare", "--manifest", str(corpus), "--model", str(tiny_checkpoint),
-               "--out", str(out), "--engine", "ray", "--workers", "2",
+               "--out", str(out), "--engine", "ray", "--workers", "2", "--address", ray_cluster,
                *[arg for key, value in SETTINGS.items() for arg in ("--set", f"{key}={value}")]]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + KILL_TIMEOUT_S
-    while not list((out / "shards").glob("shard_*.json")) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as sink:  # a file, not a pipe: Ray's logs must never block the run
+        process = subprocess.Popen(command, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while not list((out / "shards").glob("shard_*.json")) and process.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     finished = sorted((out / "shards").glob("shard_*.json"))
-    assert 1 <= len(finished) < 10, process.stderr.read().decode()[-2000:]
+    assert 1 <= len(finished) < 10, log.read_text(errors="replace")[-2000:]
     stamps = {p: p.stat().st_mtime_ns for base in finished for p in (base, base.with_suffix(".npy"))}
     report = prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), engine="ray", workers=2)
     assert report["run"]["reused_shards"] >= len(finished)
