@@ -86,3 +86,19 @@ def test_a_recording_needs_an_asr_judge_and_speech(tmp_path, tiny_checkpoint):
 def test_config_errors_name_the_key(settings, message):
     with pytest.raises(ConfigError, match=message):
         PrepareConfig(**settings).validate()
+
+
+def test_a_row_without_text_takes_the_asr_judges_text(planted, tiny_checkpoint, tmp_path):
+    manifest = planted[0]
+    truth = json.loads((manifest.parent / "transcripts.json").read_text())
+    row = {"audio": str(manifest.parent / "audio/en_0.wav"), "speaker": "Ira", "language": "en"}
+    (tmp_path / "m.jsonl").write_text(json.dumps(row) + "\n")
+    report = prepare(tmp_path / "m.jsonl", str(tiny_checkpoint), tmp_path / "no-asr", device="cpu")
+    assert report["dropped"] == {"bad_row": 1} and "set asr" in report["skipped"][0]["reason"]
+    # the stand-in judge's transcripts are keyed by clip id: the row's audio field as written
+    (tmp_path / "heard.json").write_text(json.dumps({row["audio"]: truth["audio/en_0.wav"]}))
+    report = prepare(tmp_path / "m.jsonl", str(tiny_checkpoint), tmp_path / "asr", device="cpu",
+                     config=PrepareConfig(asr=f"supplied:{tmp_path / 'heard.json'}"))
+    assert report["kept"] == 1
+    kept = json.loads((tmp_path / "asr" / "index.jsonl").read_text())
+    assert kept["transcribed"] is True and kept["text"] == truth["audio/en_0.wav"]

@@ -8,7 +8,8 @@
 
 Manifest: one JSON object per line with `audio` (a path; relative paths are relative to the
 manifest's folder), `text`, `speaker`, `language` and optionally `description`, `tone`,
-`accent`, `pace`. Audio is anything soundfile (or, failing that, ffmpeg) reads.
+`accent`, `pace`. With an `asr` judge set, `text` may be left out: the judge transcribes the row.
+Audio is anything soundfile (or, failing that, ffmpeg) reads.
 
 Stages (`PrepareConfig` holds every threshold; 0 or "" turns a filter off):
   read      the manifest, streamed by shard (`shard_size` lines), each row checked (fields, prompt, voice)

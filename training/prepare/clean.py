@@ -129,7 +129,7 @@ class Cleaner:
         """One row read, decoded and (when it is a recording) segmented; its drops recorded."""
         try:
             with self._timed(shard, "read"):
-                meta, path = parse_row(raw, self.manifest.parent, self.speakers)
+                meta, path = parse_row(raw, self.manifest.parent, self.speakers, text_optional=bool(self.config.asr))
             shard.counts["rows"] += 1
             cfg = self.config
             with self._timed(shard, "decode"):
@@ -144,6 +144,9 @@ class Cleaner:
         """A clip as it is; a recording (longer than max_seconds) cut by VAD, each piece transcribed."""
         cfg = self.config
         if seconds <= cfg.max_seconds:
+            if meta["text"] is None:  # untranscribed (an ASR judge is set): its text is the judge's
+                text = self._text_of(samples, meta, meta["audio"], "")
+                meta = {**meta, "text": text, "transcribed": True}
             return [Clip(line, {**meta, "seconds": round(seconds, 4)}, samples)]
         if not cfg.asr:
             raise RowError("needs_asr", f"audio is {seconds:.2f} s, longer than max_seconds = {cfg.max_seconds:g}: a "
@@ -158,19 +161,29 @@ class Cleaner:
             if hi - lo < cfg.clip_min_seconds * SAMPLE_RATE:
                 self._drop(shard, line, meta["audio"], "too_short", f"segment {k} is {(hi - lo) / SAMPLE_RATE:.2f} s")
                 continue
-            heard = self._transcribe(samples[lo:hi], meta["language"], f"{meta['audio']}#{k}", required=True)
             try:
-                text = validate_text(heard)
-            except PromptError as exc:
-                self._drop(shard, line, meta["audio"], "bad_text", f"segment {k}: {exc}")
+                text = self._text_of(samples[lo:hi], meta, f"{meta['audio']}#{k}", f"segment {k}: ")
+            except RowError as exc:
+                if exc.key != "bad_text":
+                    raise
+                self._drop(shard, line, meta["audio"], exc.key, str(exc))
                 continue
             pieces.append(Clip(line, {**meta, "text": text, "seconds": round((hi - lo) / SAMPLE_RATE, 4), **span,
                                       "transcribed": True}, samples[lo:hi].copy()))
         return self._check_recording(shard, line, meta, pieces)
 
+    def _text_of(self, samples: np.ndarray, meta: dict, clip_id: str, where: str) -> str:
+        """The ASR judge's text of a clip or segment, checked as a prompt's text; RowError needs_asr
+        (the judge cannot do the language) or bad_text (nothing heard, or not usable text)."""
+        heard = self._transcribe(samples, meta["language"], clip_id, required=True)
+        try:
+            return validate_text(heard)
+        except PromptError as exc:
+            raise RowError("bad_text", f"{where}the ASR judge heard {heard[:80]!r}: {exc}") from exc
+
     def _check_recording(self, shard: CleanShard, line: int, meta: dict, pieces: list[Clip]) -> list[Clip]:
         """The recording's own transcript against its pieces' ASR text (max_cer): all kept, or all dropped."""
-        if not (self.config.max_cer > 0 and pieces):
+        if not (self.config.max_cer > 0 and pieces and meta["text"] is not None):
             return pieces
         from evaluation.metrics import cer
 

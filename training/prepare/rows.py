@@ -23,6 +23,7 @@ from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 from rumik_app.text.languages import get_language
 
 REQUIRED_FIELDS = ("audio", "text", "speaker", "language")
+PLACEHOLDER_TEXT = "text"  # checks an untranscribed row's voice and description with the prompt function
 MAX_LINE_BYTES = 1 << 20  # one manifest row; a longer line is a bad row, never read whole
 # Clips are read up to this much past the length limit, so a clip slightly too long is reported
 # with its length; a much longer one (or a header that lies) stops the decoder there.
@@ -54,8 +55,9 @@ def load_audio(path: Path, sample_rate: int, max_seconds: float) -> tuple[np.nda
     return np.ascontiguousarray(samples, dtype=np.float32), len(samples) / float(sample_rate)
 
 
-def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...]) -> tuple[dict, Path]:
-    """Validate one manifest line (fields, prompt, voice) -> (index fields, audio path); RowError otherwise."""
+def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...], text_optional: bool = False) -> tuple[dict, Path]:
+    """Validate one manifest line (fields, prompt, voice) -> (index fields, audio path); RowError otherwise.
+    With `text_optional` (an ASR judge is set) a row may leave `text` out: its text is then None."""
     if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "replace")) > MAX_LINE_BYTES:
         raise RowError("bad_row", f"line longer than {MAX_LINE_BYTES} bytes")
     try:
@@ -64,12 +66,16 @@ def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...]) -> tuple[dict
         raise RowError("bad_row", f"invalid JSON ({exc.msg})") from exc
     if not isinstance(row, dict):
         raise RowError("bad_row", "line is not a JSON object")
+    untranscribed = text_optional and (row.get("text") is None or row.get("text") == "")
     for key in REQUIRED_FIELDS:
+        if key == "text" and untranscribed:
+            continue
         if not isinstance(row.get(key), str) or not row[key].strip():
-            raise RowError("bad_row", f"missing or empty field {key!r}")
+            hint = " (or set asr: its judge transcribes rows without text)" if key == "text" else ""
+            raise RowError("bad_row", f"missing or empty field {key!r}{hint}")
     extras = {k: row[k] for k in DESCRIPTION_FIELDS if row.get(k) not in (None, "")}
     try:
-        req = SynthesisRequest(row["text"], voice=row["speaker"], **extras)
+        req = SynthesisRequest(PLACEHOLDER_TEXT if untranscribed else row["text"], voice=row["speaker"], **extras)
         req.prompt(voices=speakers)  # the engine's prompt function: tags, voice, description
     except PromptError as exc:
         hint = " (a new voice? pass --new-speakers NAME)" if "Unknown voice" in str(exc) else ""
@@ -84,7 +90,7 @@ def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...]) -> tuple[dict
         language = get_language(row["language"]).code
     except ValueError:
         language = row["language"].strip()  # a language outside the table: kept as given
-    meta = {"audio": row["audio"], "text": validate_text(row["text"]),
+    meta = {"audio": row["audio"], "text": None if untranscribed else validate_text(row["text"]),
             "speaker": normalize_voice(row["speaker"], speakers), "language": language,
             **{k: extras.get(k) for k in DESCRIPTION_FIELDS}}
     return meta, audio
