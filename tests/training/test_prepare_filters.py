@@ -8,7 +8,9 @@ The transcript check runs the real `supplied:` ASR judge of evaluation.asr on th
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ import soundfile as sf
 
 from benchmarks.espeak_corpus import make_planted
 from rumik_app.errors import ConfigError
-from training.prepare import PrepareConfig, prepare
+from training.prepare import PrepareConfig, PrepareError, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -102,3 +104,21 @@ def test_a_row_without_text_takes_the_asr_judges_text(planted, tiny_checkpoint, 
     assert report["kept"] == 1
     kept = json.loads((tmp_path / "asr" / "index.jsonl").read_text())
     assert kept["transcribed"] is True and kept["text"] == truth["audio/en_0.wav"]
+
+
+def test_a_folder_is_a_manifest_of_its_audio_files(planted, tiny_checkpoint, tmp_path):
+    source = planted[0].parent / "audio"
+    folder = tmp_path / "voices"
+    for speaker, names in (("Ira", ["en_0", "en_1"]), ("Siya", ["en_2"])):
+        (folder / speaker).mkdir(parents=True)
+        for name in names:
+            shutil.copy(source / f"{name}.wav", folder / speaker / f"{name}.wav")
+    (folder / "Ira" / "en_0.txt").write_text("a known  transcript\n")
+    (folder / "Siya" / "en_2.txt").write_text("another one")
+    with pytest.raises(PrepareError, match="--speaker NAME"):
+        prepare(folder, str(tiny_checkpoint), tmp_path / "out", device="cpu")
+    report = prepare(folder, str(tiny_checkpoint), tmp_path / "out", device="cpu", speaker="{folder}", language="en")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "index.jsonl").read_text().splitlines()]
+    assert [(Path(r["audio"]).name, r["speaker"], r["text"]) for r in rows] == [
+        ("en_0.wav", "Ira", "a known transcript"), ("en_2.wav", "Siya", "another one")]
+    assert report["dropped"] == {"bad_row": 1} and "set asr" in report["skipped"][0]["reason"]  # en_1: no .txt

@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training.prepare", description=package.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", required=True, help="JSONL: audio, text, speaker, language [, description, "
-                                                          "tone, accent, pace]")
+                                                          "tone, accent, pace]; or a folder of audio files")
+    parser.add_argument("--speaker", help="with a folder: every file's voice, or '{folder}' for its folder's name")
+    parser.add_argument("--language", help="with a folder: the language of every file (e.g. hi)")
     parser.add_argument("--model", required=True, help="checkpoint folder, hub id or 'tiny' (its Mimi encodes)")
     parser.add_argument("--out", required=True, help="DATA_DIR for shards, index.jsonl and report.json")
     parser.add_argument("--config", help="TOML or JSON PrepareConfig (e.g. training/configs/prepare_corpus.toml)")
@@ -56,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
         config = load_config(PrepareConfig, args.config, args.overrides)
         report = prepare(args.manifest, args.model, args.out, args.shard_size, args.batch_size, args.device,
                          tuple(args.new_speakers), args.min_seconds, args.max_seconds, config=config,
-                         engine=args.engine, address=args.address, workers=args.workers, encoders=args.encoders)
+                         engine=args.engine, address=args.address, workers=args.workers, encoders=args.encoders,
+                         speaker=args.speaker, language=args.language)
     print(f"kept {report['kept']} of {report['manifest_lines']} lines ({report['hours']} h), "
           f"skipped {report['skipped_count']} (see {Path(args.out) / REPORT_FILE})")
     if report["dropped"]:

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from rumik_app.audio import SAMPLE_RATE
 from training.prepare.config import PrepareConfig
 from training.prepare.engines import ENGINES, run_local, run_ray
+from training.prepare.folder import FOLDER_SPEAKER, folder_manifest
 from training.prepare.rows import plan_shards
 from training.prepare.shards import (
     CODE_DTYPE,
@@ -31,15 +32,19 @@ from training.prepare.shards import (
 )
 
 FIXED_KEYS = ("codec_sha256", "num_quantizers", "shard_size")  # a folder cannot mix these
+FOLDER_MANIFEST = "manifest.jsonl"  # a folder of audio, listed (training.prepare.folder)
 
 
 def prepare(manifest: str | os.PathLike, model: str, out_dir: str | os.PathLike, shard_size: int | None = None,
             batch_size: int | None = None, device: str | None = None, new_speakers: tuple[str, ...] = (),
             min_seconds: float | None = None, max_seconds: float | None = None, *,
             config: PrepareConfig | None = None, engine: str = "local", address: str | None = None,
-            workers: int = 2, encoders: int | None = None) -> dict:
+            workers: int = 2, encoders: int | None = None, speaker: str | None = None,
+            language: str | None = None) -> dict:
     """Prepare a manifest into DATA_DIR (resumable); returns the report (also report.json).
-    The keyword arguments shard_size .. max_seconds override the same keys of `config`."""
+    The keyword arguments shard_size .. max_seconds override the same keys of `config`. A folder
+    as `manifest` becomes DATA_DIR/manifest.jsonl first (training.prepare.folder), its rows
+    spoken by `speaker` (or "{folder}": each file's folder's name) in `language`."""
     from rumik_app.checkpoint.load import resolve_checkpoint
     from rumik_app.model.config import RumikOSSConfig
 
@@ -49,8 +54,13 @@ def prepare(manifest: str | os.PathLike, model: str, out_dir: str | os.PathLike,
     if engine not in ENGINES:
         raise PrepareError(f"Unknown engine {engine!r}; use one of {ENGINES}.")
     manifest, out = Path(manifest), Path(out_dir)
+    if manifest.is_dir():
+        if not (speaker and language):
+            raise PrepareError(f"{manifest} is a folder: name its voice and language with --speaker NAME (or "
+                               f"--speaker '{FOLDER_SPEAKER}' for each file's folder's name) and --language CODE.")
+        manifest = folder_manifest(manifest, out / FOLDER_MANIFEST, speaker, language)
     if not manifest.is_file():
-        raise PrepareError(f"Manifest {manifest} not found; pass --manifest with a JSONL file.")
+        raise PrepareError(f"Manifest {manifest} not found; pass --manifest with a JSONL file or a folder of audio.")
     checkpoint = resolve_checkpoint(model)
     layout = RumikOSSConfig.from_file(checkpoint).layout
     if layout.codebook_size > np.iinfo(CODE_DTYPE).max + 1:

@@ -43,12 +43,11 @@ from rumik_app.files import atomic_write
 from rumik_app.prompt import validate_text
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from training.prepare.clean import clipped_fraction
+from training.prepare.folder import AUDIO_SUFFIXES, read_transcript
 from training.sft.data import DataError
 from training.voice.vad import clip_spans, speech_frames
 
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".webm", ".aac")
 MAX_RECORDINGS = 100_000
-MAX_TRANSCRIPT_BYTES = 64 * 1024
 MAX_MANIFEST_BYTES = 64 * 2**20
 MAX_LISTED_DROPS = 50
 SCRIPT_LANGUAGE = {"Devanagari": "hi", "Bengali": "bn", "Arabic": "ur", "Latin": "en"}
@@ -105,15 +104,6 @@ def guess_language(text: str | None, language: str | None = None) -> str | None:
     return SCRIPT_LANGUAGE.get(script) or next((lang.code for lang in LANGUAGES if lang.script == script), None)
 
 
-def _read_transcript(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    if path.stat().st_size > MAX_TRANSCRIPT_BYTES:
-        raise DataError(f"{path} is over {MAX_TRANSCRIPT_BYTES // 1024} KB: a transcript belongs to one recording "
-                        f"of at most a few minutes.")
-    return " ".join(path.read_text(encoding="utf-8").split()) or None
-
-
 def find_recordings(source: str | Path, language: str | None = None,
                     transcripts: str | Path | None = None) -> list[Recording]:
     """The recordings of a folder (with same-stem .txt transcripts beside them, or at the same
@@ -131,7 +121,7 @@ def find_recordings(source: str | Path, language: str | None = None,
     if len(files) > MAX_RECORDINGS:
         raise DataError(f"{source} holds {len(files):,} audio files; at most {MAX_RECORDINGS:,} are read.")
     text_root = Path(transcripts) if transcripts is not None else source
-    return [Recording(p, _read_transcript(text_root / p.relative_to(source).with_suffix(".txt")), language)
+    return [Recording(p, read_transcript(text_root / p.relative_to(source).with_suffix(".txt"), DataError), language)
             for p in files]
 
 
