@@ -25,6 +25,7 @@ LANGUAGES = tuple(VOICES)
 SPEAKERS = ("Ira", "aisha", "Siya")
 CLIP_SECONDS = (1.0, 6.0)
 PLANTED_SEED = 1234
+ESPEAK_TIMEOUT_S = 60
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -65,7 +66,7 @@ def _job(rng: random.Random, text: str, language: str, path: Path) -> Job:
 def _espeak(job: Job) -> None:
     text, voice, speed, pitch, path = job
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(path), text],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, timeout=ESPEAK_TIMEOUT_S)
 
 
 def speak_all(jobs: list[Job]) -> None:

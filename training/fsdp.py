@@ -5,7 +5,7 @@
     with no_sync(objective, enabled=not last_micro_batch): ...backward...
     norm = clip_grad_norm(objective.parameters(), 1.0)                   # over all ranks
     state = full_state_dict(objective)            # collective; the full weights on rank 0, {} elsewhere
-    replica.load_state_dict(gathered_state_dict(objective))   # collective; the full weights on every rank
+    gather_into(objective, replica, prefix="model.")   # collective; the full weights into a replica, tensor by tensor
     save_sharded(folder, objective, optimizer)    # collective: DCP, every rank writes its shards
     load_sharded(folder, objective, optimizer)    # any world size, also one plain process (resharding)
 
@@ -99,12 +99,21 @@ def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def gathered_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The full (unsharded) state dict on every rank, on the module's device; every rank calls it
-    (a rollout replica loads it after each optimiser step)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+def gather_into(module: nn.Module, replica: nn.Module, prefix: str = "") -> int:
+    """Copy the full value of every parameter of sharded `module` into `replica`'s parameter of the same
+    name (less `prefix`), one tensor at a time, so only one full tensor is ever held besides the
+    replica; every rank calls it (the same order everywhere). Returns the bytes gathered."""
+    from torch.distributed.tensor import DTensor
 
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
+    target = dict(replica.named_parameters())
+    total = 0
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            full = param.full_tensor() if isinstance(param, DTensor) else param
+            target[name.removeprefix(prefix)].copy_(full)
+            total += full.numel() * full.element_size()
+            del full
+    return total
 
 
 def save_sharded(folder: str | Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -142,4 +151,4 @@ def model_state_bytes(module: nn.Module, optimizer_slots: int = 2) -> int:
 
 
 __all__ = ["DISTRIBUTED", "DCP_DIR", "uses_fsdp2", "shard", "no_sync", "clip_grad_norm", "full_state_dict",
-           "gathered_state_dict", "save_sharded", "load_sharded", "model_state_bytes"]
+           "gather_into", "save_sharded", "load_sharded", "model_state_bytes"]

@@ -228,6 +228,10 @@ class Trainer:
         if sharded.is_dir() and self.sharded is None:
             raise CheckpointError(f"{ckpt} holds FSDP2 (DCP) shards, which {self.name} cannot load yet; "
                                   f"resume it with distributed=fsdp2 on several processes, or start a fresh --out.")
+        if self.fsdp and not sharded.is_dir():
+            raise CheckpointError(f"{ckpt} was written without FSDP2 (no {fsdp.DCP_DIR}/ shards): resume it with "
+                                  "distributed=ddp, or start FSDP2 from its weights in a fresh --out "
+                                  f"(--set model={ckpt}).")
         extra = load_training_state(ckpt, None if sharded.is_dir() else self.optimizer, self.scheduler,
                                     model=self.master)
         if sharded.is_dir():  # FSDP2's model + optimiser shards, resharded to this world size

@@ -76,7 +76,7 @@ def test_a_recording_needs_an_asr_judge_and_speech(tmp_path, tiny_checkpoint):
     row = {"audio": "quiet.wav", "text": "a long session", "speaker": "Ira", "language": "en"}
     (tmp_path / "m.jsonl").write_text(json.dumps(row) + "\n")
     report = prepare(tmp_path / "m.jsonl", str(tiny_checkpoint), tmp_path / "a", max_seconds=20.0, device="cpu")
-    assert report["dropped"] == {"needs_asr": 1} and "ASR judge" in report["skipped"][0]["reason"]
+    assert report["dropped"] == {"too_long": 1} and "with asr set" in report["skipped"][0]["reason"]
     report = prepare(tmp_path / "m.jsonl", str(tiny_checkpoint), tmp_path / "b", device="cpu",
                      config=PrepareConfig(max_seconds=20.0, asr="pocketsphinx", vad="energy"))
     assert report["dropped"] == {"no_speech": 1}
@@ -122,3 +122,17 @@ def test_a_folder_is_a_manifest_of_its_audio_files(planted, tiny_checkpoint, tmp
     assert [(Path(r["audio"]).name, r["speaker"], r["text"]) for r in rows] == [
         ("en_0.wav", "Ira", "a known transcript"), ("en_2.wav", "Siya", "another one")]
     assert report["dropped"] == {"bad_row": 1} and "set asr" in report["skipped"][0]["reason"]  # en_1: no .txt
+
+
+def test_hostile_rows_are_dropped_and_counted_and_the_run_goes_on(planted, tiny_checkpoint, tmp_path):
+    good = {"audio": str(planted[0].parent / "audio/en_0.wav"), "text": "fine words", "speaker": "Ira",
+            "language": "en"}
+    lines = ["[" * 100_000 + "]" * 100_000,  # deep nesting: RecursionError in json
+             '{"audio": "x.wav", "n": ' + "9" * 5000 + "}",  # int too long to convert: ValueError
+             json.dumps({**good, "tone": 5}), json.dumps({**good, "pace": ["fast"]}),
+             json.dumps({**good, "audio": "~nosuchuser_xyz/a.wav"}), json.dumps({**good, "audio": "a" * 5000}),
+             json.dumps({**good, "audio": "bad\u0000name.wav"}), json.dumps(good)]
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    report = prepare(tmp_path / "m.jsonl", str(tiny_checkpoint), tmp_path / "out", device="cpu")
+    assert report["kept"] == 1 and report["dropped"] == {"bad_row": 4, "missing_audio": 3}
+    assert all(len(item["reason"]) < 400 for item in report["skipped"])

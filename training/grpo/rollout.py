@@ -139,6 +139,7 @@ class RolloutTrainer(Trainer):
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         optimizer, self.scheduler = build_optimizer(self.policy, cfg.optim, cfg.total_steps)
         self.scorer, self.optimizer = (scorer, optimizer) if self.fsdp else self.acc.prepare(scorer, optimizer)
+        self._replica_scorer = PolicyScorer(self.model, self.layout, restrict) if self.fsdp else None
         if source is None:
             source = rollout_source(cfg.rollout.backend, self)
         self.source = source(self) if callable(source) else source
@@ -158,12 +159,7 @@ class RolloutTrainer(Trainer):
         if not self.fsdp:
             return self.source.sync_weights(self.model, full)
         start = time.perf_counter()
-        state = fsdp.gathered_state_dict(self.scorer)
-        missing, unexpected = self.model.load_state_dict({k.removeprefix("model."): v for k, v in state.items()},
-                                                         strict=False)
-        if unexpected or any(not key.endswith("lm_head.weight") for key in missing):  # lm_head is tied
-            raise RuntimeError(f"gathered weights do not fit the replica: {missing[:3]} {unexpected[:3]}")
-        gathered = sum(v.numel() * v.element_size() for v in state.values()) / 2**20
+        gathered = fsdp.gather_into(self.scorer, self.model, prefix="model.") / 2**20
         pushed = self.source.sync_weights(self.model, full)  # vLLM: from the replica; the engine samples it
         return {**pushed, "sync_seconds": time.perf_counter() - start,
                 "sync_megabytes": pushed.get("sync_megabytes") or gathered}
@@ -171,11 +167,7 @@ class RolloutTrainer(Trainer):
     def replica_scorer(self) -> PolicyScorer:
         """A scorer of the current weights that needs no collective: under FSDP2 the engine's full
         replica (equal to the shards after every sync), else the policy scorer itself."""
-        if not self.fsdp:
-            return self.acc.unwrap_model(self.scorer)
-        if getattr(self, "_replica_scorer", None) is None:
-            self._replica_scorer = PolicyScorer(self.model, self.layout, self.cfg.rollout.restrict_phase)
-        return self._replica_scorer
+        return self._replica_scorer or self.acc.unwrap_model(self.scorer)
 
     def shard(self, count: int) -> list[int]:
         """This process's prompts among `count` (prompt k goes to process k mod world)."""

@@ -22,10 +22,22 @@ import numpy as np
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.prompt import PromptError, validate_text
 from training.prepare.config import PrepareConfig
-from training.prepare.rows import Clip, RowError, ShardTask, audio_field, decode, parse_row, read_lines
+from training.prepare.rows import (
+    Clip,
+    PrepareError,
+    RowError,
+    ShardTask,
+    audio_field,
+    decode,
+    lines_digest,
+    parse_row,
+    read_lines,
+)
 from training.voice.vad import FRAME_SECONDS, clip_spans, speech_frames
 
 STAGES = ("read", "decode", "segment", "filter", "embed", "encode", "write")
+# A shard's kept audio is one object (float32): under Arrow's 2 GiB for one value, and a bound on memory.
+MAX_SHARD_AUDIO_BYTES = 3 * 2**29  # 1.5 GiB, about 4.6 hours at 24 kHz
 LOUD_PERCENTILE, FLOOR_PERCENTILE = 95, 10  # a clip's speech level and noise floor among its 32 ms frames
 FLOOR_DB = -100.0
 
@@ -101,10 +113,20 @@ class Cleaner:
                            seconds=dict.fromkeys(STAGES, 0.0))
         with self._timed(shard, "read"):
             lines = read_lines(self.manifest, task)
+        if lines_digest(lines) != task.lines_sha1:
+            raise PrepareError(f"{self.manifest} changed while the run was going (lines {task.first_line}.."
+                               f"{task.first_line + task.num_lines - 1}); run the command again.")
         utterances: list[Clip] = []
+        held = 0
         for k, raw in enumerate(lines):
             if raw.strip():
-                utterances += self._utterances(shard, task.first_line + k, raw)
+                made = self._utterances(shard, task.first_line + k, raw)
+                utterances += made
+                held += sum(clip.samples.nbytes for clip in made)
+                if held > MAX_SHARD_AUDIO_BYTES:
+                    raise PrepareError(f"Shard {task.shard} holds over {MAX_SHARD_AUDIO_BYTES / 2**30:.1f} GiB of "
+                                       "audio (it is one object in memory and in Ray's store): lower shard_size, "
+                                       "e.g. --shard-size 16 for a corpus of long recordings.")
         shard.counts["utterances"] = len(utterances)
         with self._timed(shard, "filter"):
             kept = [clip for clip in utterances if self._passes(shard, clip)]
@@ -127,13 +149,15 @@ class Cleaner:
 
     def _utterances(self, shard: CleanShard, line: int, raw: str) -> list[Clip]:
         """One row read, decoded and (when it is a recording) segmented; its drops recorded."""
+        cfg = self.config
         try:
             with self._timed(shard, "read"):
-                meta, path = parse_row(raw, self.manifest.parent, self.speakers, text_optional=bool(self.config.asr))
+                meta, path = parse_row(raw, self.manifest.parent, self.speakers, text_optional=bool(cfg.asr))
             shard.counts["rows"] += 1
-            cfg = self.config
-            with self._timed(shard, "decode"):
-                samples, seconds = decode(path, SAMPLE_RATE, cfg.max_recording_seconds, cfg.min_seconds)
+            with self._timed(shard, "decode"):  # without an ASR judge a recording cannot be cut: bound it
+                longest = cfg.max_recording_seconds if cfg.asr else cfg.max_seconds
+                samples, seconds = decode(path, SAMPLE_RATE, longest, cfg.min_seconds,
+                                          "" if cfg.asr else " (longer rows are cut into utterances with asr set)")
             with self._timed(shard, "segment"):
                 return self._segment(shard, line, meta, samples, seconds)
         except RowError as exc:
@@ -148,51 +172,51 @@ class Cleaner:
                 text = self._text_of(samples, meta, meta["audio"], "")
                 meta = {**meta, "text": text, "transcribed": True}
             return [Clip(line, {**meta, "seconds": round(seconds, 4)}, samples)]
-        if not cfg.asr:
-            raise RowError("needs_asr", f"audio is {seconds:.2f} s, longer than max_seconds = {cfg.max_seconds:g}: a "
-                                        "recording is cut into utterances, whose text needs an ASR judge (set asr)")
         speech = speech_frames(samples, SAMPLE_RATE, cfg.vad, cfg.vad_threshold, cfg.energy_range_db)
         spans = clip_spans(samples, speech, SAMPLE_RATE, replace(cfg, clip_min_seconds=0.0)) if speech.any() else []
         if not spans:
             raise RowError("no_speech", f"no speech found in {seconds:.1f} s")
-        pieces = []
+        pieces, heard = [], []
         for k, (lo, hi) in enumerate(spans):
             span = {"segment": k, "source_start": round(lo / SAMPLE_RATE, 3), "source_end": round(hi / SAMPLE_RATE, 3)}
+            text = self._transcribe(samples[lo:hi], meta["language"], f"{meta['audio']}#{k}", required=True)
+            heard.append(text)  # every span's, short ones too: the recording's CER check reads them all
             if hi - lo < cfg.clip_min_seconds * SAMPLE_RATE:
-                self._drop(shard, line, meta["audio"], "too_short", f"segment {k} is {(hi - lo) / SAMPLE_RATE:.2f} s")
+                reason = f"segment {k} is {(hi - lo) / SAMPLE_RATE:.2f} s"
+                self._drop(shard, line, meta["audio"], "short_segment", reason)
                 continue
             try:
-                text = self._text_of(samples[lo:hi], meta, f"{meta['audio']}#{k}", f"segment {k}: ")
-            except RowError as exc:
-                if exc.key != "bad_text":
-                    raise
-                self._drop(shard, line, meta["audio"], exc.key, str(exc))
+                text = validate_text(text)
+            except PromptError as exc:
+                self._drop(shard, line, meta["audio"], "bad_text", f"segment {k}: the ASR judge heard {text[:80]!r}: "
+                                                                   f"{exc}")
                 continue
             pieces.append(Clip(line, {**meta, "text": text, "seconds": round((hi - lo) / SAMPLE_RATE, 4), **span,
                                       "transcribed": True}, samples[lo:hi].copy()))
-        return self._check_recording(shard, line, meta, pieces)
+        return self._check_recording(shard, line, meta, pieces, " ".join(heard))
 
     def _text_of(self, samples: np.ndarray, meta: dict, clip_id: str, where: str) -> str:
-        """The ASR judge's text of a clip or segment, checked as a prompt's text; RowError needs_asr
-        (the judge cannot do the language) or bad_text (nothing heard, or not usable text)."""
+        """The ASR judge's text of a clip, checked as a prompt's text; RowError needs_asr (the judge
+        cannot do the language) or bad_text (nothing heard, or not usable text)."""
         heard = self._transcribe(samples, meta["language"], clip_id, required=True)
         try:
             return validate_text(heard)
         except PromptError as exc:
             raise RowError("bad_text", f"{where}the ASR judge heard {heard[:80]!r}: {exc}") from exc
 
-    def _check_recording(self, shard: CleanShard, line: int, meta: dict, pieces: list[Clip]) -> list[Clip]:
-        """The recording's own transcript against its pieces' ASR text (max_cer): all kept, or all dropped."""
+    def _check_recording(self, shard: CleanShard, line: int, meta: dict, pieces: list[Clip], heard: str) -> list[Clip]:
+        """The recording's own transcript against the ASR text of all its spans (max_cer): its pieces
+        all kept, or all dropped (`recording_cer`)."""
         if not (self.config.max_cer > 0 and pieces and meta["text"] is not None):
             return pieces
         from evaluation.metrics import cer
 
-        error = cer(meta["text"], " ".join(p.meta["text"] for p in pieces))
+        error = cer(meta["text"], heard)
         if error <= self.config.max_cer:
             return pieces
         for piece in pieces:
-            self._drop(shard, line, meta["audio"], "high_cer", f"segment {piece.meta['segment']}: recording CER "
-                                                               f"{error:.2f} > {self.config.max_cer:g}")
+            self._drop(shard, line, meta["audio"], "recording_cer", f"segment {piece.meta['segment']}: recording "
+                                                                    f"CER {error:.2f} > {self.config.max_cer:g}")
         return []
 
     def _passes(self, shard: CleanShard, clip: Clip) -> bool:

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
                          tuple(args.new_speakers), args.min_seconds, args.max_seconds, config=config,
                          engine=args.engine, address=args.address, workers=args.workers, encoders=args.encoders,
                          speaker=args.speaker, language=args.language)
-    print(f"kept {report['kept']} of {report['manifest_lines']} lines ({report['hours']} h), "
-          f"skipped {report['skipped_count']} (see {Path(args.out) / REPORT_FILE})")
+    print(f"kept {report['kept']} utterances ({report['hours']} h) from {report['manifest_lines']} lines, "
+          f"dropped {report['skipped_count']} (see {Path(args.out) / REPORT_FILE})")
     if report["dropped"]:
         print("  dropped: " + ", ".join(f"{key} {count}" for key, count in report["dropped"].items()))
     for item in report["skipped"][:SHOWN_SKIPS]:

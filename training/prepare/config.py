@@ -4,8 +4,8 @@
     cfg.validate()                      # ConfigError naming the key and the fix
     cfg.digest()                        # what a finished shard was made with (resume redoes others)
 
-A filter whose threshold is 0 (or whose judge is "") is off. The defaults keep every clean clip
-and run no judge, so `prepare(manifest, ...)` on ready-made clips behaves as it always did;
+A filter whose threshold is 0 (or whose judge is "") is off. The defaults run no judge and drop
+only silent or clipped clips, so ready-made clips go through cheaply;
 `training/configs/prepare_corpus.toml` turns the corpus filters on.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from rumik_app.errors import ConfigError
 from training.voice.vad import VAD_BACKENDS
 
-# Settings that change how a run is spread, never what it writes: left out of the digest.
-RUN_ONLY = ("batch_size",)
+# Settings that change how a run is spread or what its report says, never a shard: left out of the digest.
+NOT_IN_SHARDS = ("batch_size", "speaker_outlier_cosine")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class PrepareConfig:
     filters: silent (active level below min_level_db dBFS), clipped (more than max_clipped_fraction
     of samples at or above clip_level), low_snr (below min_snr_db), low_dnsmos (DNSMOS OVRL below
     min_dnsmos), high_cer (CER of the row's text against the `asr` judge above max_cer).
-    embed: `speaker_encoder` ("resemblyzer", "wavlm:PATH") writes one embedding per kept clip; a
+    embed: `speaker_encoder` ("resemblyzer", "hf:MODEL") writes one embedding per kept clip; a
     clip whose cosine to its speaker's mean is below speaker_outlier_cosine is listed as a suspect.
     encode: Mimi in batches of batch_size clips, longest first; shard_size manifest lines per shard.
     """
@@ -85,7 +85,10 @@ class PrepareConfig:
             raise ConfigError("batch_size and shard_size must be at least 1.")
         return self
 
-    def digest(self) -> str:
-        """sha1 of the settings that decide a shard's content (a finished shard made otherwise is redone)."""
-        settings = {k: v for k, v in asdict(self).items() if k not in RUN_ONLY}
+    def digest(self, speakers: tuple[str, ...] = ()) -> str:
+        """sha1 of what decides a shard's content: these settings (numbers as floats, so 15 and 15.0
+        agree) and the voices a row may name; a finished shard made otherwise is redone."""
+        settings = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and isinstance(
+            getattr(PrepareConfig, k), float) else v for k, v in asdict(self).items() if k not in NOT_IN_SHARDS}
+        settings["speakers"] = sorted(speakers)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()

@@ -51,8 +51,7 @@ def run_ray(tasks: list[ShardTask], cleaner_args: dict, encoder_args: dict, prog
     if started:
         init_ray(ray, address, workers, encoders or 1)
     try:
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        encoders = encoders or max(1, gpus)
+        gpus, encoders = check_resources(ray.cluster_resources(), workers, encoders)
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         rows = [{"task": json.dumps(task.__dict__)} for task in tasks]
@@ -73,6 +72,20 @@ def run_ray(tasks: list[ShardTask], cleaner_args: dict, encoder_args: dict, prog
     finally:
         if started:
             ray.shutdown()
+
+
+def check_resources(resources: dict, workers: int, encoders: int | None) -> tuple[int, int]:
+    """(GPUs, encoders) for this cluster; PrepareError when the actor pools could never all start
+    (Ray would wait for them for ever)."""
+    cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+    encoders = encoders or max(1, gpus)
+    if gpus and encoders > gpus:
+        raise PrepareError(f"--encoders {encoders} asks for more GPUs than the cluster has ({gpus}): lower it.")
+    needed = workers + (0 if gpus else encoders)
+    if needed > cpus:
+        raise PrepareError(f"--workers {workers} and {encoders} CPU encoder(s) need {needed} CPUs; the cluster has "
+                           f"{cpus}: lower --workers.")
+    return gpus, encoders
 
 
 def init_ray(ray, address: str | None, workers: int, encoders: int) -> None:

@@ -70,7 +70,7 @@ def prepare(manifest: str | os.PathLike, model: str, out_dir: str | os.PathLike,
     info = {"codec_sha256": codec_fingerprint(checkpoint), "num_quantizers": layout.num_quantizers,
             "codebook_size": layout.codebook_size, "frame_rate_hz": layout.frame_rate_hz, "sample_rate": SAMPLE_RATE,
             "speakers": list(speakers), "manifest": str(manifest.resolve()), "shard_size": cfg.shard_size,
-            "settings": cfg.digest(), "config": asdict(cfg)}
+            "settings": cfg.digest(speakers), "config": asdict(cfg)}
     _check_folder(out, info)
     (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / PREPARE_FILE, info)
@@ -78,7 +78,8 @@ def prepare(manifest: str | os.PathLike, model: str, out_dir: str | os.PathLike,
     pending = [task for task in tasks if not is_done(out, task, info["settings"])]
     num_lines = sum(task.num_lines for task in tasks)
     cleaner_args = {"manifest": manifest.resolve(), "config": cfg, "speakers": speakers}
-    encoder_args = {"model": str(checkpoint), "out_dir": out.resolve(), "codec_sha256": info["codec_sha256"],
+    # the model as given: a Ray node resolves (or fetches) it itself; the codec's fingerprint must match
+    encoder_args = {"model": str(model), "out_dir": out.resolve(), "codec_sha256": info["codec_sha256"],
                     "settings": info["settings"], "batch_size": cfg.batch_size, "device": device}
     with tqdm(total=num_lines, desc=f"prepare ({engine})", unit="line") as progress:
         progress.update(num_lines - sum(task.num_lines for task in pending))

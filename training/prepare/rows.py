@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluation import audio_io
+from rumik_app.errors import RumikError
 from rumik_app.prompt import PromptError, normalize_voice, validate_text
 from rumik_app.request import DESCRIPTION_FIELDS, SynthesisRequest
 from rumik_app.text.languages import get_language
@@ -28,6 +29,10 @@ MAX_LINE_BYTES = 1 << 20  # one manifest row; a longer line is a bad row, never 
 # Clips are read up to this much past the length limit, so a clip slightly too long is reported
 # with its length; a much longer one (or a header that lies) stops the decoder there.
 READ_MARGIN_S = 1.0
+
+
+class PrepareError(RumikError, RuntimeError):
+    """The whole run cannot proceed (not a bad row); the message names the fix."""
 
 
 class RowError(ValueError):
@@ -58,22 +63,16 @@ def load_audio(path: Path, sample_rate: int, max_seconds: float) -> tuple[np.nda
 def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...], text_optional: bool = False) -> tuple[dict, Path]:
     """Validate one manifest line (fields, prompt, voice) -> (index fields, audio path); RowError otherwise.
     With `text_optional` (an ASR judge is set) a row may leave `text` out: its text is then None."""
-    if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "replace")) > MAX_LINE_BYTES:
-        raise RowError("bad_row", f"line longer than {MAX_LINE_BYTES} bytes")
-    try:
-        row = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RowError("bad_row", f"invalid JSON ({exc.msg})") from exc
-    if not isinstance(row, dict):
-        raise RowError("bad_row", "line is not a JSON object")
-    untranscribed = text_optional and (row.get("text") is None or row.get("text") == "")
+    row = _json_object(raw)
+    untranscribed = text_optional and row.get("text") in (None, "")
     for key in REQUIRED_FIELDS:
-        if key == "text" and untranscribed:
-            continue
-        if not isinstance(row.get(key), str) or not row[key].strip():
+        if not (key == "text" and untranscribed) and (not isinstance(row.get(key), str) or not row[key].strip()):
             hint = " (or set asr: its judge transcribes rows without text)" if key == "text" else ""
             raise RowError("bad_row", f"missing or empty field {key!r}{hint}")
     extras = {k: row[k] for k in DESCRIPTION_FIELDS if row.get(k) not in (None, "")}
+    wrong = [k for k, v in extras.items() if not isinstance(v, str)]
+    if wrong:
+        raise RowError("bad_row", f"field {wrong[0]!r} must be a string")
     try:
         req = SynthesisRequest(PLACEHOLDER_TEXT if untranscribed else row["text"], voice=row["speaker"], **extras)
         req.prompt(voices=speakers)  # the engine's prompt function: tags, voice, description
@@ -82,10 +81,6 @@ def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...], text_optional
         raise RowError("bad_row", f"prompt: {exc}{hint}") from exc
     except TypeError as exc:
         raise RowError("bad_row", f"bad optional field ({exc})") from exc
-    audio = Path(row["audio"]).expanduser()
-    audio = audio if audio.is_absolute() else base_dir / audio
-    if not audio.is_file():
-        raise RowError("missing_audio", f"audio file not found: {audio}")
     try:
         language = get_language(row["language"]).code
     except ValueError:
@@ -93,18 +88,45 @@ def parse_row(raw: str, base_dir: Path, speakers: tuple[str, ...], text_optional
     meta = {"audio": row["audio"], "text": None if untranscribed else validate_text(row["text"]),
             "speaker": normalize_voice(row["speaker"], speakers), "language": language,
             **{k: extras.get(k) for k in DESCRIPTION_FIELDS}}
-    return meta, audio
+    return meta, _audio_path(row["audio"], base_dir)
 
 
-def decode(path: Path, sample_rate: int, max_seconds: float, min_seconds: float) -> tuple[np.ndarray, float]:
-    """The bounded decode stage -> (samples, seconds); RowError unreadable / too_long / too_short."""
+def _json_object(raw: str) -> dict:
+    if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "replace")) > MAX_LINE_BYTES:
+        raise RowError("bad_row", f"line longer than {MAX_LINE_BYTES} bytes")
+    try:
+        row = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5,000-digit number, deep nesting
+        raise RowError("bad_row", f"invalid JSON ({getattr(exc, 'msg', type(exc).__name__)})") from exc
+    if not isinstance(row, dict):
+        raise RowError("bad_row", "line is not a JSON object")
+    return row
+
+
+def _audio_path(field: str, base_dir: Path) -> Path:
+    """The row's audio file (relative paths from the manifest's folder); RowError missing_audio."""
+    try:
+        audio = Path(field).expanduser()
+        audio = audio if audio.is_absolute() else base_dir / audio
+        if audio.is_file():
+            return audio
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a NUL byte, "~nosuchuser"
+        raise RowError("missing_audio", f"audio path unusable: {field[:200]!r} ({type(exc).__name__})") from exc
+    raise RowError("missing_audio", f"audio file not found: {audio}")
+
+
+def decode(path: Path, sample_rate: int, max_seconds: float, min_seconds: float,
+           hint: str = "") -> tuple[np.ndarray, float]:
+    """The bounded decode stage -> (samples, seconds); RowError unreadable / too_long / too_short
+    (`hint` ends a too_long reason)."""
     try:
         samples, seconds = load_audio(path, sample_rate, max_seconds + READ_MARGIN_S)
     except Exception as exc:  # soundfile raises several types for corrupt or unknown files
-        key = "too_long" if "or longer; the limit" in str(exc) else "unreadable"
-        raise RowError(key, f"unreadable audio ({type(exc).__name__}: {exc})") from exc
+        if "or longer; the limit" in str(exc):  # refused from its header or while decoding
+            raise RowError("too_long", f"audio is longer than {max_seconds:g} s{hint}") from exc
+        raise RowError("unreadable", f"unreadable audio ({type(exc).__name__}: {exc})") from exc
     if seconds > max_seconds:
-        raise RowError("too_long", f"audio is {seconds:.2f} s; longer than {max_seconds:g} s")
+        raise RowError("too_long", f"audio is {seconds:.2f} s; longer than {max_seconds:g} s{hint}")
     if seconds < min_seconds:
         raise RowError("too_short", f"audio is {seconds:.2f} s; shorter than {min_seconds:g} s")
     return samples, seconds
@@ -114,8 +136,9 @@ def audio_field(raw: str) -> str | None:
     """The row's `audio` field for the report, or None when the line is not a JSON object."""
     try:
         row = json.loads(raw)
-        return row.get("audio") if isinstance(row, dict) else None
-    except (json.JSONDecodeError, RecursionError):
+        audio = row.get("audio") if isinstance(row, dict) else None
+        return audio[:1000] if isinstance(audio, str) else None
+    except (ValueError, RecursionError):
         return None
 
 

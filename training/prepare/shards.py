@@ -13,6 +13,7 @@ millions of rows is never held in memory).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 import time
@@ -20,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
 from training.prepare.clean import STAGES, CleanShard
-from training.prepare.rows import Clip, ShardTask
+from training.prepare.rows import Clip, PrepareError, ShardTask
 
 SHARDS_DIR = "shards"
 INDEX_FILE = "index.jsonl"
@@ -32,10 +32,6 @@ PREPARE_FILE = "prepare.json"
 CODE_DTYPE = np.int16  # codebook_size 2048 fits; checked against the config
 EMBEDDING_DTYPE = np.float16  # unit vectors: 3 decimals are plenty for cosines, half the disk
 MAX_REPORTED = 1000  # skipped rows and speaker suspects listed in report.json (all are counted)
-
-
-class PrepareError(RumikError, RuntimeError):
-    """The whole run cannot proceed (not a bad row); the message names the fix."""
 
 
 def codec_fingerprint(checkpoint_dir: Path) -> str:
@@ -97,7 +93,9 @@ class Encoder:
         return {"shard": meta["shard"], "lines": meta["num_lines"], "kept": len(meta["rows"])}
 
     def write(self, shard: CleanShard) -> dict:
-        """Encode the shard's clips and write its files (.json last); returns the .json's content."""
+        """Encode the shard's clips and write its files (.json last); returns the .json's content.
+        An older .json goes first, so a run killed here never pairs it with the new codes."""
+        Path(f"{self.shard_dir / shard.task.name}.json").unlink(missing_ok=True)
         start = time.perf_counter()
         codes = encode_clips(self.codec, shard.clips, self.batch_size)
         shard.seconds["encode"] += time.perf_counter() - start
@@ -184,8 +182,9 @@ def _add_shard(totals: dict, meta: dict) -> None:
 
 
 def speaker_report(out_dir: Path, shards: list[int], outlier_cosine: float) -> dict | None:
-    """Per speaker: clips and the mean cosine to the speaker's mean embedding; the clips below
-    `outlier_cosine` as suspects (mislabelled speaker, or not speech). None without embeddings."""
+    """Per speaker: clips and the mean cosine to the speaker's mean embedding; the MAX_REPORTED clips
+    furthest below `outlier_cosine` as suspects (a mislabelled speaker, or not speech) and how many
+    there are. Two streamed passes over the shards. None without embeddings."""
     sums: dict[str, np.ndarray] = {}
     for meta, emb in _embeddings(out_dir, shards):
         for row, vector in zip(meta["rows"], emb, strict=True):
@@ -193,18 +192,24 @@ def speaker_report(out_dir: Path, shards: list[int], outlier_cosine: float) -> d
     if not sums:
         return None
     centres = {name: total / (np.linalg.norm(total) + 1e-12) for name, total in sums.items()}
-    cosines: dict[str, list[float]] = {name: [] for name in centres}
-    suspects = []
+    totals = {name: [0.0, 0] for name in centres}
+    worst: list[tuple[float, int, dict]] = []  # a heap of the lowest cosines (negated), at most MAX_REPORTED
+    count = 0
     for meta, emb in _embeddings(out_dir, shards):
         for row, vector in zip(meta["rows"], emb, strict=True):
             cos = float(vector @ centres[row["speaker"]] / (np.linalg.norm(vector) + 1e-12))
-            cosines[row["speaker"]].append(cos)
+            totals[row["speaker"]][0] += cos
+            totals[row["speaker"]][1] += 1
             if cos < outlier_cosine:
-                suspects.append({"shard": meta["shard"], "line": row["line"], "audio": row["audio"],
-                                 "speaker": row["speaker"], "cosine": round(cos, 3)})
-    suspects.sort(key=lambda s: s["cosine"])
-    return {"mean_cosine": {name: round(float(np.mean(v)), 3) for name, v in sorted(cosines.items())},
-            "suspects_count": len(suspects), "suspects": suspects[:MAX_REPORTED]}
+                count += 1
+                item = {"shard": meta["shard"], "line": row["line"], "audio": row["audio"], "speaker": row["speaker"],
+                        "cosine": round(cos, 3)}
+                heapq.heappush(worst, (-cos, count, item))
+                if len(worst) > MAX_REPORTED:
+                    heapq.heappop(worst)
+    suspects = [item for _, _, item in sorted(worst, key=lambda entry: -entry[0])]
+    return {"mean_cosine": {name: round(total / max(n, 1), 3) for name, (total, n) in sorted(totals.items())},
+            "suspects_count": count, "suspects": suspects}
 
 
 def _embeddings(out_dir: Path, shards: list[int]):
