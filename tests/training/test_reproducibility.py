@@ -129,7 +129,8 @@ def test_same_seed_same_losses_and_weights_across_paths_and_processes(sft_runs):
 @pytest.mark.slow
 def test_a_different_seed_gives_a_different_run(sft_runs):
     a, other = _results(sft_runs["A"]), _results(sft_runs["seed1"])
-    assert a[0]["loss"] != other[0]["loss"]  # another batch order from the first step
+    # another batch order (a batch can hold the same clips under both seeds: compare the whole run)
+    assert [r["loss"] for r in a] != [r["loss"] for r in other]
     assert not _same_weights(_master_weights(sft_runs["A"]), _master_weights(sft_runs["seed1"]))
 
 

@@ -18,7 +18,7 @@ SHOWN_SKIPS = 20
 
 def build_parser() -> argparse.ArgumentParser:
     package = importlib.import_module("training.prepare")  # its docstring is the help (imported by name: no cycle)
-    parser = argparse.ArgumentParser(prog="python -m training.prepare", description=package.__doc__,
+    parser = argparse.ArgumentParser(description=package.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", required=True, help="JSONL: audio, text, speaker, language [, description, "
                                                           "tone, accent, pace]; or a folder of audio files")
