@@ -16,15 +16,16 @@ import json
 from dataclasses import asdict, dataclass
 
 from rumik_app.errors import ConfigError
-from training.voice.vad import VAD_BACKENDS
+from training.voice.vad import VAD_BACKENDS, CutSettings
 
 # Settings that change how a run is spread or what its report says, never a shard: left out of the digest.
 NOT_IN_SHARDS = ("batch_size", "speaker_outlier_cosine")
 
 
 @dataclass
-class PrepareConfig:
-    """Stages and thresholds of `training.prepare` (the module docstring of training.prepare).
+class PrepareConfig(CutSettings):
+    """Stages and thresholds of `training.prepare` (the module docstring of training.prepare); the
+    VAD and cut settings are CutSettings' (training.voice.vad), shared with voice adaptation.
 
     read/decode: a row is one clip of min_seconds..max_seconds; a longer one (up to
     max_recording_seconds, refused from the header before decoding) is a recording to segment.
@@ -43,14 +44,6 @@ class PrepareConfig:
     min_seconds: float = 0.2
     max_seconds: float = 30.0
     max_recording_seconds: float = 1800.0
-    vad: str = "silero"
-    vad_threshold: float = 0.5
-    energy_range_db: float = 35.0
-    min_speech_seconds: float = 0.25
-    clip_min_seconds: float = 2.0
-    clip_max_seconds: float = 20.0
-    max_pause_seconds: float = 1.0
-    pad_seconds: float = 0.1
     min_level_db: float = -50.0
     clip_level: float = 0.99
     max_clipped_fraction: float = 0.001

@@ -22,6 +22,7 @@ than `clip_min_seconds` are left out.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,25 @@ SILERO_PIN = "silero-vad==6.2.3"
 SILERO_MODEL = "data/silero_vad_16k_sequence.onnx"
 ENERGY_FLOOR_DB = -60.0
 LOUD_PERCENTILE = 95
+
+
+@dataclass
+class CutSettings:
+    """What `speech_frames` and `clip_spans` read, with their defaults: one home for the voice
+    trainer's `[data]` and `training.prepare`'s config, which both extend it. vad: "silero" or
+    "energy"; vad_threshold: silero's speech probability; energy_range_db: the energy VAD's floor
+    below the loud frames; speech runs under min_speech_seconds are ignored, pauses up to
+    max_pause_seconds stay inside a clip of clip_min_seconds..clip_max_seconds, with pad_seconds
+    of context on each side."""
+
+    vad: str = "silero"
+    vad_threshold: float = 0.5
+    energy_range_db: float = 35.0
+    min_speech_seconds: float = 0.25
+    clip_min_seconds: float = 2.0
+    clip_max_seconds: float = 20.0
+    max_pause_seconds: float = 1.0
+    pad_seconds: float = 0.1
 
 
 class VADError(RumikError, RuntimeError):

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from rumik_app.errors import ConfigError
 from rumik_app.request import DEFAULT_MODEL
 from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoiceError
-from training.voice.vad import VAD_BACKENDS
+from training.voice.vad import VAD_BACKENDS, CutSettings
 
 LOSS_HEADS = ("audio", "full")
 
 
 @dataclass
-class DataConfig:
-    """Recordings -> clips (training.voice.data).
+class DataConfig(CutSettings):
+    """Recordings -> clips (training.voice.data); the VAD and cut settings are CutSettings'.
 
     max_hours: total audio read (from the headers, before decoding); max_recording_minutes:
     one file. vad: "silero" (Silero VAD's ONNX model) or "energy" (frame RMS, no model);
@@ -45,14 +45,6 @@ class DataConfig:
 
     max_hours: float = 20.0
     max_recording_minutes: float = 60.0
-    vad: str = "silero"
-    vad_threshold: float = 0.5
-    energy_range_db: float = 35.0
-    min_speech_seconds: float = 0.25
-    clip_min_seconds: float = 2.0
-    clip_max_seconds: float = 20.0
-    max_pause_seconds: float = 1.0
-    pad_seconds: float = 0.1
     clip_level: float = 0.99
     max_clipped_fraction: float = 0.001
     min_dnsmos: float = 2.5
