@@ -10,8 +10,8 @@ Library module (no command line)::
     store.export("outputs/app/export")           # IndicEmo judgments + NoVA prompts/transcripts
     md, numbers = store.results()                # aggregated with evaluation.indicemo / .nova
 
-Durability: WAL journal, `synchronous=FULL`, one `BEGIN IMMEDIATE` transaction per
-submission, a fresh connection per call (safe across threads and processes). A submission
+Durability: `rumik_app.sqlite.SQLiteStore`'s rules (WAL, `synchronous=FULL`, a fresh connection
+per call), one `BEGIN IMMEDIATE` transaction per submission. A submission
 is acknowledged only after COMMIT returns, so a server killed afterwards loses nothing
 acknowledged. The submission id is the primary key: a double click stores once.
 
@@ -27,13 +27,9 @@ Export formats:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sqlite3
 import zipfile
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,16 +37,15 @@ from pathlib import Path
 from evaluation import indicemo, nova
 from evaluation.report import markdown_table, write_csv, write_jsonl
 from rumik_app.errors import RumikError
+from rumik_app.sqlite import SQLiteStore
 from webapp.common import safe_file_name
 
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 30.0
 NO_PREFERENCE = "none"
 NOT_HEARD = "none"
 UNSURE_INDEX = nova.UNKNOWN_INDEX
 SCORES = (1, 2, 3, 4, 5)
 
-META_SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trials (
     trial_id TEXT PRIMARY KEY,
@@ -165,53 +160,6 @@ class Submission:
 
     def key(self) -> str:
         return self.submission_id or f"{self.trial_id}:{self.rater.strip().casefold()}"
-
-
-PRIVATE_MODE = 0o600
-
-
-class SQLiteStore:
-    """One SQLite database file with this module's durability rules (WAL, synchronous=FULL,
-    a fresh connection per call, `BEGIN IMMEDIATE` transactions). Subclasses set `SCHEMA`
-    (idempotent `CREATE ... IF NOT EXISTS`) and `SCHEMA_KEY`/`SCHEMA_VERSION` for `meta`;
-    several stores may share one file (the campaign tables live beside the ratings)."""
-
-    SCHEMA = ""
-    SCHEMA_KEY = "schema_version"
-    SCHEMA_VERSION = 1
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Owner-only: ratings, rater names and the clip-to-system map are private (SQLite gives
-        # its -wal and -shm files the database's mode).
-        os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE))
-        os.chmod(self.path, PRIVATE_MODE)
-        with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(META_SCHEMA + self.SCHEMA)
-            con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (self.SCHEMA_KEY, str(self.SCHEMA_VERSION)))
-
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            con.execute("PRAGMA synchronous=FULL")
-            con.execute("PRAGMA foreign_keys=ON")
-            yield con
-        finally:
-            con.close()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as con:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
 
 
 class RatingStore(SQLiteStore):

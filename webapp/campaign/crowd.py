@@ -54,9 +54,10 @@ from pathlib import Path
 
 from rumik_app.errors import RumikError
 from rumik_app.files import fsync_dir
+from rumik_app.sqlite import SQLiteStore
 from webapp.campaign.definition import write_json_atomic
 from webapp.campaign.design import check_name
-from webapp.ratings import SQLiteStore, now_iso
+from webapp.ratings import now_iso
 from webapp.storage import DataLayout
 
 SECRET_FILE = "crowd_secret"  # under DataLayout.campaigns
@@ -265,7 +266,7 @@ class CrowdLinks:
 
 # ---------------------------------------------------------------------------- participants table
 class ParticipantStore(SQLiteStore):
-    """Crowd participants per campaign, in the ratings database (`webapp.ratings.SQLiteStore` rules)."""
+    """Crowd participants per campaign, in the ratings database (`rumik_app.sqlite.SQLiteStore`)."""
 
     SCHEMA = SCHEMA
     SCHEMA_KEY = "crowd_schema_version"

@@ -10,7 +10,7 @@ Library module (no command line)::
     rows = store.rows("pilot")
     store.release_slots("asha", drop_ratings=False)           # `remove-rater asha`: her slot for someone else
 
-The same durability rules as the ratings (`webapp.ratings.SQLiteStore`): WAL,
+The same durability rules as the ratings (`rumik_app.sqlite.SQLiteStore`): WAL,
 synchronous=FULL, one `BEGIN IMMEDIATE` transaction per submission, acknowledged only after
 COMMIT. The primary key (campaign, entry id) makes a repeated submission (double click, a
 retry after a lost reply) store once. `submit` checks inside the transaction that the entry's
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rumik_app.errors import RumikError
+from rumik_app.sqlite import SQLiteStore
 from webapp.campaign.design import Entry
-from webapp.ratings import NO_PREFERENCE, SQLiteStore, now_iso
+from webapp.ratings import NO_PREFERENCE, now_iso
 
 PREFERENCES = ("A", "B", NO_PREFERENCE)
 

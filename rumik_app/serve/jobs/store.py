@@ -7,9 +7,9 @@
     store.finish(record.id, "done")            # or "failed" / "cancelled" (their chunk files are removed)
     store.sweep(retention_s=86_400)            # finished jobs older than that, and orphaned folders
 
-Durability, as the app's rating store has it (webapp/ratings.py; this is the core's own copy, since
-rumik_app imports nothing of webapp): SQLite in WAL mode with `synchronous=FULL`, a fresh
-connection per call and `BEGIN IMMEDIATE` transactions. A finished chunk's samples are written
+Durability: `rumik_app.sqlite.SQLiteStore`'s rules, as every store of the project (SQLite in WAL
+mode with `synchronous=FULL`, a fresh connection per call, `BEGIN IMMEDIATE` transactions, the
+file owner-only: jobs hold people's texts). A finished chunk's samples are written
 first, atomically (`rumik_app.files.atomic_write`: fsync'ed, renamed, folder fsync'ed), as raw
 little-endian float32 (`chunk_00003.f32`), and only then its row, with the file's sha256: a
 crash (SIGKILL, power cut) between the two leaves a file without a row, which is simply made
@@ -34,7 +34,6 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,11 +42,10 @@ import numpy as np
 from rumik_app.files import atomic_write
 from rumik_app.request import RequestLimits
 from rumik_app.serve.errors import ApiError
+from rumik_app.sqlite import SQLiteStore
 
 DB_NAME = "jobs.sqlite3"
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 30.0
-PRIVATE_MODE = 0o600  # jobs hold people's texts: owner-only, as the rating store's database
 SAMPLE_DTYPE = "<f4"  # chunk files: raw little-endian float32 at the engine's rate
 SAMPLE_BYTES = 4
 JOB_ID = re.compile(r"^job_[0-9a-f]{24}$")
@@ -57,7 +55,6 @@ FINAL = (DONE, FAILED, CANCELLED)
 MB = 1_000_000
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -136,41 +133,17 @@ def _record(row: tuple) -> JobRecord:
 JOB_COLUMNS = "id, owner, status, created_at, finished_at, spec, chunks_total, reserved_bytes, error"
 
 
-class JobStore:
+class JobStore(SQLiteStore):
     """The jobs database and chunk files under `root` (see the module docstring); every method
     is blocking (the runner calls them off the event loop) and safe from several threads."""
+
+    SCHEMA = SCHEMA
+    SCHEMA_VERSION = SCHEMA_VERSION
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.path = self.root / DB_NAME
-        os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE))
-        os.chmod(self.path, PRIVATE_MODE)
-        with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(SCHEMA)
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            con.execute("PRAGMA synchronous=FULL")
-            con.execute("PRAGMA foreign_keys=ON")
-            yield con
-        finally:
-            con.close()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._connect() as con:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+        super().__init__(self.root / DB_NAME)
 
     def folder(self, record: JobRecord) -> Path:
         return self.root / record.owner / record.id
