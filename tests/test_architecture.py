@@ -34,7 +34,7 @@ FORBIDDEN = {
 # rumik_app's layers, lowest first (§1): a module may import its own layer and the ones below.
 # A name is a subpackage (every module in it) or a top-level module of rumik_app.
 LAYERS = (
-    ("errors", "files", "asgi", "resample"),
+    ("errors", "files", "asgi", "resample", "sqlite"),
     ("watermark",),
     ("prompt", "audio", "cli_args"),
     ("text",),
@@ -51,12 +51,12 @@ LAYERS = (
 TABLED = ("rumik_app", "rumik_vllm")  # the packages whose every module §1's tables name
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.
 LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_app.errors", "rumik_app.files",
-                 "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli", "rumik_app.cli_args", "rumik_app.text",
-                 "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens", "rumik_app.engine.serving",
-                 "rumik_app.engine.planning", "rumik_app.engine.script", "rumik_app.serve.protocol",
-                 "rumik_app.serve.adapters", "training.config", "training.cli", "training.grpo.config",
-                 "training.dpo.config", "webapp.access", "rumik_app.voices.package", "rumik_app.voices.library",
-                 "rumik_app.voices.archive", "rumik_app.watermark", "rumik_app.align",
+                 "rumik_app.sqlite", "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli", "rumik_app.cli_args",
+                 "rumik_app.text", "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens",
+                 "rumik_app.engine.serving", "rumik_app.engine.planning", "rumik_app.engine.script",
+                 "rumik_app.serve.protocol", "rumik_app.serve.adapters", "training.config", "training.cli",
+                 "training.grpo.config", "training.dpo.config", "webapp.access", "rumik_app.voices.package",
+                 "rumik_app.voices.library", "rumik_app.voices.archive", "rumik_app.watermark", "rumik_app.align",
                  "rumik_app.align.words", "rumik_app.align.captions")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
@@ -342,4 +342,12 @@ def test_no_reference_to_the_design_file_outside_the_repository():
     old_style = "DESIGN" + " §"  # the pre-ARCHITECTURE.md citations, to a file that is not in the repository
     stale = [str(p.relative_to(ROOT)) for p in _tracked("*.py", "*.md", "*.toml", "*.json", "*.sh", "*.txt")
              if old_style in p.read_text(encoding="utf-8", errors="replace")]
+    assert not stale, stale
+
+
+def test_no_issue_numbers_in_code():
+    """Code says what it does and why; which issue asked for it is the history's (git log, the notes)."""
+    cited = re.compile(r"\bissue\s*#?\d+", re.IGNORECASE)
+    stale = [str(p.relative_to(ROOT)) for p in _tracked("*.py", "*.sh", "*.toml", "*.js", "*.css")
+             if cited.search(p.read_text(encoding="utf-8", errors="replace"))]
     assert not stale, stale

@@ -26,7 +26,7 @@ from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_names, wire
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
-# SynthForm's inputs since issue 38, last in the API and in this order (gradio_client also passes
+# SynthForm's inputs since Say it right, last in the API and in this order (gradio_client also passes
 # arguments by position): the lexicon file, dialogue and its gap, then the lexicon editor's table.
 SAY_IT_RIGHT_FIELDS = ("lexicon", "dialogue", "dialogue_gap", "lexicon_entries")
 

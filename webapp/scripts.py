@@ -1,4 +1,4 @@
-"""Say it right (issue 38) in the Synthesise tab: a visitor's lexicon, SSML and dialogue scripts.
+"""Say it right in the Synthesise tab: a visitor's lexicon, SSML and dialogue scripts.
 
 Library module for `webapp.synth_tab` (no command line; gradio is not imported here):
 

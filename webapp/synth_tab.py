@@ -9,7 +9,7 @@ previous clip, seed and download, so an error is never shown under an old result
 The live prompt preview is queued like every other event, with a small limit of its own
 (`PREVIEW_CONCURRENCY`), so a visitor cannot run previews of long texts without bound.
 
-Say it right (issue 38, `webapp.scripts`): a visitor may upload a pronunciation lexicon (PLS,
+Say it right (`webapp.scripts`): a visitor may upload a pronunciation lexicon (PLS,
 TSV or JSON) and type words in a small lexicon editor (*My words*, a table of grapheme | alias |
 languages, bounded; its entries win ties with the file's), inputs of their own events only (per
 session by construction, nothing kept on the server), applied to their requests and shown in the
@@ -18,7 +18,7 @@ preview; text starting with `<speak>` is SSML and, with *Dialogue* on, the text 
 their parts joined with exact pauses, the info line listing each part's span; the player gets a
 script in one piece. Only rumik engines speak scripts; espeak-ng refuses them (it reads lexicons).
 
-Word timestamps (issue 36, `webapp.timings`): with *Word timestamps* ticked, a second event
+Word timestamps (`webapp.timings`): with *Word timestamps* ticked, a second event
 aligns the words of the clip just streamed (the stream event keeps what it needs in the
 visitor's session state) and shows SRT and WebVTT captions and a transcript whose current word
 is highlighted while the clip plays.

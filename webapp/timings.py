@@ -1,4 +1,4 @@
-"""Word timestamps in the Synthesise tab (issue 36): captions to download and a transcript whose
+"""Word timestamps in the Synthesise tab: captions to download and a transcript whose
 current word is highlighted while the clip plays.
 
 Library module for `webapp.synth_tab` (no command line)::

@@ -1,4 +1,4 @@
-"""Pronunciation lexicons (issue 38, "Say it right"): words said the way their owners say them.
+"""Pronunciation lexicons ("Say it right"): words said the way their owners say them.
 
     from rumik_app.text.lexicon import Lexicon, LexiconEntry, apply_lexicons
     banks = Lexicon("banks", (LexiconEntry("SBI", "एस बी आई", languages=("hi",)),

@@ -1,4 +1,4 @@
-"""Lexicon files (issue 38, "Say it right"): PLS, TSV and JSON read into and written from a
+"""Lexicon files ("Say it right"): PLS, TSV and JSON read into and written from a
 `rumik_app.text.lexicon.Lexicon` (the data model, its bounds and the matching live there).
 
     from rumik_app.text.lexicon_io import load_lexicon, read_lexicon, to_json, to_pls, to_tsv

@@ -1,4 +1,4 @@
-"""SSML `<say-as>` (issue 38): a checked interpret-as, format and content, and its words.
+"""SSML `<say-as>`: a checked interpret-as, format and content, and its words.
 
     from rumik_app.text.say_as import check_say_as, render_say_as
     say = check_say_as("date", None, "15/08/2026")                  # PromptError(field="text") if wrong

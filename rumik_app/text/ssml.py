@@ -1,4 +1,4 @@
-"""SSML input (issue 38): a subset of W3C SSML 1.1 read as segments of this project's plain text.
+"""SSML input: a subset of W3C SSML 1.1 read as segments of this project's plain text.
 
     from rumik_app.text.ssml import is_ssml, parse_ssml
     text = ('<speak xml:lang="hi-IN">नमस्ते <break time="500ms"/>'

@@ -1,4 +1,4 @@
-"""The pieces behind issue 16 without a server: the admin password gate, --auth logins, the
+"""Access control without a server: the admin password gate, --auth logins, the
 served folder's names and pruning, the data-dir layout check, and `app.main`'s wiring.
 
 Run: .venv/bin/python -m pytest tests/app/test_access.py -q

@@ -125,7 +125,7 @@ def test_every_backend_event_has_an_api_name(app_server):
     def names(endpoint: str) -> list[str]:  # in order: gradio_client also passes arguments by position
         return [parameter["parameter_name"] for parameter in api[endpoint]["parameters"]]
 
-    # Issue 38 (Say it right) appended its inputs, the lexicon editor's table last of all (it came after
+    # Say it right appended its inputs, the lexicon editor's table last of all (it came after
     # the others): a caller passing arguments by position keeps every earlier place.
     assert names("/synthesize") == ["text", "voice", "tone", "accent", "pace", "description", "seed", "temperature",
                                     "top_k", "top_p", "max_seconds", "system", "normalize",

@@ -1,4 +1,4 @@
-"""Word timestamps in the Synthesise tab (issue 36), through its handlers on the tiny checkpoint
+"""Word timestamps in the Synthesise tab, through its handlers on the tiny checkpoint
 (no browser): the streamed clip's words are aligned afterwards into SRT and WebVTT captions and a
 transcript of escaped `<span data-start data-end>` words. The tiny checkpoint makes noise no real
 aligner reads, so the engine gets a fake aligner that spreads the words evenly over each chunk.

@@ -279,7 +279,7 @@ def test_concurrent_raters_and_a_killed_server_lose_nothing(tmp_path):
         assert [r["entry_id"] for r in mine] == [e.entry_id for e in campaign.assignment().slots[slot[name]]]
 
 
-# ---------------------------------------------------------------- hostile visitors (issue 23)
+# ---------------------------------------------------------------- hostile visitors
 
 
 def _login_from(port: int, source: str, user: str, password: str) -> tuple[int, list[str]]:

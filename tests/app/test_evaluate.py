@@ -78,8 +78,8 @@ def test_manifest_csv_and_grapheme_metric(clips, tmp_path):
     assert got["laugh.wav"].scores["wer"] == 0.0 and got["hello.wav"].language == "hi"
 
 
-# Issue 18's sentences: GCER 3/24 and 4/24 under "grapheme", 4/20 and 3/22 under "unicode"
-# (hand-counted in tests/evaluation/test_metrics.py); pooled 7/48 and 7/42.
+# The sentences hand-counted in tests/evaluation/test_metrics.py: GCER 3/24 and 4/24 under "grapheme",
+# 4/20 and 3/22 under "unicode"; pooled 7/48 and 7/42.
 HINDI_REFS = ("hello.wav | प्रधानमंत्री ने राष्ट्र को संबोधित किया।\n"
               "laugh.wav | क्षमा करें, मैं कल स्कूल नहीं आ पाऊँगा।")
 HINDI_HYPS = ("hello.wav | परधानमंत्री ने राष्ट्र को सम्बोधित किया\n"

@@ -1,5 +1,5 @@
 """What a visitor can fetch over HTTP, with the app running on a temporary data dir after two
-visitors have rated and an admin has exported (issue 16).
+visitors have rated and an admin has exported.
 
 - The ratings database, its WAL/SHM files, every export and every rated clip in the data dir,
   and an annotation campaign's files there (definition, clip manifest, assignment, clips,

@@ -1,4 +1,4 @@
-"""A visitor with bad intent against the running app (issue 23), over HTTP where it matters.
+"""A visitor with bad intent against the running app, over HTTP where it matters.
 
 Each test is one attack: audio bombs, judges a visitor names, URL fetches, text that
 normalisation multiplies, large bodies, foreign hosts and origins, forged export labels,

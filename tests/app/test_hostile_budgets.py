@@ -1,4 +1,4 @@
-"""Hostile visitors, round 2 (issue 32): what one visitor's input may cost the app.
+"""Hostile visitors, round 2: what one visitor's input may cost the app.
 
 - Finding 3: an Evaluate manifest (CSV or JSONL) is streamed: memory stays flat whatever its
   size, rows, rows' and fields' sizes are capped with a message naming the limit, and a clip

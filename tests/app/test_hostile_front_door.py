@@ -1,4 +1,4 @@
-"""Hostile visitors, round 2 (issue 32), against the running app: each test is one finding.
+"""Hostile visitors, round 2, against the running app: each test is one finding.
 
 5. one visitor filling Gradio's whole queue;  12. the prompt preview running outside the
 queue;  6. a URL file input hidden in a UTF-16/UTF-32/BOM body;  7. the login throttle that

@@ -1,4 +1,4 @@
-"""Say it right (issue 38) in the app, through gradio_client on the tiny checkpoint: a visitor's
+"""Say it right in the app, through gradio_client on the tiny checkpoint: a visitor's
 pronunciation lexicon (an uploaded file and the *My words* editor), SSML input and dialogue
 scripts in the Synthesise tab.
 

@@ -1,4 +1,4 @@
-"""Word timestamps in a real headless Chromium (issue 36): tick *Word timestamps*, synthesise on
+"""Word timestamps in a real headless Chromium: tick *Word timestamps*, synthesise on
 the tiny checkpoint, and the captions (SRT, WebVTT) are offered and the transcript's highlighted
 word moves forward while the clip plays. The engine aligns with a fake aligner that spreads the
 words evenly (the tiny checkpoint's noise is nothing a real aligner reads). Screenshot:

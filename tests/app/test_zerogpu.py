@@ -156,7 +156,7 @@ def test_off_a_space_spaces_is_never_imported_and_an_idle_model_is_unloaded_and_
         "if not any('/gradio/' in frame.filename for frame in traceback.extract_stack()):\n"
         f"    open({str(marker)!r}, 'w').write(''.join(traceback.format_stack()))\n"
         "raise ImportError('spaces must not be imported off a ZeroGPU Space')\n")
-    # On int8 weights (issue 28, part 1): the app loads, serves and reloads them quantised.
+    # On int8 weights: the app loads, serves and reloads them quantised.
     proc, url = _start_app(tmp_path, tiny_checkpoint, {}, "--idle-unload", "0.01", "--quantize", "int8")  # 0.6 s
     try:
         client = Client(url, verbose=False)

@@ -94,7 +94,7 @@ def test_default_segmentation_is_the_grapheme_package():
     assert grapheme_errors("क्षत्रिय", "कषत्रिय") == ErrorCounts(1, 5)
 
 
-# The two sentences of issue 18, hand-counted. "प्रधानमंत्री ने राष्ट्र को संबोधित किया" -> hyp
+# Two hand-counted sentences. "प्रधानमंत्री ने राष्ट्र को संबोधित किया" -> hyp
 # "परधानमंत्री ने राष्ट्र को सम्बोधित किया" (6 words, 5 spaces after normalising):
 #   grapheme: प्रधानमंत्री [प्][र][धा][न][मं][त्][री] 7, ने 1, राष्ट्र [रा][ष्][ट्][र] 4, को 1,
 #     संबोधित [सं][बो][धि][त] 4, किया [कि][या] 2 = 19 + 5 spaces = 24. Errors: [प्]->[प] 1;

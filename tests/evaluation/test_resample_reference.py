@@ -1,4 +1,4 @@
-"""Resampling matches the judges' reference pipelines (issue 37, "One resampler").
+"""Resampling matches the judges' reference pipelines ("One resampler").
 
 On noisy espeak-ng clips written at 16, 22.05, 44.1 and 48 kHz, the benchmark runner's DNSMOS
 (`evaluation.acoustic.score_clips`, which decodes each file once at its own rate and converts it

@@ -133,7 +133,7 @@ def test_the_runner_reports_the_watermark_detector_per_clip_and_per_run(setup, c
     assert "watermarked (PerthNet detector): 2 of 2 clips (100%)" in capsys.readouterr().out
 
 
-# The two sentences of issue 18 (hand-counted in tests/evaluation/test_metrics.py): GCER
+# The two sentences hand-counted in tests/evaluation/test_metrics.py: GCER
 # 3/24 and 4/24 under "grapheme", 4/20 and 3/22 under "unicode"; pooled 7/48 and 7/42.
 GCER_PROMPTS = [
     {"id": "pm", "text": "प्रधानमंत्री ने राष्ट्र को संबोधित किया।", "language": "hi", "domain": "news"},

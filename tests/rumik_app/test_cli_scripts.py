@@ -1,4 +1,4 @@
-"""The CLI's say-it-right flags (issue 38): --lexicon, SSML text, --dialogue, --print-prompt.
+"""The CLI's say-it-right flags: --lexicon, SSML text, --dialogue, --print-prompt.
 
 Run: .venv/bin/python -m pytest tests/rumik_app/test_cli_scripts.py -q
 """

@@ -1,4 +1,4 @@
-"""Pronunciation lexicons (`rumik_app.text.lexicon`, issue 38): formats, matching, bounds, hostile XML.
+"""Pronunciation lexicons (`rumik_app.text.lexicon`): formats, matching, bounds, hostile XML.
 
 The table of sentences at the end is what a user hears: `apply_lexicons` then `normalize_text`
 in the request's language, compared exactly. Expected strings were written by hand (the alias

@@ -1,4 +1,4 @@
-"""Hidden cases (issue 38): what the model reads after lexicon, SSML and normalisation, exactly.
+"""Hidden cases: what the model reads after lexicon, SSML and normalisation, exactly.
 
 Each case is an SSML document in one language with a brands lexicon; the expected strings are
 the spoken text of each part (and its pace and the pause after it), as a listener would want

@@ -1,4 +1,4 @@
-"""Every connection to the speech server has a deadline, and one address a share (issue 32).
+"""Every connection to the speech server has a deadline, and one address a share.
 
 Against the real server process (`python -m rumik_app.serve`, uvicorn and its h11 protocol as
 deployed): idle sockets, unfinished and trickled headers and slow bodies are closed at their

@@ -1,4 +1,4 @@
-"""A caller with bad intent against the speech server (issue 23), over HTTP.
+"""A caller with bad intent against the speech server, over HTTP.
 
 The key and the body size are checked from the headers alone, before anything is read or
 parsed; text that normalisation multiplies is refused by its spoken length and audio budget;

@@ -1,4 +1,4 @@
-"""Long jobs on the speech server (issue 37, part 4): /v1/audio/jobs survives a SIGKILL, belongs to
+"""Long jobs on the speech server: /v1/audio/jobs survives a SIGKILL, belongs to
 its API key, frees its rows when cancelled, and is bounded with one clear message per bound.
 
 Run: .venv/bin/python -m pytest -n0 -q tests/rumik_app/test_serve_jobs.py

@@ -1,4 +1,4 @@
-"""Lexicons on the speech server (issue 38): per API key, used by id, bounded, persisted.
+"""Lexicons on the speech server: per API key, used by id, bounded, persisted.
 
 Run: .venv/bin/python -m pytest tests/rumik_app/test_serve_lexicons.py -q
 """

@@ -1,4 +1,4 @@
-"""Sockets whose client is gone stop at once (issue 32): text-in and Silk, with and without a close frame.
+"""Sockets whose client is gone stop at once: text-in and Silk, with and without a close frame.
 
 A hang-up (a closed TCP connection, no WebSocket close handshake) cancels the session's
 queued and running utterances and frees their rows; a session's line is bounded in sentences

@@ -1,4 +1,4 @@
-"""Dialogue and SSML on the speech server (issue 38), through the `openai` client.
+"""Dialogue and SSML on the speech server, through the `openai` client.
 
 Each part is an ordinary request on the scheduler's rows: a dialogue equals its turns spoken
 alone with seeds base + k, joined with exact silences; the turns share decode steps; SSML's

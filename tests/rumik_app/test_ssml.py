@@ -1,4 +1,4 @@
-"""SSML input (`rumik_app.text.ssml`, issue 38): each supported element, every refusal, XML attacks.
+"""SSML input (`rumik_app.text.ssml`): each supported element, every refusal, XML attacks.
 
 Expected words are the normaliser's own (indic-numtowords, CLDR, `rumik_app.text.data`) and
 were read by eye; where a say-as has a typed equivalent the test also checks it against

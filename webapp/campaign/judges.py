@@ -105,7 +105,7 @@ def _references(campaign: Campaign, encoder, voices: dict[str, set], reference_c
 def _signature(quality, encoder, refs) -> str:
     """What a clip's values depend on besides the clip itself."""
     speaker = None if encoder is None or refs is None else f"{encoder.name} vs {refs.source}"
-    # "loading": clips are read at their own rate and converted once, with soxr (issue 37); values
+    # "loading": clips are read at their own rate and converted once, with soxr; values
     # judged before that are judged again.
     return json.dumps({"quality": getattr(quality, "name", None), "speaker": speaker, "loading": "native-soxr-hq"},
                       sort_keys=True)

@@ -77,8 +77,8 @@ def test_content_reward_abstains():
         ContentReward(judge=FakeJudge([]))(["a", "b"], None, audio=audio, sample_rate=24_000)
 
 
-# Issue 18's first sentence: GCER 3/24 under "grapheme", 4/20 under "unicode" (hand-counted
-# in tests/evaluation/test_metrics.py), so the reward is 0.875 or 0.8.
+# The first sentence hand-counted in tests/evaluation/test_metrics.py: GCER 3/24 under "grapheme", 4/20 under
+# "unicode", so the reward is 0.875 or 0.8.
 CONJUNCT_REF = "प्रधानमंत्री ने राष्ट्र को संबोधित किया।"
 CONJUNCT_HYP = "परधानमंत्री ने राष्ट्र को सम्बोधित किया"
 

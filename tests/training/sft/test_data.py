@@ -86,7 +86,7 @@ def _renamed_stages(prefix: str) -> list[StagePlan]:
 
 
 def test_order_follows_the_order_keys_not_the_source_paths():
-    """Issue 17: two OUTs hold copies of the same data; the batches must not see the paths."""
+    """Two OUTs hold copies of the same data; the batches must not see the paths."""
     batches = {}
     for prefix in ("/runs/a/data", "/elsewhere/b/data"):
         order_keys = {f"{prefix}/{k}": f"sha-of-{k}" for k in ITEMS}
