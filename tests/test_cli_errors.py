@@ -40,7 +40,7 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
     }
 
 
-MAIN_MODULE = {"training.sft": "training.sft.trainer", "training.grpo": "training.grpo.trainer",  # packages
+MAIN_MODULE = {"training.sft": "training.sft.__main__", "training.grpo": "training.grpo.__main__",  # packages
                "webapp.campaign": "webapp.campaign.cli", "rumik_app.serve": "rumik_app.serve.__main__"}
 
 
@@ -65,7 +65,7 @@ def test_a_missing_model_names_the_fix_in_each_commands_own_terms(tmp_path, caps
     """The same missing checkpoint, worded for the flags of the command that hit it."""
     from evaluation.run import main as run_main
     from rumik_app.synthesize import main as synth_main
-    from training.grpo.trainer import main as grpo_main
+    from training.grpo.__main__ import main as grpo_main
 
     missing = str(tmp_path / "no-model")
     prompts = ROOT / "evaluation" / "prompts" / "intelligibility_en.jsonl"

@@ -46,11 +46,10 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from training import cli
 from training.common import read_metrics
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
 from training.dpo.loss import action_weights, pair_objective, pair_routing_matrix, routed_logps
@@ -319,7 +318,3 @@ def phase_rewards(rows: list[dict]) -> list[tuple[int, float]]:
              if r.get("phase") is not None and r.get("reward") is not None}
     return sorted(found.items())
 
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.dpo` in process (its flags: training.cli): returns OUT."""
-    return cli.main("training.dpo", argv)

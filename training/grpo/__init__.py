@@ -4,7 +4,8 @@
     python -m training.grpo --smoke --out runs/grpo-smoke
 
     config.py      GRPOConfig (rollout, rewards, loss, lora; PolicyRunConfig, SamplingConfig shared with DPO)
-    trainer.py     GRPOTrainer and the command line (flags: training.cli)
+    trainer.py     GRPOTrainer
+    __main__.py    the command line (flags: training.cli), which imports the trainer once they parse
     rollout.py     RolloutTrainer (training.trainer.Trainer): policy, rollout source, rewards (shared with DPO)
     loss.py        group advantages, reward routing W, k3 KL, the clipped objective (pure tensors)
     policy.py      teacher-forced log-probs of rollout actions; LoRA

@@ -67,14 +67,13 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.decode.sampling import FINISH_END_TOKEN, FINISH_MAX_TOKENS, FINISH_STOP_HEAD
 from rumik_app.request import SynthesisRequest
-from training import cli
 from training.common import read_metrics
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.loss import (
@@ -316,7 +315,3 @@ class GRPOTrainer(RolloutTrainer):
 
     headline_metric, headline_window, headline_digits = "reward", SUMMARY_WINDOW, 3
 
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.grpo` in process (its flags: training.cli): returns OUT."""
-    return cli.main("training.grpo", argv)

@@ -21,6 +21,8 @@ import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.prompt import PromptError, validate_text
+from training.audio.levels import clipped_fraction, level_and_snr
+from training.audio.vad import clip_spans, speech_frames
 from training.prepare.config import PrepareConfig
 from training.prepare.rows import (
     Clip,
@@ -33,34 +35,10 @@ from training.prepare.rows import (
     parse_row,
     read_lines,
 )
-from training.voice.vad import FRAME_SECONDS, clip_spans, speech_frames
 
 STAGES = ("read", "decode", "segment", "filter", "embed", "encode", "write")
 # A shard's kept audio is one object (float32): under Arrow's 2 GiB for one value, and a bound on memory.
 MAX_SHARD_AUDIO_BYTES = 3 * 2**29  # 1.5 GiB, about 4.6 hours at 24 kHz
-LOUD_PERCENTILE, FLOOR_PERCENTILE = 95, 10  # a clip's speech level and noise floor among its 32 ms frames
-FLOOR_DB = -100.0
-
-
-def clipped_fraction(samples: np.ndarray, level: float) -> float:
-    """The share of samples whose magnitude is at or above `level` (full scale = 1)."""
-    return float(np.mean(np.abs(samples) >= level)) if len(samples) else 0.0
-
-
-def frame_levels_db(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """RMS level (dBFS, floored at -100) of each 32 ms frame of mono audio [N] -> [F]."""
-    size = max(1, int(round(FRAME_SECONDS * sample_rate)))
-    count = max(1, len(samples) // size)
-    frames = np.asarray(samples[: count * size], np.float64).reshape(count, -1) if len(samples) >= size else \
-        np.asarray(samples, np.float64).reshape(1, -1)
-    return np.maximum(10 * np.log10(np.mean(frames**2, axis=1) + 1e-20), FLOOR_DB)
-
-
-def level_and_snr(samples: np.ndarray) -> tuple[float, float]:
-    """(speech level dBFS, SNR dB): the 95th percentile of frame levels and its distance to the 10th."""
-    levels = frame_levels_db(samples)
-    loud, floor = np.percentile(levels, [LOUD_PERCENTILE, FLOOR_PERCENTILE])
-    return float(loud), float(loud - floor)
 
 
 @dataclass
@@ -172,7 +150,7 @@ class Cleaner:
                 text = self._text_of(samples, meta, meta["audio"], "")
                 meta = {**meta, "text": text, "transcribed": True}
             return [Clip(line, {**meta, "seconds": round(seconds, 4)}, samples)]
-        speech = speech_frames(samples, SAMPLE_RATE, cfg.vad, cfg.vad_threshold, cfg.energy_range_db)
+        speech = speech_frames(samples, SAMPLE_RATE, cfg)
         spans = clip_spans(samples, speech, SAMPLE_RATE, replace(cfg, clip_min_seconds=0.0)) if speech.any() else []
         if not spans:
             raise RowError("no_speech", f"no speech found in {seconds:.1f} s")

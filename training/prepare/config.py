@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from rumik_app.errors import ConfigError
-from training.voice.vad import VAD_BACKENDS, CutSettings
+from training.audio.vad import VAD_BACKENDS, CutSettings
 
 # Settings that change how a run is spread or what its report says, never a shard: left out of the digest.
 NOT_IN_SHARDS = ("batch_size", "speaker_outlier_cosine")
@@ -25,7 +25,7 @@ NOT_IN_SHARDS = ("batch_size", "speaker_outlier_cosine")
 @dataclass
 class PrepareConfig(CutSettings):
     """Stages and thresholds of `training.prepare` (the module docstring of training.prepare); the
-    VAD and cut settings are CutSettings' (training.voice.vad), shared with voice adaptation.
+    VAD and cut settings are CutSettings' (training.audio.vad), shared with voice adaptation.
 
     read/decode: a row is one clip of min_seconds..max_seconds; a longer one (up to
     max_recording_seconds, refused from the header before decoding) is a recording to segment.

@@ -4,7 +4,8 @@
     python -m training.sft --smoke --out /tmp/rumik-smoke
 
     config.py      SFTConfig (stages, batch, loss, eval; the shared keys from training.config)
-    trainer.py     SFTTrainer (training.trainer.Trainer) and the command line (flags: training.cli)
+    trainer.py     SFTTrainer (training.trainer.Trainer)
+    __main__.py    the command line (flags: training.cli), which imports the trainer once they parse
     objective.py   SFTObjective: acoustic cross-entropy + stop-head BCE, as one module
     sequences.py   prompt + frames + `</audio>` -> inputs, targets, masks, stop targets
     data.py        prepared data folders and the deterministic curriculum sampler

@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from rumik_app.engine.local import TTSEngine
 from rumik_app.request import SynthesisRequest
-from training import cli, fsdp
+from training import fsdp
 from training.common import build_optimizer, enable_activation_checkpointing, read_metrics
 from training.prepare import codec_fingerprint
 from training.sft import smoke
@@ -267,7 +267,3 @@ class SFTTrainer(Trainer):
 
     headline_metric, headline_window, headline_digits = "loss", SUMMARY_WINDOW, 4
 
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """`python -m training.sft` in process (its flags: training.cli): returns OUT."""
-    return cli.main("training.sft", argv)

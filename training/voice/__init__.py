@@ -8,8 +8,8 @@
     cli.py             `rumik voice`: create, list, show, delete, export, import (parses without torch)
     create.py          create's steps in order, cheap refusals first; the smoke run's driver
     voice_config.py    VoiceConfig ([data], [replay], [lora], [train], [eval]; saved in voice.json)
-    data.py            recordings -> filtered 2-20 s clips with transcripts, prepare's manifests
-    vad.py             Silero (ONNX) or energy VAD, and the cut of a recording into clips
+    data.py            recordings -> filtered 2-20 s clips with transcripts (cut by training.audio.vad),
+                       prepare's manifests
     voice_trainer.py   VoiceTrainer: codes, replay, LoRA training, evaluation, the package
     synthesis_eval.py  real weights: speaker similarity and CER of held-out sentences
     smoke.py           the smoke's espeak-ng recordings, base checkpoint and verdict

@@ -14,7 +14,7 @@ Bounded: the recordings' headers are read first (nothing decoded) and the total 
 `data.max_hours`, nor one file `data.max_recording_minutes` (decoding stops there too,
 `evaluation.audio_io.load_audio`). Every recording is mixed to mono and resampled to 24 kHz.
 
-Clips (`training.voice.vad`): a recording with a transcript becomes one clip, its speech from
+Clips (`training.audio.vad`): a recording with a transcript becomes one clip, its speech from
 first to last (so it must be at most `clip_max_seconds` of speech); one without is cut at its
 pauses into clips of 2-20 s. Filters, each with its threshold in `[data]` and its count in the
 report: duration, clipping (the share of samples at or above `clip_level`), DNSMOS OVRL
@@ -42,10 +42,10 @@ from rumik_app.errors import PromptError
 from rumik_app.files import atomic_write
 from rumik_app.prompt import validate_text
 from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
-from training.prepare.clean import clipped_fraction
+from training.audio.levels import clipped_fraction
+from training.audio.vad import clip_spans, speech_frames
 from training.prepare.folder import AUDIO_SUFFIXES, read_transcript
 from training.sft.data import DataError
-from training.voice.vad import clip_spans, speech_frames
 
 MAX_RECORDINGS = 100_000
 MAX_MANIFEST_BYTES = 64 * 2**20
@@ -165,7 +165,7 @@ def check_budget(recordings: list[Recording], data) -> float:
 
 def cut_recording(rec: Recording, samples: np.ndarray, data) -> tuple[list[tuple[int, int]], str | None]:
     """(spans, drop reason or None) of one recording at 24 kHz (the module docstring's rules)."""
-    speech = speech_frames(samples, SAMPLE_RATE, data.vad, data.vad_threshold, data.energy_range_db)
+    speech = speech_frames(samples, SAMPLE_RATE, data, vad_key="data.vad")
     if not speech.any():
         return [], "no_speech"
     if rec.text is None:  # every piece, the short ones too: ClipMaker.checked counts what it drops

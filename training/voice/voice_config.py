@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from rumik_app.errors import ConfigError
 from rumik_app.request import DEFAULT_MODEL
 from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoiceError
-from training.voice.vad import VAD_BACKENDS, CutSettings
+from training.audio.vad import VAD_BACKENDS, CutSettings
 
 LOSS_HEADS = ("audio", "full")
 

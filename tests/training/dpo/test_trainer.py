@@ -16,8 +16,9 @@ from rumik_app import TTSEngine
 from tests.training.distributed import run_on_two_cpu_processes, set_args, smoke_on_one_and_two_processes
 from training.common import TRAINING_STATE, latest_checkpoint, read_metrics
 from training.config import load_config
+from training.dpo.__main__ import main
 from training.dpo.config import SMOKE_CONFIG, DPOConfig
-from training.dpo.trainer import DPOTrainer, main
+from training.dpo.trainer import DPOTrainer
 
 Q = 8
 STEP_METRICS = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",

@@ -13,7 +13,7 @@ import torch
 from rumik_app import TTSEngine
 from tests.training.distributed import run_on_two_cpu_processes, set_args
 from training.common import read_metrics
-from training.grpo.trainer import main
+from training.grpo.__main__ import main
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,10 @@ from rumik_app.errors import ConfigError
 from tests.training.distributed import set_args, smoke_on_one_and_two_processes
 from training.common import latest_checkpoint, read_metrics, wsd_lambda
 from training.config import load_config
+from training.grpo.__main__ import main
 from training.grpo.config import SMOKE_CONFIG, GRPOConfig
 from training.grpo.policy import ScoringBatch
-from training.grpo.trainer import GRPOTrainer, main
+from training.grpo.trainer import GRPOTrainer
 
 
 def _cfg(tiny_checkpoint, out, *overrides) -> GRPOConfig:

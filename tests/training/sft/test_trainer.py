@@ -16,8 +16,9 @@ from rumik_app import SynthesisRequest, TTSEngine
 from rumik_app.errors import ConfigError
 from training.common import wsd_lambda
 from training.config import load_config, save_config
+from training.sft.__main__ import main
 from training.sft.config import SFTConfig
-from training.sft.trainer import SFTTrainer, main
+from training.sft.trainer import SFTTrainer
 
 CONFIGS = Path(__file__).resolve().parents[3] / "training" / "configs"
 

@@ -23,12 +23,12 @@ from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.errors import ConfigError
 from rumik_app.files import atomic_write
 from rumik_app.voices.package import VoiceError
+from training.audio.vad import clip_spans, speech_frames
 from training.sft.data import DataError
 from training.voice import smoke
 from training.voice.cli import main as voice_main
 from training.voice.create import create_voice
 from training.voice.data import ClipMaker, Recording, collect_clips, find_recordings
-from training.voice.vad import clip_spans, speech_frames
 from training.voice.voice_config import DataConfig, VoiceConfig
 
 SENTENCES = ("The train to Delhi leaves at nine in the morning.", "Please call me when you reach the station.",
@@ -60,7 +60,7 @@ def long_recording() -> np.ndarray:
 @pytest.mark.parametrize("backend", ["silero", "energy"])
 def test_vad_cuts_a_long_recording_at_its_pauses_into_2_to_20_s_clips(long_recording, backend):
     data = DataConfig(vad=backend)
-    frames = speech_frames(long_recording, SAMPLE_RATE, backend)
+    frames = speech_frames(long_recording, SAMPLE_RATE, data)
     spans = clip_spans(long_recording, frames, SAMPLE_RATE, data)
     seconds = [(b - a) / SAMPLE_RATE for a, b in spans]
     assert len(spans) == 7 and all(2.0 <= s <= 20.0 for s in seconds), seconds  # 4 + the pair + the run in 2

@@ -1,9 +1,11 @@
-"""Voice activity detection and the cut of a long recording into clips (training.voice.data).
+"""Voice activity detection and the cut of a long recording into clips: one home for training.prepare
+(a corpus's recordings) and training.voice (a speaker's recordings), which both sit above it.
 
-    speech = speech_frames(samples, 24000, backend="silero")     # bool [F], one per FRAME_SECONDS
-    spans = clip_spans(samples, speech, 24000, cfg.data)          # [(start, end) sample indices, ...]
+    speech = speech_frames(samples, 24000, cut)                   # bool [F], one per FRAME_SECONDS
+    spans = clip_spans(samples, speech, 24000, cut)               # [(start, end) sample indices, ...]
+    speech_frames(samples, 24000, cfg.data, vad_key="data.vad")   # a VADError's fix names the caller's key
 
-Backends:
+`cut` is a `CutSettings` (the config of either caller extends it). Backends (`cut.vad`):
   "silero"  Silero VAD 6.2.3's sequence ONNX model (silero_vad_16k_sequence.onnx, inside the
             `silero-vad` wheel; the file is opened with onnxruntime, never by importing
             `silero_vad`, which imports torch and sets torch's thread count): a speech
@@ -31,7 +33,7 @@ from evaluation.asr_judge import split_windows
 from evaluation.audio_io import resample
 from rumik_app.errors import RumikError
 
-VAD_BACKENDS = ("silero", "energy")  # speech_frames(backend=...)
+VAD_BACKENDS = ("silero", "energy")  # CutSettings.vad
 VAD_RATE = 16_000
 FRAME_SAMPLES = 512  # silero at 16 kHz
 CONTEXT_SAMPLES = 64
@@ -48,11 +50,11 @@ LOUD_PERCENTILE = 95
 @dataclass
 class CutSettings:
     """What `speech_frames` and `clip_spans` read, with their defaults: one home for the voice
-    trainer's `[data]` and `training.prepare`'s config, which both extend it. vad: "silero" or
-    "energy"; vad_threshold: silero's speech probability; energy_range_db: the energy VAD's floor
-    below the loud frames; speech runs under min_speech_seconds are ignored, pauses up to
-    max_pause_seconds stay inside a clip of clip_min_seconds..clip_max_seconds, with pad_seconds
-    of context on each side."""
+    trainer's `[data]` (keys `data.vad`, ...) and `training.prepare`'s config (`vad`, ...), which
+    both extend it. vad: "silero" or "energy"; vad_threshold: silero's speech probability;
+    energy_range_db: the energy VAD's floor below the loud frames; speech runs under
+    min_speech_seconds are ignored, pauses up to max_pause_seconds stay inside a clip of
+    clip_min_seconds..clip_max_seconds, with pad_seconds of context on each side."""
 
     vad: str = "silero"
     vad_threshold: float = 0.5
@@ -68,34 +70,35 @@ class VADError(RumikError, RuntimeError):
     """The VAD cannot run; the message names the fix."""
 
 
-def silero_model_path() -> Path:
-    """The sequence ONNX model inside the installed silero-vad package (found, not imported)."""
+def silero_model_path(vad_key: str = "vad") -> Path:
+    """The sequence ONNX model inside the installed silero-vad package (found, not imported).
+    vad_key: the caller's key for `CutSettings.vad`, named in the VADError's fix."""
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or not spec.submodule_search_locations:
-        raise VADError(f"data.vad = \"silero\" needs the silero-vad package (its ONNX model ships in the wheel): "
-                       f"pip install {SILERO_PIN}; or use the model-free VAD with --set data.vad=energy.")
+        raise VADError(f"{vad_key} = \"silero\" needs the silero-vad package (its ONNX model ships in the wheel): "
+                       f"pip install {SILERO_PIN}; or use the model-free VAD with --set {vad_key}=energy.")
     path = Path(list(spec.submodule_search_locations)[0]) / SILERO_MODEL
     if not path.is_file():
-        raise VADError(f"{path} is missing: reinstall {SILERO_PIN}, or use --set data.vad=energy.")
+        raise VADError(f"{path} is missing: reinstall {SILERO_PIN}, or use --set {vad_key}=energy.")
     return path
 
 
 _SESSION = None
 
 
-def _silero_session():
+def silero_session(vad_key: str = "vad"):
+    """Silero's onnxruntime session, opened once per process (VADError as `silero_model_path`)."""
     global _SESSION
     if _SESSION is None:
         from evaluation.onnx_session import check_io, open_session
 
-        _SESSION = open_session(silero_model_path(), "cpu", 1, VADError)
+        _SESSION = open_session(silero_model_path(vad_key), "cpu", 1, VADError)
         check_io(_SESSION, ["input", "h", "c"], ["speech_probs", "hn", "cn"], VADError, "Silero VAD")
     return _SESSION
 
 
-def silero_probs(samples16k: np.ndarray) -> np.ndarray:
+def silero_probs(samples16k: np.ndarray, session) -> np.ndarray:
     """Speech probability of each 32 ms frame of 16 kHz audio [N] -> [ceil(N / 512)] float32."""
-    session = _silero_session()
     count = -(-len(samples16k) // FRAME_SAMPLES)
     frames = np.zeros((count, FRAME_SAMPLES), np.float32)
     frames.reshape(-1)[: len(samples16k)] = samples16k
@@ -123,6 +126,8 @@ def hysteresis(probs: np.ndarray, threshold: float) -> np.ndarray:
 
 def energy_frames(samples16k: np.ndarray, range_db: float) -> np.ndarray:
     """Frames (32 ms) whose RMS is within `range_db` of the loud frames and above -60 dBFS."""
+    # Silero's frames (the last one zero-padded), so both backends mark the same frames; a clip's
+    # levels (training.audio.levels) measure whole frames only, floored, for its percentiles.
     count = -(-len(samples16k) // FRAME_SAMPLES)
     frames = np.zeros((count, FRAME_SAMPLES), np.float32)
     frames.reshape(-1)[: len(samples16k)] = samples16k
@@ -131,15 +136,16 @@ def energy_frames(samples16k: np.ndarray, range_db: float) -> np.ndarray:
     return level > floor
 
 
-def speech_frames(samples: np.ndarray, sample_rate: int, backend: str = "silero", threshold: float = 0.5,
-                  range_db: float = 35.0) -> np.ndarray:
-    """Which 32 ms frames of mono audio [N] hold speech (bool [ceil(N16k / 512)])."""
+def speech_frames(samples: np.ndarray, sample_rate: int, cut: CutSettings, vad_key: str = "vad") -> np.ndarray:
+    """Which 32 ms frames of mono audio [N] hold speech (bool [ceil(N16k / 512)]), by `cut.vad` with
+    `cut.vad_threshold` or `cut.energy_range_db`. vad_key: the caller's key for `cut.vad` (`vad` in
+    training.prepare, `data.vad` for a voice), which a VADError's fix names."""
     audio16k = resample(np.asarray(samples, np.float32), sample_rate, VAD_RATE)
-    if backend == "silero":
-        return hysteresis(silero_probs(audio16k), threshold)
-    if backend == "energy":
-        return energy_frames(audio16k, range_db)
-    raise VADError(f"Unknown VAD backend {backend!r}; use silero or energy (--set data.vad=...).")
+    if cut.vad == "silero":
+        return hysteresis(silero_probs(audio16k, silero_session(vad_key)), cut.vad_threshold)
+    if cut.vad == "energy":
+        return energy_frames(audio16k, cut.energy_range_db)
+    raise VADError(f"Unknown VAD backend {cut.vad!r}; use silero or energy (--set {vad_key}=...).")
 
 
 def speech_runs(speech: np.ndarray, min_frames: int) -> list[tuple[int, int]]:
@@ -148,20 +154,20 @@ def speech_runs(speech: np.ndarray, min_frames: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True) if b - a >= min_frames]
 
 
-def clip_spans(samples: np.ndarray, speech: np.ndarray, sample_rate: int, data) -> list[tuple[int, int]]:
+def clip_spans(samples: np.ndarray, speech: np.ndarray, sample_rate: int, cut: CutSettings) -> list[tuple[int, int]]:
     """Clips of a recording [N] as (start, end) sample indices at `sample_rate`, from its
-    speech frames and `data` (a DataConfig: the cut's settings, see the module docstring)."""
+    speech frames and the cut's settings (the module docstring)."""
     num_samples = len(samples)
     per_frame = FRAME_SECONDS * sample_rate
-    runs = speech_runs(speech, max(1, round(data.min_speech_seconds / FRAME_SECONDS)))
-    pause, longest = data.max_pause_seconds / FRAME_SECONDS, data.clip_max_seconds - 2 * data.pad_seconds
+    runs = speech_runs(speech, max(1, round(cut.min_speech_seconds / FRAME_SECONDS)))
+    pause, longest = cut.max_pause_seconds / FRAME_SECONDS, cut.clip_max_seconds - 2 * cut.pad_seconds
     groups: list[list[int]] = []
     for start, end in runs:
         if groups and start - groups[-1][1] <= pause and (end - groups[-1][0]) * FRAME_SECONDS <= longest:
             groups[-1][1] = end
         else:
             groups.append([start, end])
-    pad = int(round(data.pad_seconds * sample_rate))
+    pad = int(round(cut.pad_seconds * sample_rate))
     spans = []
     for start, end in groups:
         lo, hi = int(start * per_frame), min(int(end * per_frame), num_samples)
@@ -171,7 +177,7 @@ def clip_spans(samples: np.ndarray, speech: np.ndarray, sample_rate: int, data) 
         if spans[k - 1][1] > spans[k][0]:
             middle = (spans[k - 1][1] + spans[k][0]) // 2
             spans[k - 1], spans[k] = (spans[k - 1][0], middle), (middle, spans[k][1])
-    return [(a, b) for a, b in spans if b - a >= data.clip_min_seconds * sample_rate]
+    return [(a, b) for a, b in spans if b - a >= cut.clip_min_seconds * sample_rate]
 
 
 def _cut_long(samples: np.ndarray, lo: int, hi: int, sample_rate: int, longest: float) -> list[tuple[int, int]]:
