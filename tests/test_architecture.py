@@ -46,7 +46,7 @@ LAYERS = (
     ("decode",),
     ("engine",),
     ("serve",),
-    ("synthesize", "tiny", "normalize", "__init__"),
+    ("cli", "synthesize", "tiny", "normalize", "__init__"),
 )
 TABLED = ("rumik_app", "rumik_vllm")  # the packages whose every module §1's tables name
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.

@@ -18,12 +18,12 @@ is imported only once the flags parse.
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rumik_app.cli import module_doc
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -37,12 +37,6 @@ class Wing:
     name: str
     trainer: str
     smoke_help: str
-
-
-def module_doc(module: str) -> str:
-    """`module.__doc__` without importing the module (a trainer module imports torch): read from its source."""
-    source = Path(importlib.util.find_spec(module).origin).read_text(encoding="utf-8")
-    return ast.get_docstring(ast.parse(source), clean=False) or ""
 
 
 def build_parser(wing: Wing) -> argparse.ArgumentParser:

@@ -1,11 +1,15 @@
-"""`python -m training.prepare` (= `rumik prepare`): the command line of training.prepare (its docstring)."""
+"""Encode a manifest's audio into Mimi-token training shards (docs/training.md, "Preparing a corpus").
+
+`python -m training.prepare` (= `rumik prepare`): the command line of training.prepare, whose
+docstring is its help.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
+from rumik_app.cli import module_doc
 from rumik_app.errors import user_errors
 from training.config import load_config
 from training.prepare.config import PrepareConfig
@@ -17,8 +21,7 @@ SHOWN_SKIPS = 20
 
 
 def build_parser() -> argparse.ArgumentParser:
-    package = importlib.import_module("training.prepare")  # its docstring is the help (imported by name: no cycle)
-    parser = argparse.ArgumentParser(description=package.__doc__,
+    parser = argparse.ArgumentParser(description=module_doc("training.prepare"),  # the package's docstring
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", required=True, help="JSONL: audio, text, speaker, language [, description, "
                                                           "tone, accent, pace]; or a folder of audio files")

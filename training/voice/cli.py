@@ -1,4 +1,6 @@
-"""`rumik voice` (`python -m training.voice`): make voice packages and manage a voice library.
+"""Your own voices: create (LoRA from recordings), list, show, delete, export, import.
+
+`rumik voice` (`python -m training.voice`) makes voice packages and manages a voice library:
 
     rumik voice create Arjun --audio recordings/arjun --consent consent.wav \\
         --statement "I, Arjun Rao, consent to ..." --out voices [--model PATH|tiny] [--asr whisper:small] \\
