@@ -6,16 +6,16 @@
     req = build_request({"text": "hi", "voice": "ira", "max_seconds": 5, "top_k": 40}, voices=("Ira", "Zoya"))
     chunk = req.with_(text="first sentence.", seed=req.seed + 1)   # only the changed fields are checked
 
-The one home of every request setting: its default, its bounds and the message for a value
-outside them. Each is declared once, as a field made by `setting()`: the sampling settings on
-`SamplingSettings` (which `SynthesisRequest` and the decoders' `RowParams` both are, and
-which the vLLM processors read from the row), the others on `SynthesisRequest`. A request
-checks every declared field when it is made, so the CLI, the app, the speech server's
-protocols, the benchmark runner, campaigns and GRPO give the same message for the same bad value, and
-nothing downstream clamps: the engines, the decoders and vLLM trust `max_new_tokens <=
-MAX_NEW_TOKENS_CAP`. A bad value raises `PromptError` whose `field` names it (the server's
-`param`). Front ends derive their flags, wire fields and sliders from the declarations
-(`wire_settings()`), and turn user fields into a request with `build_request` only.
+The one home of every request setting: every field of `SynthesisRequest` (text-side,
+sampling, and any added since) and `max_seconds` (`LengthSetting`), each declared once by
+`setting()`: its default, its check (bounds and message), a help line, how the app's form
+shows it, and how it travels (a wire field, a CLI flag, by reference, or neither). A request
+checks every setting that has a check when it is made, so every front end gives the same
+message for the same bad value, and nothing downstream clamps: the engines, the decoders and
+vLLM trust `max_new_tokens <= MAX_NEW_TOKENS_CAP`. A bad value raises `PromptError` whose
+`field` names it (the server's `param`). The CLI's flags, the protocols' fields and the app's
+form are derived from `request_settings()`; a person's fields become a request through
+`build_request` only (docs/ARCHITECTURE.md §5: how to add a setting).
 
 Light on purpose (no torch import), so `evaluation` systems and the app can build requests
 without loading the model stack.
@@ -30,14 +30,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
 from rumik_app.prompt import (
+    ACCENTS,
     MAX_TEXT_CHARS,
+    PACES,
+    TONES,
+    VOICES,
     PromptError,
     build_prompt,
     format_description,
     normalize_voice,
     validate_text,
 )
-from rumik_app.text.languages import get_language
+from rumik_app.text.languages import LANGUAGES, get_language
 from rumik_app.text.lexicon import Lexicon, apply_lexicons, check_lexicons
 from rumik_app.text.normalize import normalize_text
 
@@ -170,11 +174,6 @@ def check_max_new_tokens(value) -> int:
     return _check_tokens(value, 1, "max_new_tokens")
 
 
-def check_new_tokens(min_new_tokens, max_new_tokens) -> tuple[int, int]:
-    """(min, max) generated tokens per utterance: 0 <= min, 1 <= max <= MAX_NEW_TOKENS_CAP."""
-    return check_min_new_tokens(min_new_tokens), check_max_new_tokens(max_new_tokens)
-
-
 def check_seed(value) -> int | None:
     """None or RANDOM_SEED (-1): draw one (None); else a whole number 0 to MAX_SEED."""
     if value is None:
@@ -250,11 +249,13 @@ SERVER_LIMITS = RequestLimits(4_096, 8_192, 600.0)
 
 
 # ---------------------------------------------------------------- one declaration per setting
+# How a form shows a setting (the app turns each into its widget: webapp.synth_widgets).
+SECONDS_STEP = 0.5  # the length slider's floor and step (the engine rounds up to whole 80 ms frames)
 
 
 @dataclass(frozen=True)
 class Slider:
-    """How the app shows a setting: a slider from `low` to `high` in `step`s, with a label."""
+    """A slider from `low` to `high` in `step`s, with a label."""
 
     low: float
     high: float
@@ -262,13 +263,78 @@ class Slider:
     label: str
 
 
-def setting(default, check: Callable[[object], object], help: str, slider: Slider | None = None,
-            wire: bool = True) -> Field:
-    """A request setting's one declaration, as a dataclass field: its default, `check` (value
-    -> canonical value, or PromptError naming the field: its bounds and message), a one-line
-    `help` for flags and API docs, the app's `slider`, and whether the wire protocols and the
-    CLI take it by this name (`wire`; the token bounds are set through max_seconds there)."""
-    return field(default=default, metadata={"check": check, "help": help, "slider": slider, "wire": wire})
+@dataclass(frozen=True)
+class Dropdown:
+    """A menu of `choices` (values, or (label, value) pairs), "(none)" first when `none`: the
+    setting may be left out. A value off the menu still goes to the setting's check."""
+
+    label: str
+    choices: tuple = ()
+    none: bool = False
+
+
+@dataclass(frozen=True)
+class Checkbox:
+    label: str
+
+
+@dataclass(frozen=True)
+class Textbox:
+    label: str
+    lines: int = 1
+
+
+@dataclass(frozen=True)
+class NumberBox:
+    """A whole-number box; `blank` is what it holds at first and what an empty box reads as."""
+
+    label: str
+    blank: object = None
+
+
+def setting(default, check: Callable[[object], object] | None, help: str,
+            form: Slider | Dropdown | Checkbox | Textbox | NumberBox | None = None,
+            wire: bool | str = True, flag: bool | str = True, by_reference: bool = False) -> Field:
+    """A request setting's one declaration, as a dataclass field (MISSING default: required).
+
+    check: value -> canonical value, or PromptError naming the field (its bounds and message);
+    None: the prompt checks it against what the front end knows (the text's limits, the
+    checkpoint's voices). help: one line for flags and API docs. form: how the app shows it
+    (None: not shown). wire: the wire protocols' field (True: by this name; a str: that name;
+    False: none). flag: the CLI's (True: --this-name, or --no-this-name for a switch that is on
+    by default; a str: that flag; False: none). by_reference: the value is named, not sent:
+    ids of stored objects on the wire, files on the command line, which each front end resolves.
+    """
+    return field(default=default, metadata={"check": check, "help": help, "form": form, "wire": wire, "flag": flag,
+                                            "by_reference": by_reference})
+
+
+def wire_name(spec: Field) -> str | None:
+    """The setting's field name on the wire protocols (None: not sent)."""
+    wire = spec.metadata.get("wire")
+    return spec.name if wire is True else wire or None
+
+
+def flag_name(spec: Field) -> str | None:
+    """The setting's CLI flag (None: no flag): --top-k; a switch on by default is turned off (--no-normalize)."""
+    flag = spec.metadata.get("flag")
+    if flag is not True:
+        return flag or None
+    dashed = spec.name.replace("_", "-")
+    return f"--no-{dashed}" if spec.default is True else f"--{dashed}"
+
+
+SETTING_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def setting_type(spec: Field) -> type:
+    """int, float, str or bool: the type a setting is read as from a flag, a wire field or a form
+    (its annotation, optionally `| None`); TypeError for a setting of another type."""
+    name = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+    base = name.split("|")[0].strip()
+    if base not in SETTING_TYPES:
+        raise TypeError(f"setting {spec.name!r} is annotated {name!r}; front ends read int, float, str or bool")
+    return SETTING_TYPES[base]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,10 +343,8 @@ class SamplingSettings:
 
     `SynthesisRequest` is one (a request carries its settings), so is the decoders' `RowParams`
     (`rumik_app.decode.sampling`: these plus the row's seed), and the vLLM processors read them
-    from the row; the CLI's flags, the servers' fields and the app's sliders are derived from
-    `wire_settings()`. Adding a setting here reaches every front end; only the sampler's rule
-    for it is code of its own (and GRPO's rollout config, `training.grpo.config.SamplingConfig`,
-    which names the settings it trains with). Keyword-only, so a request's text stays its first
+    from the row. Adding a setting here reaches every front end (`request_settings()`); only the
+    sampler's rule for it is code of its own. Keyword-only, so a request's text stays its first
     positional field.
     """
 
@@ -294,11 +358,12 @@ class SamplingSettings:
         DEFAULT_REPETITION_PENALTY, check_repetition_penalty,
         f"above 1 discourages repeating audio codes (1 = off, at most {MAX_REPETITION_PENALTY:g})",
         Slider(0.5, MAX_REPETITION_PENALTY, 0.05, "Repetition penalty (1 = off)"))
+    # Set by code; the front ends take max_seconds instead (`LengthSetting`).
     min_new_tokens: int = setting(DEFAULT_MIN_NEW_TOKENS, check_min_new_tokens,
-                                  "generated tokens before the utterance may end", wire=False)
+                                  "generated tokens before the utterance may end", wire=False, flag=False)
     max_new_tokens: int = setting(DEFAULT_MAX_NEW_TOKENS, check_max_new_tokens,
                                   f"generated tokens at most, per chunk (100 = 1 s; at most {MAX_NEW_TOKENS_CAP})",
-                                  wire=False)
+                                  wire=False, flag=False)
 
     def __post_init__(self) -> None:
         for spec in _checked_fields(type(self)):  # canonical types too: a slider's 30.0 is top_k 30
@@ -310,32 +375,19 @@ class SamplingSettings:
 
 
 def _checked_fields(cls: type) -> list[Field]:
-    return [spec for spec in fields(cls) if "check" in spec.metadata]
+    return [spec for spec in fields(cls) if spec.metadata.get("check") is not None]
 
 
 def wire_settings() -> list[Field]:
-    """The sampling settings a client sets by name (CLI flags, the servers' fields, the app's
-    sliders), in declaration order; `spec.name`, `spec.default`, `setting_type(spec)` and
-    `spec.metadata` ("help", "slider", "check") describe each."""
-    return [spec for spec in fields(SamplingSettings) if spec.metadata.get("wire")]
+    """The sampling settings a client sets by name, in declaration order; `spec.name`,
+    `spec.default`, `setting_type(spec)` and `spec.metadata` ("help", "form", "check") describe each."""
+    return [spec for spec in fields(SamplingSettings) if wire_name(spec)]
 
 
-SETTING_TYPES = {"int": int, "float": float}
-
-
-def setting_type(spec: Field) -> type:
-    """int or float: the type a setting is read as from a flag or a wire field (its annotation,
-    `int` or `float`, optionally `| None`); TypeError for a setting of another type."""
-    name = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
-    base = name.split("|")[0].strip()
-    if base not in SETTING_TYPES:
-        raise TypeError(f"setting {spec.name!r} is annotated {name!r}; front ends read int or float settings")
-    return SETTING_TYPES[base]
-
-
-def wire_names() -> tuple[str, ...]:
-    """The names of `wire_settings()`, in declaration order."""
-    return tuple(spec.name for spec in wire_settings())
+def sampling_defaults() -> dict[str, object]:
+    """Every sampling setting's declared default, by name: where a config that samples (GRPO's
+    rollouts, the benchmark runner, the voice trainer) starts unless it chooses otherwise."""
+    return {spec.name: spec.default for spec in fields(SamplingSettings)}
 
 
 def derive(source, cls: type, **changes):
@@ -362,36 +414,37 @@ def derive(source, cls: type, **changes):
 
 @dataclass(frozen=True)
 class SynthesisRequest(SamplingSettings):
-    """One utterance to synthesise; every declared setting is checked when it is made.
-
-    text: what to say; may hold inline `<laugh>`, `<chuckle>`, `<sigh>`.
-    voice/tone/accent/pace/description: the prompt condition (docs/ARCHITECTURE.md §3), checked
-        when the prompt is built (`prompt()`), against the checkpoint's own voices.
-    seed: None (or -1) draws a fresh seed (reported back on the result); an int reproduces exactly.
-    language: optional ISO code or name: speaking-rate estimates, and the language numbers are
-        read in for text in its script (None: decided per clause from the script).
-    normalize: read numbers, money, dates, times and abbreviations as words
-        (`rumik_app.text.normalize_text`) before building the prompt; False sends the
-        text as typed. The one switch for the engine, CLI, app and runner.
-    lexicons: `rumik_app.text.lexicon.Lexicon`s whose aliases replace their graphemes before
-        normalisation (entries beat the built-in abbreviations; an alias's numbers are read).
-    The sampling settings (temperature, top_k, top_p, repetition_penalty, min_new_tokens,
-    max_new_tokens; keyword-only) are `SamplingSettings`'.
+    """One utterance to synthesise; every setting with a check is checked when it is made (each
+    field's help says what it is). The prompt condition (voice, tone, accent, pace, description:
+    docs/ARCHITECTURE.md §3) is checked when the prompt is built (`prompt()`), against the
+    checkpoint's own voices. seed None (or -1) draws a fresh one, reported back on the result.
+    normalize (`rumik_app.text.normalize_text`) is the one switch for the engine, CLI, app and
+    runner. Lexicons' entries beat the built-in abbreviations; an alias's numbers are read. The
+    sampling settings (keyword-only) are `SamplingSettings`'.
     """
 
-    text: str
-    voice: str = DEFAULT_VOICE
-    tone: str | None = None
-    accent: str | None = None
-    pace: str | None = None
-    description: str | None = None
+    text: str = setting(MISSING, None, "text to speak; inline <laugh> <chuckle> <sigh> allowed; text that starts "
+                        "with <speak> is SSML (break, say-as, sub, prosody rate, voice, lang, p, s)",
+                        Textbox("Text", lines=4))
+    voice: str = setting(DEFAULT_VOICE, None, "a voice of the checkpoint (not given: its first, Ira in the "
+                         "published one), or of a voice library; any case", Dropdown("Voice", VOICES))
+    tone: str | None = setting(None, None, " | ".join(TONES), Dropdown("Tone", TONES, none=True))
+    accent: str | None = setting(None, None, " | ".join(ACCENTS), Dropdown("Accent", ACCENTS, none=True))
+    pace: str | None = setting(None, None, " | ".join(PACES), Dropdown("Pace", PACES, none=True))
+    description: str | None = setting(None, None, "free-form description instead of tone/accent/pace",
+                                      Textbox("Free-form description"))
     seed: int | None = setting(None, check_seed, "reproducible sampling; -1 or none = a random seed (reported)",
-                               wire=False)
-    language: str | None = setting(None, check_language, "ISO code or name: speaking rates and number words",
-                                   wire=False)
-    normalize: bool = True
-    lexicons: tuple[Lexicon, ...] = setting((), check_lexicons, "pronunciation lexicons: aliases said instead of "
-                                            "their graphemes, applied before normalisation", wire=False)
+                               NumberBox("Seed (-1 = random)", blank=RANDOM_SEED))
+    language: str | None = setting(None, check_language, "ISO code or name: speaking-rate estimates and the "
+                                   "language numbers are read in (default: per clause, from the script)",
+                                   Dropdown("Language", tuple((f"{lang.name} ({lang.script})", lang.code)
+                                                              for lang in LANGUAGES), none=True))
+    normalize: bool = setting(True, None, "read numbers, money, dates and times as words; off sends the text as typed",
+                              Checkbox("Read numbers, money, dates and times as words"))
+    lexicons: tuple[Lexicon, ...] = setting(
+        (), check_lexicons, "pronunciation lexicons: aliases said instead of their graphemes, before normalisation "
+        "(on the wire the ids of stored lexicons; on the command line files, .pls, .tsv or .json, repeatable)",
+        wire="lexicon", flag="--lexicon", by_reference=True)
 
     def spoken_text(self, max_chars: int = MAX_TEXT_CHARS) -> str:
         """The text the model reads: validated (the limit applies to the text as typed), then
@@ -411,12 +464,28 @@ class SynthesisRequest(SamplingSettings):
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class LengthSetting:
+    """The length cap a person sets instead of max_new_tokens: seconds of audio per utterance
+    (per chunk of long text), which `build_request` turns into tokens with the checkpoint's layout."""
+
+    max_seconds: float = setting(DEFAULT_MAX_SECONDS, check_max_seconds,
+                                 f"length cap per utterance (per chunk for long text) in seconds, at most "
+                                 f"{MAX_SECONDS:g} ({TINY_MAX_SECONDS:g} by default for the random-weight tiny)",
+                                 Slider(SECONDS_STEP, MAX_SECONDS, SECONDS_STEP, "Max seconds (per sentence chunk)"))
+
+
+def request_settings() -> list[Field]:
+    """Every setting a person gives a request, each declared once (`setting()`): the request's
+    fields as `fields(SynthesisRequest)` orders them (the sampling settings first), then
+    max_seconds. The CLI's flags, the protocols' fields and the app's form derive from these."""
+    return [*fields(SynthesisRequest), *fields(LengthSetting)]
+
+
 # ---------------------------------------------------------------- the one builder
 
-# What a front end may hand `build_request` (None = not given): the request's own fields, the
-# wire sampling settings, and max_seconds (the length cap in seconds, instead of max_new_tokens).
-REQUEST_FIELDS = ("text", "voice", "tone", "accent", "pace", "description", "seed", "language", "normalize",
-                  "lexicons", "max_seconds", "max_new_tokens", "min_new_tokens")
+# What a front end may hand `build_request` (None = not given): every declared setting.
+REQUEST_FIELDS = tuple(spec.name for spec in request_settings())
 
 
 def build_request(values: Mapping[str, object], voices: Sequence[str] | None = None,
@@ -424,12 +493,12 @@ def build_request(values: Mapping[str, object], voices: Sequence[str] | None = N
                   tokens_for: Callable[[float], int] | None = None) -> SynthesisRequest:
     """User fields -> a checked SynthesisRequest with its seed drawn: every front end that takes
     a person's fields builds its requests here (the CLI, the app, the OpenAI route, Silk,
-    text-in), each mapping its own field names onto these (`REQUEST_FIELDS` and the sampling
-    settings). (The benchmark runner and GRPO make theirs from prompt files, with
-    `SynthesisRequest` directly: the same checks.)
+    text-in), each mapping its own field names onto these (`REQUEST_FIELDS`). (The benchmark
+    runner and GRPO make theirs from prompt files, with `SynthesisRequest` directly: the same checks.)
 
-    values: None or absent = not given; "" is "not given" too for tone, accent, pace and
-    description (a form's empty choice). voices: the checkpoint's (the voice is checked and
+    values: None or absent = not given; "" is "not given" too for a text setting that may be
+    left out (tone, accent, pace, description, language: a form's empty choice); a switch
+    (normalize) is read as true or false. voices: the checkpoint's (the voice is checked and
     spelled as there, default the first); None: not known yet, any name passes and the prompt
     checks it. limits: the front end's (the text as typed is checked here; the spoken length
     and the audio budget when an engine plans it). Length: max_new_tokens if given, else
@@ -437,24 +506,31 @@ def build_request(values: Mapping[str, object], voices: Sequence[str] | None = N
     layout, `tokens_for_seconds`); else the request default. PromptError names the field.
     """
     given = {name: value for name, value in values.items() if value is not None}
-    sampling = {spec.name for spec in _checked_fields(SamplingSettings)}
-    unknown = sorted(set(given) - set(REQUEST_FIELDS) - sampling)
+    unknown = sorted(set(given) - set(REQUEST_FIELDS))
     if unknown:
         raise TypeError(f"build_request: unknown field {unknown[0]!r}")
-    text = validate_text(given.get("text", ""), max_chars=(limits or LIBRARY_LIMITS).max_chars)
-    condition = {name: given.get(name) or None for name in DESCRIPTION_FIELDS}
-    format_description(condition["tone"], condition["accent"], condition["pace"], condition["description"])
-    voice = given.get("voice", voices[0] if voices else DEFAULT_VOICE)
+    options = {spec.name: _given(spec, given[spec.name]) for spec in fields(SynthesisRequest) if spec.name in given}
+    options = {name: value for name, value in options.items() if value is not None}
+    text = validate_text(options.pop("text", ""), max_chars=(limits or LIBRARY_LIMITS).max_chars)
+    format_description(*(options.get(name) for name in ("tone", "accent", "pace", "description")))
+    voice = options.pop("voice", voices[0] if voices else DEFAULT_VOICE)
     if voices is not None:
         voice = normalize_voice(voice, voices)
-    options = {name: given[name] for name in sampling if name in given}
     seconds = given.get("max_seconds", default_max_seconds)
     if seconds is not None:
         seconds = check_max_seconds(seconds)  # checked even where max_new_tokens, given too, wins
         options.setdefault("max_new_tokens", (tokens_for or tokens_for_seconds)(seconds))
-    req = SynthesisRequest(text, voice, **condition, seed=given.get("seed"), language=given.get("language") or None,
-                           normalize=bool(given.get("normalize", True)), lexicons=given.get("lexicons"), **options)
+    req = SynthesisRequest(text, voice, **options)
     return req.with_(seed=resolve_seed(req.seed))
+
+
+def _given(spec: Field, value):
+    """A given value as the request takes it: "" of a text setting that may be left out is not
+    given (None); a switch is true or false."""
+    kind = None if spec.metadata.get("by_reference") else setting_type(spec)
+    if kind is str and spec.default is None and value == "":
+        return None
+    return bool(value) if kind is bool else value
 
 
 def resolve_seed(seed: int | None) -> int:

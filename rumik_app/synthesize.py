@@ -42,18 +42,17 @@ from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.errors import RumikError, report_user_error
 from rumik_app.prompt import PromptError
 from rumik_app.request import (
-    DEFAULT_MAX_SECONDS,
     DEFAULT_MODEL,
     MAX_SECONDS,
-    TINY_MAX_SECONDS,
     TINY_MODEL,
     SynthesisRequest,
     build_request,
     default_max_seconds,
+    flag_name,
+    request_settings,
     resolve_seed,
     setting_type,
     tokens_for_seconds,
-    wire_settings,
 )
 from rumik_app.resample import RATES
 from rumik_app.serve.encoding import FORMATS, encode_whole, format_problem, output_rate, rate_problem
@@ -69,35 +68,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, local folder, or 'tiny'")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", help="text to speak; inline <laugh> <chuckle> <sigh> allowed; text that starts "
-                                       "with <speak> is SSML (break, say-as, sub, prosody rate, voice, lang, p, s)")
+    add_request_arguments(p, text_group=source)  # --text, --voice, ..., --max-seconds: rumik_app.request's settings
     source.add_argument("--dialogue", metavar="SCRIPT", help="a dialogue script file: one 'Name: text' or "
                                                              "'Name (sad, slow): text' line per turn, one clip out")
     p.add_argument("--gap", type=float, default=None, metavar="SECONDS",
                    help="silence between dialogue turns (default 0.3)")
-    p.add_argument("--lexicon", action="append", metavar="FILE",
-                   help="a pronunciation lexicon (.pls, .tsv or .json): aliases said instead of their graphemes, "
-                        "before normalisation; repeatable")
     p.add_argument("--spans", metavar="FILE.json",
                    help="also write where each dialogue turn or SSML part sits in the clip (start, end in seconds, "
                         "speaker, text, seed) as JSON")
     p.add_argument("--print-prompt", action="store_true",
                    help="print the exact prompt of every chunk (and dialogue turn or SSML part) and exit; reads only "
                         "the checkpoint's config, no weights")
-    p.add_argument("--voice", default="Ira")
-    p.add_argument("--tone", help="happy | sad | angry | excited | professional")
-    p.add_argument("--accent", help="Hindi | Telugu | Tamil | Kannada | Bengali | Punjabi | Indian English")
-    p.add_argument("--pace", help="slow | steady | fast")
-    p.add_argument("--description", help="free-form description instead of tone/accent/pace")
-    p.add_argument("--language", help="optional language code: speaking-rate estimates (long text) and the "
-                   "language numbers are read in (default: per clause from the script)")
-    p.add_argument("--no-normalize", action="store_true",
-                   help="send the text as typed (default: numbers, money, dates, times become words)")
-    p.add_argument("--seed", type=int, help="reproducible sampling; omitted = random (printed)")
-    add_sampling_arguments(p)
-    p.add_argument("--max-seconds", type=float, default=None,
-                   help=f"cap per utterance (per chunk for long text), at most {MAX_SECONDS:g} "
-                        f"(default {DEFAULT_MAX_SECONDS:g}; {TINY_MAX_SECONDS:g} for --model tiny)")
     p.add_argument("--stream", action="store_true", help="use the streaming path; report time to first audio")
     p.add_argument("--job", metavar="DIR", help="keep the chunks of a long text in DIR as they finish; run the same "
                                                 "command again after an interruption to continue where it stopped "
@@ -131,27 +112,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# What the command line's flags map onto (`rumik_app.request.build_request`'s fields).
-REQUEST_FLAGS = ("text", "voice", "tone", "accent", "pace", "description", "language", "seed", "max_seconds")
+def add_request_arguments(parser: argparse.ArgumentParser, text_group) -> None:
+    """One flag per request setting the command line takes (`rumik_app.request.request_settings`:
+    the declared flag, type and help; `--text` in `text_group`). Every flag defaults to None (not
+    given: `build_request` applies the declared default), a switch that is on by default is a
+    `--no-` flag, and a setting sent by reference takes files, one flag each."""
+    for spec in request_settings():
+        name = flag_name(spec)
+        if name is None:
+            continue
+        where = text_group if spec.name == "text" else parser
+        help_line = spec.metadata["help"]
+        if spec.metadata["by_reference"]:
+            where.add_argument(name, dest=spec.name, action="append", metavar="FILE", help=help_line)
+        elif setting_type(spec) is bool:
+            where.add_argument(name, dest=spec.name, action="store_false" if spec.default else "store_true",
+                               help=f"turn off (on by default): {help_line}" if spec.default else help_line)
+        else:
+            where.add_argument(name, dest=spec.name, type=setting_type(spec), default=None,
+                               help=help_line + _default_note(spec.default))
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per sampling setting a client sets (`--temperature`, `--top-k`, ...), derived from
-    their declarations in `rumik_app.request`: type, help and default (None: the request's)."""
-    for spec in wire_settings():
-        parser.add_argument("--" + spec.name.replace("_", "-"), type=setting_type(spec), default=None,
-                            help=f"{spec.metadata['help']}; default {spec.default:g}")
+def _default_note(default) -> str:
+    """A number's default for its flag's help (a text setting's help says its own)."""
+    return f"; default {default:g}" if isinstance(default, (int, float)) else ""
 
 
 def request_fields(args: argparse.Namespace) -> dict:
-    """The flags as `build_request` fields (None: not given); --dialogue's file is the text."""
+    """The flags as `build_request` fields (None: not given); --dialogue's file is the text and
+    --lexicon's files are read."""
     from rumik_app.text.lexicon_io import load_lexicon
 
-    names = (*REQUEST_FLAGS, *(spec.name for spec in wire_settings()))
-    fields = {"normalize": not args.no_normalize, **{name: getattr(args, name) for name in names}}
+    fields = {spec.name: getattr(args, spec.name) for spec in request_settings() if flag_name(spec)}
     if args.dialogue is not None:
         fields["text"] = _read_script(args.dialogue)
-    fields["lexicons"] = tuple(load_lexicon(path) for path in args.lexicon or ()) or None
+    fields["lexicons"] = tuple(load_lexicon(path) for path in fields["lexicons"] or ()) or None
     return fields
 
 

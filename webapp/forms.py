@@ -6,9 +6,12 @@
 
 Gradio passes the components of `inputs_kwargs` to the event's function as keyword arguments,
 and those names are the API's parameter names (`client.predict(text=..., seed=7,
-api_name="/synthesize")`): a form's fields are that list, written once. `form_event` makes the
-function Gradio calls: it builds the form from the keywords and hands it to the handler, so a
-handler takes one named form instead of a long positional list. A form holds what Gradio sent
+api_name="/synthesize")`): a form's fields are that list, written once. `SynthForm`'s are
+derived: one per request setting the form shows (`rumik_app.request.request_settings`, their
+`form`) and the tab's own inputs, in the API's order (SYNTH_INPUTS; a setting declared since
+comes last). `form_event` makes the function Gradio calls: it builds the form from the
+keywords and hands it to the handler, so a handler takes one named form instead of a long
+positional list. A form holds what Gradio sent
 (a dropdown's "" for no choice, a Number's float seed, a checkbox's string from an API
 caller); `request_fields()` reads it as `build_request`'s fields, and the request's own checks
 give every message.
@@ -18,17 +21,25 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS
-from rumik_app.request import DEFAULT_MAX_SECONDS, RANDOM_SEED, wire_names, wire_settings
+from rumik_app.request import RANDOM_SEED, Checkbox, NumberBox, request_settings, setting_type
 
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"
 MODE_FREE = "Free-form description"
-# SynthForm's inputs since Say it right, last in the API and in this order (gradio_client also passes
-# arguments by position): the lexicon file, dialogue and its gap, then the lexicon editor's table.
-SAY_IT_RIGHT_FIELDS = ("lexicon", "dialogue", "dialogue_gap", "lexicon_entries")
+# The Synthesise events' inputs in the order the app's API has taken them: gradio_client also
+# passes arguments by position, so a place once given is kept. Request settings go by their
+# declared names; a setting the form shows that was declared since comes after all of these, in
+# declaration order (`synth_input_names`), so no caller's positions move.
+SYNTH_INPUTS = ("text", "voice", "tone", "accent", "pace", "description", "seed", "temperature", "top_k", "top_p",
+                "max_seconds", "system", "description_mode", "language", "normalize", "repetition_penalty",
+                "lexicon", "dialogue", "dialogue_gap", "lexicon_entries")
+# The tab's own inputs (not request settings) and their defaults. lexicon is the uploaded file
+# (the request's lexicons are read from it and the editor's table).
+TAB_INPUTS = {"system": "rumik-oss-1", "description_mode": None, "lexicon": None, "dialogue": False,
+              "dialogue_gap": DEFAULT_GAP_SECONDS, "lexicon_entries": None}
 
 
 def form_event(form_type: type, handler: Callable) -> Callable:
@@ -80,76 +91,96 @@ def flag(value: object, default: bool = True) -> bool:
     return default if value is None else bool(value)
 
 
-def seed_value(value: object) -> object:
-    """A seed field: "" or None is a random seed; a typed number is read as one; anything else
-    goes on unchanged to the request's check (`rumik_app.request.check_seed`, its one message)."""
+def seed_value(value: object, blank: object = RANDOM_SEED) -> object:
+    """A whole-number box (the seed): "" or None is `blank` (a random seed); a typed number is
+    read as one; anything else goes on unchanged to the setting's check (`check_seed`, its one message)."""
     if isinstance(value, str):
         text = value.strip()
         if not text:
-            return RANDOM_SEED
+            return blank
         try:
             return float(text)
         except ValueError:
             return value
-    return RANDOM_SEED if value is None else value
+    return blank if value is None else value
 
 
-@dataclass(frozen=True)
-class SynthForm:
-    """The Synthesise tab's inputs (the names of the /synthesize and /synthesize_stream APIs).
+def form_settings() -> dict[str, Field]:
+    """The request settings a form shows (those declared with a `form`), by name, in declaration order."""
+    return {spec.name: spec for spec in request_settings() if spec.metadata["form"] is not None}
 
-    sampling: one value per sampling setting a client sets (`wire_settings()`: one slider each).
-    description_mode: the tab's radio; None (the API without it) takes tone, accent, pace and
-    description as given. language: for number words (None: per clause, from the script).
-    lexicon: the uploaded lexicon file's path; lexicon_entries: the lexicon editor's table (rows of
-    grapheme, alias, languages; `webapp.scripts.read_lexicon_editor`), both this visitor's only."""
 
-    text: str = ""
-    voice: str = "Ira"
-    tone: str | None = None
-    accent: str | None = None
-    pace: str | None = None
-    description: str | None = None
-    seed: object = RANDOM_SEED
-    max_seconds: float = DEFAULT_MAX_SECONDS
-    system: str = "rumik-oss-1"
-    description_mode: str | None = None
-    language: str | None = None
-    normalize: object = True
-    sampling: Mapping[str, object] = field(default_factory=dict)
-    lexicon: str | None = None
-    dialogue: object = False
-    dialogue_gap: object = DEFAULT_GAP_SECONDS
-    lexicon_entries: object = None
+def form_default(spec: Field) -> object:
+    """What a setting's widget holds at first: its declared default ("" for the text), or a number box's blank."""
+    shown = spec.metadata["form"]
+    if isinstance(shown, NumberBox):
+        return shown.blank
+    return "" if spec.default is MISSING else spec.default
+
+
+def read_setting(spec: Field, value: object) -> object:
+    """A form's value of a setting as `build_request` reads it: a checkbox as true or false (an
+    API caller's "false" too), a number box through `seed_value`, a text setting stripped and
+    empty as not given where it may be left out (tone, language), as "" where a choice is needed
+    (the voice: its check names them), the text as typed; a slider's as it is."""
+    shown = spec.metadata["form"]
+    if isinstance(shown, Checkbox):
+        return flag(value, default=spec.default)
+    if isinstance(shown, NumberBox):
+        return seed_value(value, shown.blank)
+    if setting_type(spec) is not str or spec.default is MISSING:
+        return value
+    return choice(value) if spec.default is None else choice(value) or ""
+
+
+def synth_input_names() -> tuple[str, ...]:
+    """The Synthesise events' inputs: SYNTH_INPUTS that still exist, then settings declared since."""
+    settings = form_settings()
+    pinned = tuple(name for name in SYNTH_INPUTS if name in settings or name in TAB_INPUTS)
+    return (*pinned, *(name for name in settings if name not in pinned))
+
+
+class SynthFormBase:
+    """What `SynthForm` does with its fields (one per input: `synth_input_names`)."""
 
     @classmethod
     def from_inputs(cls, **values) -> "SynthForm":
-        """The form from Gradio's keyword values: the sampling settings gathered, the rest by name."""
-        sampling = {name: values.pop(name) for name in wire_names() if name in values}
-        return cls(**values, sampling=sampling)
+        """The form from Gradio's keyword values, by name."""
+        return cls(**values)
 
     @classmethod
     def input_defaults(cls) -> dict:
-        """The API's parameters and their defaults: the fields, a sampling setting each."""
-        defaults = _defaults(cls)
-        del defaults["sampling"]
-        since = {name: defaults.pop(name) for name in SAY_IT_RIGHT_FIELDS}  # declared after the sampling settings
-        return {**defaults, **{spec.name: spec.default for spec in wire_settings()}, **since}
+        """The API's parameters and their defaults, in the API's order."""
+        return _defaults(cls)
 
     @property
     def is_dialogue(self) -> bool:
         return flag(self.dialogue, default=False)
 
     def request_fields(self) -> dict:
-        """The form as `build_request`'s fields, the description mode applied."""
-        condition = {"tone": self.tone, "accent": self.accent, "pace": self.pace, "description": self.description}
+        """The form as `build_request`'s fields (`read_setting`), the description mode applied."""
+        values = {name: read_setting(spec, getattr(self, name)) for name, spec in form_settings().items()}
         if self.description_mode == MODE_FREE:
-            condition.update(tone=None, accent=None, pace=None)
+            values.update(tone=None, accent=None, pace=None)
         elif self.description_mode is not None:  # the radio's other choice (any other value reads as it)
-            condition["description"] = None
-        return {"text": self.text, "voice": choice(self.voice) or "", **{k: choice(v) for k, v in condition.items()},
-                "seed": seed_value(self.seed), "max_seconds": self.max_seconds, "language": choice(self.language),
-                "normalize": flag(self.normalize), **self.sampling}
+            values["description"] = None
+        return values
+
+
+def _synth_form_fields() -> list[tuple[str, type, Field]]:
+    settings = form_settings()
+    return [(name, object, field(default=form_default(settings[name]) if name in settings else TAB_INPUTS[name]))
+            for name in synth_input_names()]
+
+
+# The Synthesise tab's inputs (the names of the /synthesize and /synthesize_stream APIs): every
+# request setting the form shows (what Gradio sent: a dropdown's "" for no choice, a Number's
+# float seed, a checkbox's string from an API caller), then the tab's own. description_mode:
+# the tab's radio; None (the API without it) takes tone, accent, pace and description as given.
+# lexicon: the uploaded lexicon file's path; lexicon_entries: the lexicon editor's table (rows of
+# grapheme, alias, languages; `webapp.scripts.read_lexicon_editor`), both this visitor's only.
+SynthForm = make_dataclass("SynthForm", _synth_form_fields(), bases=(SynthFormBase,), frozen=True,
+                           namespace={"__module__": __name__})
 
 
 @dataclass(frozen=True)
@@ -194,10 +225,10 @@ class SideForm:
     temperature: float | None = None
     label: str = ""
 
-    def synth_form(self, text: str, max_seconds: float) -> SynthForm:
+    def synth_form(self, text: str, max_seconds: float) -> "SynthForm":
+        sampling = {} if self.temperature is None else {"temperature": self.temperature}
         return SynthForm(text=text, voice=self.voice, tone=self.tone, accent=self.accent, pace=self.pace,
-                         seed=self.seed, max_seconds=max_seconds, system=self.system,
-                         sampling={} if self.temperature is None else {"temperature": self.temperature})
+                         seed=self.seed, max_seconds=max_seconds, system=self.system, **sampling)
 
 
 SIDE_FIELDS = tuple(spec.name for spec in fields(SideForm))

@@ -27,29 +27,27 @@ import gradio as gr
 
 from evaluation import indicemo, nova
 from rumik_app.files import sha256_file
-from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES, validate_text
-from rumik_app.request import DEFAULT_TEMPERATURE, MAX_SECONDS, MAX_TEMPERATURE
+from rumik_app.prompt import TONES, validate_text
 from webapp.access import AdminGate
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
     LABEL_PATTERN,
     MAX_COMMENT_CHARS,
     MAX_PASSWORD_CHARS,
-    MIN_SECONDS,
     NAME_PATTERN,
     PROMPT_ID_PATTERN,
     SYNTH_CONCURRENCY,
     UserError,
     check_field,
     check_length,
-    checked_slider,
     user_errors,
 )
 from webapp.forms import DEFAULT_PAIR_SECONDS, PairForm, RatingForm, SideForm, form_event
 from webapp.guard import address_key, client_address
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, UNSURE_INDEX, ClipRating, RatingStore, Submission, Trial, TrialClip
 from webapp.storage import DataLayout, PendingClips
-from webapp.synth_tab import NONE_CHOICE, SynthHandlers
+from webapp.synth_tab import SynthHandlers
+from webapp.synth_widgets import NONE_CHOICE, setting_widget
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_KEYS, SYSTEM_RUMIK, SystemRegistry
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "evaluation" / "prompts"
@@ -327,22 +325,21 @@ class RateHandlers:
 
 
 def _side_controls(name: str, system_choices, default_system: str):
+    """One side's controls: a system, then the request settings a side sets, as declared."""
     import gradio as gr
+
+    def widget(setting: str):  # ids of this side's own: the Synthesise tab has the plain ones
+        return setting_widget(setting, elem_id=f"{setting.replace('_', '-')}-{name.lower()}")
 
     with gr.Column():
         gr.Markdown(f"**Settings {name}**")
         with gr.Row():
             system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
-            voice = gr.Dropdown(list(VOICES), value="Ira", label="Voice", allow_custom_value=True)
+            voice = widget("voice")
         with gr.Row():
-            tone = gr.Dropdown([NONE_CHOICE] + [(t, t) for t in TONES], value="", label="Tone", allow_custom_value=True)
-            accent = gr.Dropdown([NONE_CHOICE] + [(a, a) for a in ACCENTS], value="", label="Accent",
-                                 allow_custom_value=True)
-            pace = gr.Dropdown([NONE_CHOICE] + [(p, p) for p in PACES], value="", label="Pace", allow_custom_value=True)
+            tone, accent, pace = (widget(setting) for setting in ("tone", "accent", "pace"))
         with gr.Row():
-            seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)", elem_id=f"seed-{name.lower()}")
-            temperature = checked_slider(0.0, MAX_TEMPERATURE, value=DEFAULT_TEMPERATURE, step=0.05,
-                                         label="Temperature")
+            seed, temperature = widget("seed"), widget("temperature")
         label = gr.Textbox(value="", label="Export id (optional)", placeholder="default: the system and what differs")
     return dict(system=system, voice=voice, tone=tone, accent=accent, pace=pace, seed=seed, temperature=temperature,
                 label=label)
@@ -370,8 +367,8 @@ def build_rate_tab(h: RateHandlers, default_system: str, system_choices: list[tu
         a = _side_controls("A", system_choices, default_system)
         # B defaults to the classical baseline when A is the model: the comparison most raters want.
         b = _side_controls("B", system_choices, SYSTEM_ESPEAK if default_system == SYSTEM_RUMIK else default_system)
-    max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=DEFAULT_PAIR_SECONDS, step=0.5,
-                                 label="Max seconds per clip", elem_id="pair-seconds")
+    max_seconds = setting_widget("max_seconds", value=DEFAULT_PAIR_SECONDS, label="Max seconds per clip",
+                                 elem_id="pair-seconds")
     generate = gr.Button("Generate the pair", variant="primary", elem_id="generate-pair")
     trial_id = gr.Textbox(value="", label="Trial id", interactive=False, elem_id="trial-id")
     info = gr.Markdown()

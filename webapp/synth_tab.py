@@ -36,11 +36,10 @@ from rumik_app.align import AlignerSet
 from rumik_app.audio import SAMPLE_RATE, Audio
 from rumik_app.engine.script import Part
 from rumik_app.errors import RumikError
-from rumik_app.prompt import ACCENTS, ALLOWED_TAGS, MAX_TEXT_CHARS, PACES, TONES, VOICE_NOTE, VOICES
+from rumik_app.prompt import ALLOWED_TAGS, MAX_TEXT_CHARS, VOICE_NOTE, VOICES
 from rumik_app.request import (
     APP_LIMITS,
     DEFAULT_MAX_SECONDS,
-    MAX_SECONDS,
     TINY_MAX_SECONDS,
     SynthesisRequest,
     build_request,
@@ -49,7 +48,6 @@ from rumik_app.request import (
 from rumik_app.text.lexicon import Lexicon
 from webapp.common import (
     APP_MAX_TEXT_CHARS,
-    MIN_SECONDS,
     PREVIEW_CONCURRENCY,
     SYNTH_CONCURRENCY,
     UserError,
@@ -58,7 +56,7 @@ from webapp.common import (
     user_errors,
 )
 from webapp.examples import DEFAULT_LANGUAGE, LANGUAGE_CHOICES, SHOWCASE, example_for, script_note
-from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event
+from webapp.forms import MODE_FREE, MODE_STRUCTURED, SynthForm, form_event, synth_input_names
 from webapp.scripts import (
     DEFAULT_GAP,
     KIND_DIALOGUE,
@@ -79,7 +77,7 @@ from webapp.scripts import (
     spans_table,
 )
 from webapp.storage import ServedFolder
-from webapp.synth_widgets import lexicon_editor, lexicon_upload, sampling_sliders
+from webapp.synth_widgets import lexicon_editor, lexicon_upload, setting_widget, setting_widgets
 from webapp.systems import SYSTEM_ESPEAK, SYSTEM_RUMIK, SYSTEM_TINY, LoadedSystem, SystemRegistry, SystemUnavailable
 from webapp.timings import (
     ALIGN_CONCURRENCY,
@@ -93,8 +91,8 @@ from webapp.timings import (
 
 log = logging.getLogger(__name__)
 
-NONE_CHOICE = ("(none)", "")
-API_SETTINGS = ("temperature", "top_k", "top_p")  # sampling settings at their first API positions
+# The settings laid out by hand (the rest go under Generation, with the seed and the length cap).
+LAID_OUT = ("text", "normalize", "voice", "language", "tone", "accent", "pace", "description", "max_seconds", "seed")
 TEXT_ELEM_ID = "tts-text"
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget
 SEED_PLACEHOLDER_TEXT = "…"  # a script's fields are checked (and its seed drawn) with this in place of the script
@@ -396,9 +394,6 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     """Lay out the Synthesise tab inside an open `gr.Blocks`/`gr.Tab` and wire its events."""
     import gradio as gr
 
-    tone_choices = [NONE_CHOICE] + [(t, t) for t in TONES]
-    accent_choices = [NONE_CHOICE] + [(a, a) for a in ACCENTS]
-    pace_choices = [NONE_CHOICE] + [(p, p) for p in PACES]
     first_text = example_for(DEFAULT_LANGUAGE)
     first_prompt, first_notes = handlers.preview(SynthForm(text=first_text, description_mode=MODE_STRUCTURED,
                                                            system=default_system, language=DEFAULT_LANGUAGE))
@@ -406,15 +401,14 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     gr.Markdown(f"**{VOICE_NOTE}**", elem_id="voice-note")
     with gr.Row():
         with gr.Column(scale=3):
-            text = gr.Textbox(label=f"Text (up to {APP_MAX_TEXT_CHARS:,} characters)", value=first_text, lines=4,
-                              info=TEXT_LIMIT_NOTE,
-                              elem_id=TEXT_ELEM_ID, placeholder="Type in any of the 22 languages or English…")
+            text = setting_widget("text", label=f"Text (up to {APP_MAX_TEXT_CHARS:,} characters)", value=first_text,
+                                  info=TEXT_LIMIT_NOTE, elem_id=TEXT_ELEM_ID,
+                                  placeholder="Type in any of the 22 languages or English…")
             with gr.Row():
                 tag_buttons = [gr.Button(f"Insert {tag}", size="sm", elem_id=f"insert-{tag.strip('<>')}")
                                for tag in ALLOWED_TAGS]
-            normalize = gr.Checkbox(value=True, label="Read numbers, money, dates and times as words",
-                                    info="₹2,50,000 → दो लाख पचास हज़ार रुपए; the preview shows what the model reads.",
-                                    elem_id="normalize")
+            normalize = setting_widget("normalize", info="₹2,50,000 → दो लाख पचास हज़ार रुपए; the preview shows what "
+                                                         "the model reads.")
             timestamps = gr.Checkbox(value=False, label="Word timestamps", info=TIMESTAMPS_INFO,
                                      elem_id="word-timestamps")
             preview = gr.Textbox(label="Prompt the model receives (read-only)", value=first_prompt, interactive=False,
@@ -431,25 +425,22 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
                                          label="Gap between turns (seconds)")
         with gr.Column(scale=2):
             system = gr.Dropdown(system_choices, value=default_system, label="System", allow_custom_value=True)
-            voice = gr.Dropdown(list(_ready_voices(handlers.registry, default_system)), value="Ira", label="Voice",
-                                info="The four built-in voices are female-presenting; library voices (--voices) "
-                                     "follow them.", allow_custom_value=True)
-            language = gr.Dropdown(LANGUAGE_CHOICES, value=DEFAULT_LANGUAGE, label="Language",
-                                   info="Loads an example in its script. "
-                                        "The model reads the language from the text itself.")
+            voice = setting_widget("voice", choices=list(_ready_voices(handlers.registry, default_system)),
+                                   info="The four built-in voices are female-presenting; library voices (--voices) "
+                                        "follow them.")
+            # Also the examples' picker: the languages by name and script, no "(none)".
+            language = setting_widget("language", choices=LANGUAGE_CHOICES, value=DEFAULT_LANGUAGE,
+                                      info="Loads an example in its script. "
+                                           "The model reads the language from the text itself.")
             mode = gr.Radio([MODE_STRUCTURED, MODE_FREE], value=MODE_STRUCTURED, label="Description")
             with gr.Group(visible=True) as structured:
-                tone = gr.Dropdown(tone_choices, value="", label="Tone", allow_custom_value=True)
-                accent = gr.Dropdown(accent_choices, value="", label="Accent", allow_custom_value=True)
-                pace = gr.Dropdown(pace_choices, value="", label="Pace", allow_custom_value=True)
-            description = gr.Textbox(value="", label="Free-form description", visible=False,
-                                     placeholder="e.g. warm and calm, like a bedtime story")
+                tone, accent, pace = (setting_widget(name) for name in ("tone", "accent", "pace"))
+            description = setting_widget("description", visible=False,
+                                         placeholder="e.g. warm and calm, like a bedtime story")
             with gr.Accordion("Generation", open=False):
-                sliders = sampling_sliders()
-                max_seconds = checked_slider(MIN_SECONDS, MAX_SECONDS, value=handlers.default_seconds(default_system),
-                                        step=0.5, elem_id="max-seconds",
-                                        label="Max seconds (per sentence chunk)")
-                seed = gr.Number(value=-1, precision=0, label="Seed (-1 = random)")
+                others = setting_widgets(exclude=LAID_OUT)  # the sampling sliders, and any setting declared since
+                max_seconds = setting_widget("max_seconds", value=handlers.default_seconds(default_system))
+                seed = setting_widget("seed")
     go = gr.Button("Synthesise", variant="primary", elem_id="synthesize-button")
     with gr.Row():
         audio = gr.Audio(label="Audio (plays while it is generated)", streaming=True, autoplay=True,
@@ -478,14 +469,14 @@ def build_synth_tab(handlers: SynthHandlers, default_system: str, system_choices
     api_audio = gr.Audio(type="filepath", format="wav", visible=False)
     api_button = gr.Button(visible=False)
 
-    # The two synthesis events take one form (SynthForm): these components, by field name. Their
-    # order is the API's too (gradio_client also passes arguments by position): the settings
-    # the API always had keep their places, settings declared since come last.
-    first = {name: sliders.pop(name) for name in API_SETTINGS}
-    inputs = dict(text=text, voice=voice, tone=tone, accent=accent, pace=pace, description=description, seed=seed,
-                  **first, max_seconds=max_seconds, system=system, description_mode=mode, language=language,
-                  normalize=normalize, **sliders, lexicon=lexicon, dialogue=dialogue, dialogue_gap=gap,
-                  lexicon_entries=lexicon_entries)
+    # The two synthesis events take one form (SynthForm): these components, by field name, in its
+    # order, which is the API's too (gradio_client also passes arguments by position: a setting
+    # declared since comes last, webapp.forms.SYNTH_INPUTS).
+    components = dict(text=text, voice=voice, tone=tone, accent=accent, pace=pace, description=description, seed=seed,
+                      max_seconds=max_seconds, language=language, normalize=normalize, **others, system=system,
+                      description_mode=mode, lexicon=lexicon, dialogue=dialogue, dialogue_gap=gap,
+                      lexicon_entries=lexicon_entries)
+    inputs = {name: components[name] for name in synth_input_names()}
     preview_inputs = {name: inputs[name] for name in ("text", "voice", "tone", "accent", "pace", "description",
                                                       "description_mode", "system", "language", "normalize",
                                                       "lexicon", "dialogue", "dialogue_gap", "lexicon_entries")}

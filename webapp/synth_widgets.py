@@ -1,16 +1,25 @@
-"""The Synthesise tab's custom inputs: the lexicon upload and editor, and the sampling sliders.
+"""The Synthesise tab's inputs: a request setting's widget as declared, the lexicon upload and editor.
 
+    tone = setting_widget("tone")                    # the declared Dropdown: "(none)", the tones
+    seed = setting_widget("seed", elem_id="seed-a")  # Gradio keywords of the app's own replace the declared
+    rest = setting_widgets(exclude=placed)           # {name: widget} of every setting not laid out by hand
     lexicon = lexicon_upload()          # a gr.File whose value reaches the handler as its path
     rows = lexicon_editor()             # a gr.Dataframe whose value reaches the handler as its rows
-    sliders = sampling_sliders()        # {setting name: slider}, one per wire setting
 
-Each is built inside an open `gr.Blocks` (`webapp.synth_tab.build_synth_tab` lays them out).
+Each is built inside an open `gr.Blocks` (`webapp.synth_tab.build_synth_tab` lays them out). A
+setting's widget comes from its declaration (`rumik_app.request`: Slider, Dropdown, Checkbox,
+Textbox or NumberBox, with its label, range or choices, and its default), so a setting declared
+there gets its widget here with no edit; no widget has Gradio's own check, so a value an API
+caller sends goes on to the request's check and its one message.
 """
 
 from __future__ import annotations
 
-from rumik_app.request import wire_settings
+from collections.abc import Collection
+
+from rumik_app.request import Checkbox, Dropdown, NumberBox, Slider, Textbox
 from webapp.common import checked_slider
+from webapp.forms import form_default, form_settings
 from webapp.scripts import EDITOR_COLUMNS, EDITOR_ROWS, LEXICON_SUFFIXES, MAX_EDITOR_ROWS
 
 
@@ -58,12 +67,33 @@ def lexicon_editor():
     return component
 
 
-def sampling_sliders() -> dict:
-    """One slider per sampling setting a client sets (`rumik_app.request.wire_settings`): the
-    declared range, step, label and default."""
-    sliders = {}
-    for spec in wire_settings():
-        slider = spec.metadata["slider"]
-        sliders[spec.name] = checked_slider(slider.low, slider.high, value=spec.default, step=slider.step,
-                                            label=slider.label, elem_id=spec.name.replace("_", "-"))
-    return sliders
+NONE_CHOICE = ("(none)", "")  # a dropdown's "not given" (the request reads "" so)
+
+
+def setting_widget(name: str, **shown):
+    """The widget the request setting `name` declares (`spec.metadata["form"]`): its label,
+    range or choices, its default (`webapp.forms.form_default`) and an elem_id of its name;
+    `shown`: Gradio keywords that add to or replace these (info, placement, a system's voices)."""
+    import gradio as gr
+
+    spec = form_settings()[name]
+    form, value = spec.metadata["form"], form_default(spec)
+    common = {"label": form.label, "elem_id": name.replace("_", "-")}
+    if isinstance(form, Slider):
+        return checked_slider(form.low, form.high, **{"value": value, "step": form.step, **common, **shown})
+    if isinstance(form, Dropdown):
+        choices = [NONE_CHOICE] * form.none + [c if isinstance(c, tuple) else (c, c) for c in form.choices]
+        return gr.Dropdown(**{"choices": choices, "value": "" if value is None else value, "allow_custom_value": True,
+                              **common, **shown})
+    if isinstance(form, Checkbox):
+        return gr.Checkbox(**{"value": value, **common, **shown})
+    if isinstance(form, Textbox):
+        return gr.Textbox(**{"value": value or "", "lines": form.lines, **common, **shown})
+    if isinstance(form, NumberBox):
+        return gr.Number(**{"value": value, "precision": 0, **common, **shown})
+    raise TypeError(f"setting {name!r} declares a form the app cannot show: {form!r}")
+
+
+def setting_widgets(exclude: Collection[str] = ()) -> dict:
+    """{name: widget} for every setting the form shows but `exclude`, in declaration order."""
+    return {name: setting_widget(name) for name in form_settings() if name not in exclude}

@@ -15,10 +15,10 @@ vLLM-Omni's protocol as published (docs/serving/speech_api.md, "Streaming Text I
           channels}, binary audio, audio.done {utterance_index, sentence_index, total_bytes,
           error}, and session.done {utterance_index, total_sentences} after input.done's
           sentences; error {message, code} for a bad frame (the session stays open).
-The config takes the fields of POST /v1/audio/speech except `input` (voice, or its alias
-speaker; instructions, tone, accent, pace, speed, seed, temperature, top_k, top_p,
-repetition_penalty, max_seconds, normalize, language, response_format, sample_rate), checked by the
-same code (`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per
+The config takes the fields of POST /v1/audio/speech except `input` and the whole-script ones
+(`voice`, or its alias `speaker`; `instructions`, `speed`, `response_format`, `sample_rate`, and
+every request setting on the wire: `rumik_app.serve.fields`), checked by the same code
+(`rumik_app.serve.openai.schema.speech_job`), plus `stream_audio` (false: one whole file per
 sentence in one binary frame, as vLLM-Omni; true: raw audio as it is generated, needs response_format
 pcm, ulaw or alaw; audio.start's sample_rate is the output rate) and
 `split_granularity` ("sentence", the default here: speak each sentence once it is complete;

@@ -22,6 +22,8 @@ from websockets.asyncio.client import connect
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve.adapters import SchedulerAdapter
+from rumik_app.serve.openai.schema import OPENAI_NAMES  # each protocol's names for the request's fields
+from rumik_app.serve.silk.schema import SILK_NAMES
 from rumik_app.synthesize import main as cli_main
 from tests.servers import ServerThread
 
@@ -61,9 +63,6 @@ CASES = [
 ]
 SHORT = 0.5
 KEY = "k"
-# This protocol's names for the request's fields, where they differ.
-OPENAI_NAMES = {"text": "input", "description": "instructions"}
-SILK_NAMES = {"voice": "speaker"}
 
 
 def _cli(tmp_path, capsys, flags: list[str]) -> str:

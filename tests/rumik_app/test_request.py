@@ -1,9 +1,11 @@
 """The request: each setting declared once, checked once, and one builder for every front end.
 
-A new sampling setting is added to a copy of the repository in one place (its declaration in
-`rumik_app.request`), and a fresh interpreter shows it reaching every front end unedited:
-the CLI's flags, OpenAI's, Rumik's and text-in's fields, the app's sliders and form, then the
-decoders' row and the vLLM processors' arguments.
+A new request field (`volume`, a gain on the audio) is added to a copy of the repository in one
+place (its declaration in `rumik_app.request`) plus the engine's use of it, and a fresh
+interpreter shows it reaching every front end unedited (the CLI, OpenAI's route, batch and
+jobs, Rumik's Silk, text-in, the app's form and its widget), having its effect on the audio, and
+its bad value getting the declared message from each; a new sampling setting (`min_p`) declared
+the same way reaches the decoders' row and the vLLM processors' arguments.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from rumik_app.decode.sampling import RowParams
 from rumik_app.errors import PromptError
 from rumik_app.request import (
     REQUEST_FIELDS,
+    LengthSetting,
     SamplingSettings,
+    Slider,
     SynthesisRequest,
     build_request,
     check_temperature,
     derive,
+    flag_name,
+    request_settings,
+    wire_name,
     wire_settings,
 )
 from tests.servers import ROOT
@@ -84,54 +91,134 @@ def test_build_request_maps_fields_draws_the_seed_and_names_the_bad_field():
 def test_the_declaration_holds_each_settings_default_bounds_and_message():
     spec = next(spec for spec in wire_settings() if spec.name == "temperature")
     assert spec.default == 0.8 and spec.metadata["check"] is check_temperature
-    assert spec.metadata["slider"].high == 2.0 and "greedy" in spec.metadata["help"]
+    assert spec.metadata["form"].high == 2.0 and "greedy" in spec.metadata["help"]
     assert [spec.name for spec in wire_settings()] == ["temperature", "top_k", "top_p", "repetition_penalty"]
 
 
-# What the fresh interpreter does with the copy: each front end given min_p by its own name.
+def test_every_request_field_and_the_length_cap_is_declared_with_how_it_travels():
+    declared = [spec.name for spec in request_settings()]
+    assert declared == [*(spec.name for spec in fields(SynthesisRequest)), "max_seconds"]
+    assert set(REQUEST_FIELDS) == set(declared) and all("help" in spec.metadata for spec in request_settings())
+    travels = {spec.name: (wire_name(spec), flag_name(spec)) for spec in request_settings()}
+    assert travels["normalize"] == ("normalize", "--no-normalize") and travels["top_k"] == ("top_k", "--top-k")
+    assert travels["lexicons"] == ("lexicon", "--lexicon") and travels["max_new_tokens"] == (None, None)
+    assert isinstance(fields(LengthSetting)[0].metadata["form"], Slider)
+
+
+# What the fresh interpreter does with the copy: each front end given volume by its own name, a
+# good value and a bad one; min_p through the decoders' row and the vLLM processors' arguments.
 REACHES_EVERY_FRONT_END = textwrap.dedent('''
-    import gradio as gr
+    import contextlib, io, sys
+    import numpy as np
     from rumik_app.decode.sampling import RowParams
-    from rumik_app.request import RequestLimits, build_request
-    from rumik_app.synthesize import parse_args, request_fields
+    from rumik_app.engine.local import TTSEngine
+    from rumik_app.errors import PromptError
+    from rumik_app.request import RequestLimits, SynthesisRequest, build_request
     from rumik_app.serve.context import ServeContext
+    from rumik_app.serve.errors import ApiError
+    from rumik_app.serve.jobs.routes import plan_job
+    from rumik_app.serve.jobs.runner import chunk_spec
+    from rumik_app.serve.jobs.store import JobLimits
+    from rumik_app.serve.openai.batch import check_item
     from rumik_app.serve.openai.schema import SpeechRequest, speech_job
-    from rumik_app.serve.silk.schema import SilkFields, SilkVoice, silk_request
+    from rumik_app.serve.protocol import OPEN_OWNER
+    from rumik_app.serve.silk.schema import SilkError, SilkFields, SilkVoice, silk_request
     from rumik_app.serve.text_in import parse_config
+    from rumik_app.synthesize import main, parse_args, request_fields
     from rumik_vllm.rules import RequestRules
     from webapp.forms import SynthForm
-    from webapp.synth_widgets import sampling_sliders
+    from webapp.synth_tab import LAID_OUT, SynthHandlers
+
+    engine = TTSEngine.from_pretrained(sys.argv[1], device="cpu")
 
     class Adapter:  # what the server's protocols read of an adapter
-        voices, limits, sample_rate = ("Ira",), RequestLimits(4096, 8192), 24000
-        def max_new_tokens_for(self, seconds):
-            return int(seconds * 100)
+        voices, limits, sample_rate, layout = ("Ira",), RequestLimits(4096, 8192, 600.0), 24000, engine.layout
+        max_new_tokens_for = staticmethod(engine.max_new_tokens_for)
 
     ctx = ServeContext(Adapter(), None, None, ("tiny",))
-    got = {
-        "cli": build_request(request_fields(parse_args(["--text", "hi", "--min-p", "0.25", "--out", "x.wav"]))),
-        "openai": speech_job(SpeechRequest(model="tiny", input="hi", voice="Ira", min_p=0.25), ctx).request,
-        "silk": silk_request(SilkFields.parse({"text": "hi", "min_p": 0.25}), SilkVoice(), ctx),
-        "app": build_request(SynthForm.from_inputs(text="hi", min_p=0.25).request_fields()),
+    speech = {"model": "tiny", "input": "hi", "voice": "Ira"}
+
+    def cli(value):
+        return build_request(request_fields(parse_args(["--text", "hi", "--volume", str(value), "--out", "x.wav"])))
+
+    def cli_error(value):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(["--model", "tiny", "--text", "hi", "--volume", str(value), "--out", "x.wav"]) == 2
+        return err.getvalue().strip().removeprefix("error: ")
+
+    def text_in(value):
+        config = parse_config({"type": "session.config", "voice": "Ira", "volume": value}, ctx)
+        return speech_job(SpeechRequest(input="hi", **{**config.fields, "seed": 1}), ctx).request
+
+    def app_error(value):  # what the app's handlers check first (the page shows the message as it is)
+        try:
+            SynthHandlers(None, None).build(SynthForm.from_inputs(text="hi", volume=value))
+        except PromptError as exc:
+            return str(exc)
+
+    def batch(value):
+        item = check_item(0, {**speech, "volume": value}, ctx, OPEN_OWNER)
+        if item.error is not None:
+            raise item.error
+        return item.job.request
+
+    def job(value):
+        request, _, _, chunks = plan_job(SpeechRequest(**speech, volume=value), ctx, JobLimits(), OPEN_OWNER)
+        assert SynthesisRequest(**chunk_spec(chunks[0])).volume == request.volume  # a resumed job's chunk
+        return request
+
+    made = {
+        "cli": cli,
+        "openai": lambda value: speech_job(SpeechRequest(**speech, volume=value), ctx).request,
+        "batch": batch,
+        "jobs": job,
+        "silk": lambda value: silk_request(SilkFields.parse({"text": "hi", "volume": value}), SilkVoice(), ctx),
+        "text-in": text_in,
+        "app": lambda value: build_request(SynthForm.from_inputs(text="hi", volume=value).request_fields()),
     }
-    config = parse_config({"type": "session.config", "voice": "Ira", "min_p": 0.25}, ctx)
-    got["text-in"] = speech_job(SpeechRequest(input="hi", **{**config.fields, "seed": 1}), ctx).request
-    assert {name: req.min_p for name, req in got.items()} == dict.fromkeys(got, 0.25), got
-    row = RowParams.of(got["openai"], seed=3)
-    sent = RequestRules(row, "threshold").to_extra_args()
+    assert {name: make(0.5).volume for name, make in made.items()} == dict.fromkeys(made, 0.5)
+    said = {"cli": cli_error(7), "app": app_error(7)}
+    for name in ("openai", "batch", "jobs", "silk", "text-in"):
+        try:
+            made[name](7)
+        except (ApiError, SilkError) as exc:
+            said[name] = exc.message
+    for name, message in sorted(said.items()):
+        print(name, message, sep=": ")
+
+    inputs = list(SynthForm.input_defaults())  # the synthesis events' API parameters (webapp.forms.form_event)
+    assert inputs[-3:] == ["lexicon_entries", "min_p", "volume"], inputs  # declared since: after the pinned ones
+    assert "volume" not in LAID_OUT  # so the tab gives it its declared slider under Generation
+
+    loud = SynthesisRequest("Hello there.", seed=5, max_new_tokens=48)
+    quiet = loud.with_(volume=0.5)
+    assert np.array_equal(engine.synthesize(quiet).samples, engine.synthesize(loud).samples * np.float32(0.5))
+    streamed = [np.concatenate(list(engine.stream(req))) for req in (loud, quiet)]
+    assert np.array_equal(streamed[1], streamed[0] * np.float32(0.5))
+
+    row = RowParams.of(SynthesisRequest("hi", min_p=0.25), seed=3)
 
     class Params:
-        extra_args = sent
+        extra_args = RequestRules(row, "threshold").to_extra_args()
 
     assert row.min_p == 0.25 and RequestRules.from_sampling_params(Params).row.min_p == 0.25
-    with gr.Blocks():
-        assert sampling_sliders()["min_p"].label == "Min-p"
+    assert speech_job(SpeechRequest(**speech, min_p=0.25), ctx).request.min_p == 0.25
     try:
-        build_request({"text": "hi", "min_p": 7})
-    except ValueError as exc:
-        print(exc)
+        RowParams(seed=1, min_p=7)
+    except PromptError as exc:
+        print("row", exc, sep=": ")
 ''')
-MIN_P = textwrap.dedent('''
+CHECKS = textwrap.dedent('''
+    def check_volume(value) -> float:
+        """0 (silence) to 2."""
+        gain = _number(value, "Volume", "volume")
+        if not 0.0 <= gain <= 2.0:
+            raise PromptError(f"Volume {_show(value)} is out of range: use 0 (silence) to 2 (1 = as made).",
+                              field="volume")
+        return gain
+
+
     def check_min_p(value) -> float:
         """0 (off) to 1."""
         p = _number(value, "Min-p", "min_p")
@@ -141,22 +228,45 @@ MIN_P = textwrap.dedent('''
 
 
 ''')
+# Each edit goes in before its anchor. The one declaration of each setting: volume a request
+# field (after the others), min_p a sampling setting (their checks beside the others).
+DECLARATIONS = {
+    "@dataclass(frozen=True, kw_only=True)\nclass SamplingSettings": CHECKS,
+    "    min_new_tokens: int = setting(": '    min_p: float = setting(0.0, check_min_p, "0 = off, at most 1", '
+                                         'Slider(0.0, 1.0, 0.01, "Min-p"))\n',
+    "    def spoken_text(self": '    volume: float = setting(1.0, check_volume, "gain on the audio", '
+                               'Slider(0.0, 2.0, 0.05, "Volume"))\n\n',
+}
+# The engine's use of volume: a gain where a request's audio leaves the engine, whole and streamed.
+ENGINE_USE = {
+    "base.py": {"        marker = self.watermarker_for(plan[0])\n        if marker is not None and samples.size:":
+                "        samples = samples * plan[0].volume\n"},
+    "stream.py": {"        self.joiner = CrossfadeStream(fade)": "        self.volume = plan[0].volume\n",
+                  "        return audio if self.watermark is None or not len(audio)":
+                  "        audio = audio * self.volume\n"},
+}
+
+
+def _insert(path, edits: dict[str, str]) -> None:
+    """Each text of `edits` put in before its anchor, which must occur once."""
+    source = path.read_text(encoding="utf-8")
+    for anchor, text in edits.items():
+        assert source.count(anchor) == 1, anchor
+        source = source.replace(anchor, text + anchor)
+    path.write_text(source, encoding="utf-8")
 
 
 @pytest.mark.slow
-def test_a_setting_declared_once_reaches_every_front_end_unedited(tmp_path):
+def test_a_field_declared_once_reaches_every_front_end_unedited(tmp_path, tiny_checkpoint):
     for name in ("rumik_app", "rumik_vllm", "webapp", "evaluation"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    request = tmp_path / "rumik_app" / "request.py"
-    source = request.read_text(encoding="utf-8")
-    declaration = ('    min_p: float = setting(0.0, check_min_p, "0 = off, at most 1", Slider(0.0, 1.0, 0.01, '
-                   '"Min-p"))\n')
-    anchor = "    min_new_tokens: int = setting("
-    assert source.count(anchor) == 1 and source.count("class SamplingSettings") == 1
-    source = source.replace("@dataclass(frozen=True, kw_only=True)\nclass SamplingSettings",
-                            MIN_P + "@dataclass(frozen=True, kw_only=True)\nclass SamplingSettings")
-    request.write_text(source.replace(anchor, declaration + anchor), encoding="utf-8")  # the one edit
-    proc = subprocess.run([sys.executable, "-c", REACHES_EVERY_FRONT_END], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    _insert(tmp_path / "rumik_app" / "request.py", DECLARATIONS)  # the one edit of the request
+    for name, edits in ENGINE_USE.items():
+        _insert(tmp_path / "rumik_app" / "engine" / name, edits)
+    proc = subprocess.run([sys.executable, "-c", REACHES_EVERY_FRONT_END, str(tiny_checkpoint)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "Min-p 7 is out of range: use 0 (off) to 1."
+    said = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines()[-8:])
+    declared = "Volume 7 is out of range: use 0 (silence) to 2 (1 = as made)."
+    assert said == {**dict.fromkeys(("app", "batch", "cli", "jobs", "openai", "silk", "text-in"), declared),
+                    "row": "Min-p 7 is out of range: use 0 (off) to 1."}, said

@@ -17,21 +17,12 @@ per line) and/or inline `items`; how they are drawn is in training.grpo.prompts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from rumik_app.errors import ConfigError, PromptError
-from rumik_app.request import (
-    DEFAULT_MIN_NEW_TOKENS,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-    DEFAULT_TOP_P,
-    check_new_tokens,
-    check_temperature,
-    check_top_k,
-    check_top_p,
-)
+from rumik_app.request import SamplingSettings, sampling_defaults
 from training.config import OptimConfig, RunConfig
 from training.grpo.rewards import RewardSpec
 
@@ -39,6 +30,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 SMOKE_CONFIG = CONFIG_DIR / "grpo_smoke.json"
 ROUTINGS = ("routed", "flat")
 ROLLOUT_MAX_NEW_TOKENS = 1024  # ~10 s: GRPO prompts are sentences, and long rollouts cost memory
+SAMPLING_DEFAULTS = sampling_defaults()  # rumik_app.request's declarations
 
 
 @dataclass
@@ -74,10 +66,14 @@ class SamplingConfig:
     """
 
     num_generations: int = 8
-    temperature: float = DEFAULT_TEMPERATURE
-    top_k: int = DEFAULT_TOP_K
-    top_p: float = DEFAULT_TOP_P
-    min_new_tokens: int = DEFAULT_MIN_NEW_TOKENS
+    # The sampling settings rollouts take, defaults from the request's declarations. Not
+    # repetition_penalty: the loss scores each token under the policy's own softmax(logits / T)
+    # (training.grpo.policy), and a penalty would sample from another distribution, so rollouts
+    # keep the request's default, off.
+    temperature: float = SAMPLING_DEFAULTS["temperature"]
+    top_k: int = SAMPLING_DEFAULTS["top_k"]
+    top_p: float = SAMPLING_DEFAULTS["top_p"]
+    min_new_tokens: int = SAMPLING_DEFAULTS["min_new_tokens"]
     max_new_tokens: int = ROLLOUT_MAX_NEW_TOKENS
     stop_mode: str = "sample"
     restrict_phase: bool = True
@@ -92,8 +88,8 @@ class SamplingConfig:
         if self.num_generations < 2:
             raise ConfigError("rollout.num_generations must be >= 2 (advantages compare samples of a group)")
         try:  # the bounds and messages every front end uses (rumik_app.request)
-            check_temperature(self.temperature), check_top_k(self.top_k), check_top_p(self.top_p)
-            check_new_tokens(self.min_new_tokens, self.max_new_tokens)
+            SamplingSettings(**{spec.name: getattr(self, spec.name) for spec in fields(SamplingSettings)
+                                if hasattr(self, spec.name)})
         except PromptError as exc:
             raise ConfigError(f"rollout.{exc.field}: {exc}") from None
         if self.temperature <= 0:

@@ -8,9 +8,11 @@ OpenAI fields: `model`, `input`, `voice` (a name, or `{"id": name}`), `instructi
 free-form description), `response_format` (wav | pcm | mp3 | opus | flac | ulaw | alaw | aac;
 default mp3 as OpenAI), `speed`, `stream_format` (audio | sse). Extra fields (`extra_body` in the
 openai client): `sample_rate` (one of rumik_app.resample.RATES; default 8000 for ulaw/alaw, else
-the model's 24000), `tone`, `accent`, `pace`, `seed`, the sampling settings (`temperature`, `top_k`,
-`top_p`, `repetition_penalty`: `rumik_app.serve.fields`), `max_seconds`, `normalize`,
-`language`. Unknown fields are an error (a typo in `extra_body` must not be silently ignored).
+the model's 24000), `dialogue`, `dialogue_gap`, `spans`, `timestamps`, and every request setting
+that travels on the wire under its own name (`rumik_app.serve.fields`: `tone`, `accent`, `pace`,
+`seed`, the sampling settings, `max_seconds`, `normalize`, `language`, `lexicon` ids, and any
+setting declared since). Unknown fields are an error (a typo in `extra_body` must not be
+silently ignored).
 
 `speed` maps to the model's pace, which has three trained values, not a continuous rate:
 at most 0.9 -> "slow", at least 1.1 -> "fast", in between -> the pace is left as given
@@ -18,8 +20,8 @@ at most 0.9 -> "slow", at least 1.1 -> "fast", in between -> the pace is left as
 range 0.25-4.0, or together with a different `pace`, it is an error.
 
 Messages are the project's own: this module only maps OpenAI's names onto
-`rumik_app.request.build_request` (`input` -> text, `instructions` -> description, `voice`
-through `--voice-map`, `speed` -> pace), which checks every value, so the CLI, the app and
+`rumik_app.request.build_request` (OPENAI_NAMES: `input` -> text, `instructions` -> description;
+`voice` through `--voice-map`, `speed` -> pace), which checks every value, so the CLI, the app and
 every protocol of this server say the same thing about the same bad value.
 """
 
@@ -34,11 +36,11 @@ from pydantic import BaseModel, ConfigDict, StrictInt
 
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS, Part
 from rumik_app.prompt import PromptError, normalize_voice
-from rumik_app.request import SynthesisRequest, wire_names
+from rumik_app.request import SynthesisRequest
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import STREAMED_FORMATS, format_problem, output_rate, rate_problem
 from rumik_app.serve.errors import ApiError, prompt_error
-from rumik_app.serve.fields import SamplingFields, sampling_values
+from rumik_app.serve.fields import protocol_model, setting_values
 from rumik_app.serve.protocol import OPEN_OWNER
 from rumik_app.serve.scripts import first_request
 
@@ -48,9 +50,9 @@ SLOW_SPEED, FAST_SPEED = 0.9, 1.1  # speed <= 0.9 -> "slow", >= 1.1 -> "fast"
 # send by default (they all mean "this server's model").
 OPENAI_MODEL_NAMES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 DEFAULT_FORMAT = "mp3"  # OpenAI's default
-# This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
-EXTRA_FIELDS = ("sample_rate", "tone", "accent", "pace", "seed", *wire_names(), "max_seconds", "normalize", "language",
-                "lexicon", "dialogue", "dialogue_gap", "spans", "timestamps")
+# OpenAI's names for the request's settings, where they differ from the declared wire names.
+OPENAI_NAMES = {"text": "input", "description": "instructions"}
+OPENAI_FIELDS = ("model", "input", "voice", "instructions", "response_format", "speed", "stream_format")
 
 
 class VoiceRef(BaseModel):
@@ -58,34 +60,32 @@ class VoiceRef(BaseModel):
     id: str
 
 
-class SpeechRequest(SamplingFields):
-    """The JSON body of POST /v1/audio/speech (the sampling fields come from `SamplingFields`)."""
+class OpenAIFields(BaseModel):
+    """What this protocol itself knows of POST /v1/audio/speech: OpenAI's fields, and this
+    server's own controls that are not request settings (`SpeechRequest` adds those)."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str
     input: str
     voice: str | VoiceRef
-    instructions: str | None = None
     response_format: str = DEFAULT_FORMAT
     speed: float | None = None
     stream_format: Literal["audio", "sse"] = "audio"
     # this model's controls (extra_body)
     # Hz, one of rumik_app.resample.RATES (None: 8000 for ulaw/alaw, else the model's); strict: `true` is not 1
     sample_rate: StrictInt | None = None
-    tone: str | None = None
-    accent: str | None = None
-    pace: str | None = None
-    seed: int | None = None
-    max_seconds: float | None = None
-    normalize: bool = True
-    language: str | None = None
-    lexicon: str | list[str] | None = None  # ids of this API key's lexicons (POST /v1/lexicons)
     dialogue: bool = False  # input is a script: "Name (tone, pace): text" per line, one clip out
     dialogue_gap: float | None = None  # seconds of silence between turns (default 0.3)
     spans: bool = False  # answer JSON: the whole file in base64 and where each part (turn, SSML run) sits
     # word timestamps: JSON with the whole file in base64 and its words, or with SSE word events between the audio
     timestamps: bool = False
+
+
+# The JSON body of POST /v1/audio/speech: OpenAI's fields and every request setting on the wire.
+SpeechRequest = protocol_model("SpeechRequest", OpenAIFields, OPENAI_NAMES)
+# This model's controls beyond OpenAI's fields, as the error for an unknown field lists them.
+EXTRA_FIELDS = tuple(name for name in SpeechRequest.model_fields if name not in OPENAI_FIELDS)
 
 
 @dataclass
@@ -165,14 +165,12 @@ def parse_voice_map(spec: str | None, voices: Sequence[str]) -> dict[str, str]:
 
 
 def request_fields(body: SpeechRequest, voice_map: dict[str, str] | None = None) -> dict:
-    """This API's fields under `build_request`'s names: `input` is the text, `instructions` the
-    description, `speed` sets the pace (ApiError when it contradicts it), and `voice` may be
-    one of `voice_map`'s names (lower-case name -> voice)."""
+    """This API's fields under `build_request`'s names (OPENAI_NAMES: `input` is the text,
+    `instructions` the description); `speed` sets the pace (ApiError when it contradicts it),
+    and `voice` may be one of `voice_map`'s names (lower-case name -> voice)."""
     voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
-    return {"text": body.input, "voice": (voice_map or {}).get(voice.strip().lower(), voice),
-            "tone": body.tone, "accent": body.accent, "pace": pace_for_speed(body.speed, body.pace, body.instructions),
-            "description": body.instructions, "seed": body.seed, "max_seconds": body.max_seconds,
-            "normalize": body.normalize, "language": body.language, **sampling_values(body)}
+    return {**setting_values(body, OPENAI_NAMES), "voice": (voice_map or {}).get(voice.strip().lower(), voice),
+            "pace": pace_for_speed(body.speed, body.pace, body.instructions)}
 
 
 def speech_job(body: SpeechRequest, ctx: ServeContext, owner: str = OPEN_OWNER) -> SpeechJob:

@@ -38,14 +38,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pydantic import ConfigDict, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError
 
 from rumik_app.engine.script import Part
 from rumik_app.prompt import TONES, PromptError, normalize_voice
-from rumik_app.request import SynthesisRequest, wire_names
+from rumik_app.request import CONDITION_FIELDS, SynthesisRequest
 from rumik_app.serve.context import ServeContext
 from rumik_app.serve.encoding import format_problem, output_rate, rate_problem
-from rumik_app.serve.fields import SamplingFields, sampling_values
+from rumik_app.serve.fields import protocol_model, setting_values, settings_taken
 
 SILK_MODELS = ("muga", "mulberry")
 DEFAULT_SILK_MODEL = "muga"  # every client's default
@@ -55,9 +55,11 @@ SILK_TONES: dict[str, str | None] = {"neutral": None, "happy": "happy", "sad": "
                                      "angry": "angry"}
 NO_EQUIVALENT_TONES = ("whisper",)
 _TONE_TAG = re.compile(r"^\s*\[([^\[\]]{1,32})\]\s*")
-# Fields whose bad value is a 422 (unprocessable content), as the hosted API answers; a bad
-# tone or description is a 400.
-UNPROCESSABLE_FIELDS = ("text", "max_new_tokens", "seed", *wire_names())
+# Silk's names for the request's settings, and the settings the hosted protocol does not have: its
+# tone is a tag in the text, its length max_new_tokens (every client sends it), and it knows no
+# accent, pace, language, number reading or lexicons.
+SILK_NAMES = {"voice": "speaker"}
+SILK_LEAVES_OUT = ("tone", "accent", "pace", "language", "normalize", "lexicons", "max_seconds")
 
 
 class SilkError(Exception):
@@ -74,20 +76,18 @@ class SilkError(Exception):
         return {"type": "error", **self.body(), "status": self.status}
 
 
-class SilkFields(SamplingFields):
-    """One request body or socket frame (unknown keys refused: a typo must not pass silently);
-    the sampling fields come from `SamplingFields`."""
+class SilkOwnFields(BaseModel):
+    """What this protocol itself knows of a request body or socket frame (unknown keys refused:
+    a typo must not pass silently); `SilkFields` adds the request's settings it takes."""
 
     model_config = ConfigDict(extra="forbid")
 
     type: str | None = None  # socket control frames: "cancel", "close"
-    text: str | None = None
+    text: str | None = None  # may start with a tone tag: split_tone_tag
     model: str | None = None
-    description: str | None = None
     speaker: str | None = None
     f0_up_key: float | None = None
     max_new_tokens: int | None = None
-    seed: int | None = None
     response_format: str | None = None  # this server's: see silk_output
     sample_rate: StrictInt | None = None  # this server's: Hz, one of rumik_app.resample.RATES (`true` is not 1)
     timestamps: StrictBool | None = None  # this server's: `words` frames on the socket (see check_silk_timestamps)
@@ -103,12 +103,18 @@ class SilkFields(SamplingFields):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err.get("loc", ())) or "body"
             if err.get("type") == "extra_forbidden":
-                sampling = wire_names()
-                own = [name for name in cls.model_fields if name not in ("type", *sampling)]
-                known = ", ".join([*own, *sampling])
+                known = ", ".join(name for name in cls.model_fields if name != "type")
                 raise SilkError(422, f"{field}: unknown field. This server accepts: {known}.",
                                 "unknown_field") from None
             raise SilkError(422, f"{field}: {err.get('msg')}.", "invalid_request") from None
+
+
+# One request body or socket frame: the protocol's own fields, then the request's settings it takes.
+SilkFields = protocol_model("SilkFields", SilkOwnFields, SILK_NAMES, leave_out=SILK_LEAVES_OUT)
+# Fields whose bad value is a 422 (unprocessable content), as the hosted API answers; a bad
+# voice, tone or description is a 400.
+UNPROCESSABLE_FIELDS = (*(spec.name for spec in settings_taken(SilkFields, SILK_NAMES)
+                          if spec.name not in CONDITION_FIELDS), "max_new_tokens")
 
 
 @dataclass(frozen=True)
@@ -245,9 +251,9 @@ def silk_script(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> list
 def _silk_values(fields: SilkFields, voice: SilkVoice, ctx: ServeContext) -> dict:
     check_f0(fields.f0_up_key)
     tone, text = split_tone_tag(fields.text or "")
-    return {"text": text, "voice": silk_speaker(voice.speaker, ctx.adapter.voices), "tone": tone,
-            "description": voice.description, "seed": fields.seed, "max_new_tokens": fields.max_new_tokens,
-            **sampling_values(fields)}
+    voice_name = silk_speaker(voice.speaker, ctx.adapter.voices)
+    return {**setting_values(fields, SILK_NAMES), "text": text, "voice": voice_name, "tone": tone,
+            "description": voice.description, "max_new_tokens": fields.max_new_tokens}
 
 
 def _silk_prompt_error(exc: PromptError) -> SilkError:
