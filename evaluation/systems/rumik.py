@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import fields
 
 from evaluation.systems.base import SynthesisError, Synthesizer, conform
 from rumik_app.audio import SAMPLE_RATE, Audio
-from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SynthesisRequest
+from rumik_app.request import DEFAULT_MODEL, TINY_MODEL, SamplingSettings, SynthesisRequest
 
 # How evaluation.run names a checkpoint (load_system specs), for the fixes of a missing model.
 SYSTEM_FLAGS = {"flag": "--system rumik:", "tiny": "--system tiny"}
@@ -92,8 +93,9 @@ class RumikSystem(Synthesizer):
         return f"rumik: {h.hexdigest()}"
 
     def request_settings(self, request: SynthesisRequest) -> dict:
-        sampling = ("temperature", "top_k", "top_p", "min_new_tokens", "max_new_tokens")
-        return {**super().request_settings(request), **{k: getattr(request, k) for k in sampling}}
+        """The base fields and every sampling setting the request declares (`SamplingSettings`)."""
+        sampling = {spec.name: getattr(request, spec.name) for spec in fields(SamplingSettings)}
+        return {**super().request_settings(request), **sampling}
 
     def settings(self) -> dict:
         opts = self.engine_options
