@@ -66,6 +66,8 @@ class ReplayConfig:
     clips: int = 48
     heldout: int = 8
     voices: list[str] = field(default_factory=list)
+    # 1, not the request's 0.8: replay samples are training targets meant to keep the built-in
+    # voices' distribution where it is; samples at 1 are drawn from it, at 0.8 they would sharpen it.
     temperature: float = 1.0
 
 
