@@ -1,13 +1,15 @@
 """Rater screening of listening tests: which raters' ratings are left out, and why.
 
 Library module (no command line) over the rating rows of the campaigns (one dict per rated
-stimulus, the `campaign_scores` table of `webapp.campaign.trial_store`); pure, no webapp import::
+stimulus, the `campaign_scores` table of `webapp.campaign.data.store`); pure, no webapp import,
+and no design names: the caller (a campaign design's record) chooses the rules and labels the
+result::
 
     from evaluation.listening_screening import apply_screening, screen, screen_mushra, screen_p808
-    screening = screen_p808(rows, clip_durations={"9f0c...": 3.2})    # mos, cmos or smos rows
-    screening = screen_mushra(rows)                                    # mushra rows
-    screening = screen(rows, "mushra")                                 # either, by design
-    kept = apply_screening(rows, screening)                            # rows of the kept raters
+    screening = screen_p808(rows, "mos", clip_durations={"9f0c...": 3.2})  # ACR, CCR, similarity rows
+    screening = screen_mushra(rows, "mushra")                              # rows with a hidden reference
+    screening = screen(rows, "bs1534", "mushra")                           # either, by the rules' name
+    kept = apply_screening(rows, screening)                                # rows of the kept raters
     screening.raters["crowd-0a1b2c3d4e5f"]   # RaterVerdict(excluded=True, reasons=("trap: ...",))
 
 Every reason names its rule and where the rule comes from. The P.808 rules mirror Microsoft's
@@ -43,13 +45,13 @@ work is the unit, so each rule is applied to all of a rater's ratings:
   separate tables, not rating rows: a rater who failed the qualification has no rows) and the
   per-clip z-score outlier removal (`outlier_removal`, commented out in the ACR template).
 
-CMOS and SMOS use the same function: their trap trials (and the variance and speed rules) apply
-when present; gold clips exist only in MOS campaigns, so the gold rule then has nothing to judge.
+Every P.808-style test uses the same function: its trap trials (and the variance and speed rules)
+apply when present; where a test has no gold clips, the gold rule has nothing to judge.
 
-MUSHRA: ITU-R BS.1534-3 §4.1.2 post-screening: a rater who rates the hidden reference below 90
-for more than 15 % of the items, or the anchor above 90 for more than 15 % of the items, is
+BS.1534 (MUSHRA): ITU-R BS.1534-3 §4.1.2 post-screening: a rater who rates the hidden reference
+below 90 for more than 15 % of the items, or the anchor above 90 for more than 15 % of the items, is
 excluded. BS.1534-3 words the anchor rule for the mid-range anchor; a campaign here has one anchor
-(condition "anchor") and the rule is applied to it, as the issue asks.
+(role "anchor") and the rule is applied to it.
 """
 
 from __future__ import annotations
@@ -62,8 +64,6 @@ import numpy as np
 
 from rumik_app.errors import RumikError
 
-P808_DESIGNS = ("mos", "cmos", "smos")
-DESIGNS = (*P808_DESIGNS, "mushra")
 TRAP_TOLERANCE = 0.0  # toolkit ACR: the answer asked for exactly
 GOLD_TOLERANCE = 1.0  # toolkit [gold_question] variance: 1
 MAX_GOLD_FAIL_SHARE = 0.5  # toolkit rater_min_acceptance_rate_current_test: 50 (%)
@@ -72,6 +72,7 @@ MIN_VARIANCE_ANSWERS = 2  # a sample variance needs two answers
 MUSHRA_THRESHOLD = 90.0  # BS.1534-3 §4.1.2
 MUSHRA_SHARE = 0.15  # BS.1534-3 §4.1.2: more than 15 % of the items
 TOOLKIT = "P.808 toolkit src/result_parser.py"
+P808, BS1534 = "p808", "bs1534"  # the rule sets `screen` knows, by the standard they come from
 
 
 class ScreeningError(RumikError, ValueError):
@@ -88,7 +89,8 @@ class RaterVerdict:
 
 @dataclass(frozen=True)
 class Screening:
-    """Screening of one campaign: rules applied (by name) and a verdict per rater seen in the rows."""
+    """Screening of one campaign: rules applied (by name) and a verdict per rater seen in the rows.
+    `design`: the caller's label of the test (a campaign's design name), carried into `as_dict`."""
 
     design: str
     rules: tuple[str, ...]
@@ -121,14 +123,14 @@ def answer(row: Mapping) -> float:
     return float(raw if raw is not None else row["score"])
 
 
-def _verdicts(rows: Sequence[Mapping], design: str, rules: dict[str, dict[str, list[str]]]) -> Screening:
+def _verdicts(rows: Sequence[Mapping], label: str, rules: dict[str, dict[str, list[str]]]) -> Screening:
     """Merge {rule: {rater: [reasons]}} into a Screening over every rater in `rows`."""
     raters = sorted({r["rater"] for r in rows})
     verdicts = {}
     for rater in raters:
         reasons = tuple(reason for per in rules.values() for reason in per.get(rater, []))
         verdicts[rater] = RaterVerdict(bool(reasons), reasons)
-    return Screening(design, tuple(rules), verdicts)
+    return Screening(label, tuple(rules), verdicts)
 
 
 def trap_reasons(rows: Sequence[Mapping], tolerance: float = TRAP_TOLERANCE) -> dict[str, list[str]]:
@@ -211,28 +213,25 @@ def speed_reasons(rows: Sequence[Mapping], clip_durations: Mapping[str, float] |
     return out
 
 
-def screen_p808(rows: Sequence[Mapping], design: str = "mos", *, trap_tolerance: float = TRAP_TOLERANCE,
+def screen_p808(rows: Sequence[Mapping], label: str = P808, *, trap_tolerance: float = TRAP_TOLERANCE,
                 gold_tolerance: float = GOLD_TOLERANCE, max_gold_fail_share: float = MAX_GOLD_FAIL_SHARE,
                 min_variance: float = MIN_VARIANCE, clip_durations: Mapping[str, float] | None = None,
                 min_median_seconds: float | None = None) -> Screening:
-    """P.808-toolkit screening of mos, cmos or smos rows: trap, gold, variance and speed rules
-    (module docstring); a rater is excluded by any of them."""
-    if design not in P808_DESIGNS:
-        raise ScreeningError(f"screen_p808: design {design!r} is not a P.808 design; use one of "
-                             f"{', '.join(P808_DESIGNS)}, or screen_mushra for mushra rows.")
+    """P.808-toolkit screening: trap, gold, variance and speed rules (module docstring); a rater is
+    excluded by any of them. `label` names the test in the result."""
     rules = {"trap": trap_reasons(rows, trap_tolerance),
              "gold": gold_reasons(rows, gold_tolerance, max_gold_fail_share),
              "variance": variance_reasons(rows, min_variance)}
     if clip_durations is not None or min_median_seconds is not None:
         rules["speed"] = speed_reasons(rows, clip_durations, min_median_seconds)
-    return _verdicts(rows, design, rules)
+    return _verdicts(rows, label, rules)
 
 
-def screen_mushra(rows: Sequence[Mapping], threshold: float = MUSHRA_THRESHOLD,
+def screen_mushra(rows: Sequence[Mapping], label: str = BS1534, threshold: float = MUSHRA_THRESHOLD,
                   share: float = MUSHRA_SHARE) -> Screening:
-    """ITU-R BS.1534-3 §4.1.2 post-screening of mushra rows: exclude a rater who rates the hidden
-    reference (role "reference") below `threshold` on more than `share` of their items, or the
-    anchor (role "anchor") above `threshold` on more than `share` of their items."""
+    """ITU-R BS.1534-3 §4.1.2 post-screening: exclude a rater who rates the hidden reference (role
+    "reference") below `threshold` on more than `share` of their items, or the anchor (role
+    "anchor") above `threshold` on more than `share` of their items. `label` names the test."""
     hits: dict[str, dict[str, list[bool]]] = defaultdict(lambda: {"reference": [], "anchor": []})
     for r in rows:
         if r["role"] == "reference":
@@ -246,13 +245,15 @@ def screen_mushra(rows: Sequence[Mapping], threshold: float = MUSHRA_THRESHOLD,
             if flags and sum(flags) / len(flags) > share:
                 rules[role][rater] = [f"{role}: rated {words[role]} {threshold:g} on {sum(flags)} of {len(flags)} "
                                       f"items (more than {share:.0%}; ITU-R BS.1534-3 §4.1.2 post-screening)"]
-    return _verdicts(rows, "mushra", rules)
+    return _verdicts(rows, label, rules)
 
 
-def screen(rows: Sequence[Mapping], design: str, **options) -> Screening:
-    """screen_mushra for "mushra", screen_p808 for mos/cmos/smos; `options` go to that function."""
-    if design == "mushra":
-        return screen_mushra(rows, **options)
-    if design in P808_DESIGNS:
-        return screen_p808(rows, design, **options)
-    raise ScreeningError(f"screen: unknown design {design!r}; use one of {', '.join(DESIGNS)}.")
+RULES = {P808: screen_p808, BS1534: screen_mushra}
+
+
+def screen(rows: Sequence[Mapping], rules: str, label: str | None = None, **options) -> Screening:
+    """The screening `rules` name ("p808": `screen_p808`, "bs1534": `screen_mushra`), labelled
+    `label` (default: the rules' name); `options` go to that function."""
+    if rules not in RULES:
+        raise ScreeningError(f"screen: unknown screening rules {rules!r}; use one of {', '.join(RULES)}.")
+    return RULES[rules](rows, label or rules, **options)

@@ -1,12 +1,15 @@
-"""Statistics of the listening-test designs (mos, cmos, smos, mushra) over rating rows.
+"""Statistics of listening tests (absolute ratings, comparisons against a reference, MUSHRA-style
+pages with a hidden reference) over rating rows.
 
 Library module (no command line), pure: one dict per rated stimulus, the `campaign_scores` rows of
-`webapp.campaign.trial_store` (keys: rater, prompt_id, item_id, entry_id, kind, role, condition,
-reference, score, ...); no webapp import::
+`webapp.campaign.data.store` (keys: rater, prompt_id, item_id, entry_id, kind, role, condition,
+reference, score, ...); no webapp import and no design names: a `Scoring` says what the scores
+are (a campaign design's record holds one)::
 
     from evaluation.listening_screening import screen
-    from evaluation.listening_tests import analyse, mushra_boxplot, publication_table, results_numbers
-    analysis = analyse(rows, "mos", screening=screen(rows, "mos"), seed=0)
+    from evaluation.listening_tests import Scoring, analyse, mushra_boxplot, publication_table, results_numbers
+    mos = Scoring("mos", "MOS", "ordinal", domain=(1, 2, 3, 4, 5))
+    analysis = analyse(rows, mos, screening=screen(rows, "p808", "mos"), seed=0)
     print(publication_table(analysis))        # markdown: condition, N ratings, N raters, score ± CI, letters
     numbers = results_numbers(analysis)       # JSON-able dict of every figure
     mushra_boxplot(mushra_rows, "out/mushra.png")
@@ -38,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.listening_screening import DESIGNS, Screening, apply_screening
-from evaluation.listening_stats import CONFIDENCE, DEFAULT_SEED, Estimate, krippendorff_alpha
+from evaluation.listening_screening import Screening, apply_screening
+from evaluation.listening_stats import CONFIDENCE, DEFAULT_SEED, LEVELS, Estimate, krippendorff_alpha
 from evaluation.report import markdown_table
 from rumik_app.errors import RumikError
 
@@ -50,15 +53,41 @@ ZERO_METHOD = "pratt"
 # The two-sided exact signed-rank test cannot reach p < 0.05 below 6 pairs (2/2^5 = 0.0625): with
 # fewer paired units the pairs are made of prompt means instead.
 MIN_PAIRED_UNITS = 6
-REFERENCE, ANCHOR = "reference", "anchor"
-# design -> (Krippendorff level, value domain)
-AGREEMENT = {"mos": ("ordinal", (1, 2, 3, 4, 5)), "smos": ("ordinal", (1, 2, 3, 4, 5)),
-             "cmos": ("interval", None), "mushra": ("interval", None)}
+TEST, REFERENCE, ANCHOR = "test", "reference", "anchor"
+HIDDEN_ROLES = (TEST, REFERENCE, ANCHOR)  # a MUSHRA-style page rates its hidden reference and anchor too
 LETTERS = string.ascii_lowercase + string.ascii_uppercase
 
 
 class ListeningTestError(RumikError, ValueError):
     """Rows or arguments the listening-test statistics cannot use; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What the statistics need to know about a test's scores (a campaign design's record holds one).
+
+    name: the test, in `results_numbers` ("mos"); label: the score's name in tables ("MOS");
+    level, domain: Krippendorff's level of measurement and, for "ordinal", the ordered scale;
+    against_reference: each score rates a test condition against a reference (CMOS): a table per
+    (condition, reference) with a Wilcoxon test against 0 instead of letters; roles: the roles
+    rated as conditions (a MUSHRA page adds its hidden reference and anchor); paired_by_trial:
+    every condition is on one page, so pairwise tests pair per trial, not per prompt and rater.
+    """
+
+    name: str
+    label: str
+    level: str
+    domain: tuple[float, ...] | None = None
+    against_reference: bool = False
+    roles: tuple[str, ...] = (TEST,)
+    paired_by_trial: bool = False
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ListeningTestError(f"Scoring {self.name!r}: level {self.level!r}; use one of {', '.join(LEVELS)}.")
+        if not set(self.roles) <= set(HIDDEN_ROLES) or TEST not in self.roles:
+            raise ListeningTestError(f"Scoring {self.name!r}: roles {self.roles!r}; rate {TEST!r} and optionally "
+                                     f"{REFERENCE!r} and {ANCHOR!r}.")
 
 
 @dataclass(frozen=True)
@@ -120,7 +149,7 @@ class PairTest:
 class Analysis:
     """Everything `publication_table` and `results_numbers` print, for one campaign."""
 
-    design: str
+    scoring: Scoring
     scores: list  # ConditionScore (mos, smos, mushra) or CmosScore (cmos)
     pairs: list[PairTest]
     alpha: float | None
@@ -253,12 +282,13 @@ def _unit_means(rows: Iterable[Mapping], unit: Callable[[Mapping], object]) -> d
     return {u: float(np.mean(v)) for u, v in acc.items()}
 
 
-def paired_differences(rows: Sequence[Mapping], a: str, b: str, design: str) -> tuple[np.ndarray, str]:
-    """(score of a - score of b per paired unit, what pairs them): a MUSHRA trial, or for the other
-    designs a (prompt, rater); with fewer than MIN_PAIRED_UNITS such units, the prompt means."""
+def paired_differences(rows: Sequence[Mapping], a: str, b: str, by_trial: bool = False) -> tuple[np.ndarray, str]:
+    """(score of a - score of b per paired unit, what pairs them): a trial (`by_trial`: every
+    condition is on one page), else a (prompt, rater); with fewer than MIN_PAIRED_UNITS such units,
+    the prompt means."""
     ra = [r for r in rows if r["condition"] == a]
     rb = [r for r in rows if r["condition"] == b]
-    if design == "mushra":
+    if by_trial:
         unit, label = (lambda r: r["entry_id"]), "trial"
     else:
         unit, label = (lambda r: (r["prompt_id"], r["rater"])), "prompt & rater"
@@ -270,13 +300,14 @@ def paired_differences(rows: Sequence[Mapping], a: str, b: str, design: str) -> 
     return np.array([ma[u] - mb[u] for u in common]), label
 
 
-def pairwise_tests(rows: Sequence[Mapping], conditions: Sequence[str], design: str,
+def pairwise_tests(rows: Sequence[Mapping], conditions: Sequence[str], by_trial: bool = False,
                    alpha: float = SIGNIFICANCE) -> list[PairTest]:
-    """Every pair of `conditions` (test rows), Wilcoxon signed-rank on paired differences, Holm-corrected."""
-    rows = trial_rows(rows, ("test", REFERENCE, ANCHOR))
+    """Every pair of `conditions` (test rows), Wilcoxon signed-rank on paired differences
+    (`paired_differences`), Holm-corrected."""
+    rows = trial_rows(rows, HIDDEN_ROLES)
     raw = []
     for a, b in itertools.combinations(conditions, 2):
-        d, by = paired_differences(rows, a, b, design)
+        d, by = paired_differences(rows, a, b, by_trial)
         raw.append((a, b, d.size, by, wilcoxon_p(d)))
     adjusted = holm([t[4] for t in raw])
     return [PairTest(a, b, n, by, p, ph, ph < alpha) for (a, b, n, by, p), ph in zip(raw, adjusted, strict=True)]
@@ -298,23 +329,18 @@ def _with_letters(scores: list[ConditionScore], pairs: Sequence[PairTest]) -> li
     return [replace(s, letters=letters.get(s.condition, "")) for s in scores]
 
 
-def _check_design(design: str) -> None:
-    if design not in DESIGNS:
-        raise ListeningTestError(f"unknown design {design!r}; use one of {', '.join(DESIGNS)}.")
-
-
 def mos_table(rows: Sequence[Mapping], conditions: Sequence[str] | None = None, seed: int = DEFAULT_SEED,
-              n_resamples: int = BOOTSTRAP_RESAMPLES, design: str = "mos") -> list[ConditionScore]:
-    """MOS or SMOS per test condition (all in the rows when `conditions` is None), best mean first,
-    with the P.808 and two-way bootstrap intervals and the compact letters of the Holm-corrected
-    pairwise Wilcoxon tests (pairs by prompt & rater)."""
+              n_resamples: int = BOOTSTRAP_RESAMPLES, by_trial: bool = False) -> list[ConditionScore]:
+    """A mean opinion score per test condition (all in the rows when `conditions` is None), best
+    mean first, with the P.808 and two-way bootstrap intervals and the compact letters of the
+    Holm-corrected pairwise Wilcoxon tests (pairs by prompt & rater, or by trial)."""
     rows = trial_rows(rows)
     conditions = sorted({r["condition"] for r in rows}) if conditions is None else list(conditions)
     by = defaultdict(list)
     for r in rows:
         by[r["condition"]].append(r)
     scores = [_score(c, "test", by[c], seed, n_resamples) for c in conditions]
-    return _with_letters(scores, pairwise_tests(rows, conditions, design))
+    return _with_letters(scores, pairwise_tests(rows, conditions, by_trial))
 
 
 def cmos_table(rows: Sequence[Mapping], seed: int = DEFAULT_SEED,
@@ -334,17 +360,18 @@ def cmos_table(rows: Sequence[Mapping], seed: int = DEFAULT_SEED,
     return sorted(out, key=lambda s: -s.ci.mean)
 
 
-def mushra_table(rows: Sequence[Mapping], seed: int = DEFAULT_SEED,
-                 n_resamples: int = BOOTSTRAP_RESAMPLES) -> list[ConditionScore]:
-    """MUSHRA per condition, hidden reference and anchor included: mean, t interval, median, IQR
-    (25th/75th percentile), N; test conditions lettered by Holm-corrected Wilcoxon tests paired by trial."""
-    rows = trial_rows(rows, ("test", REFERENCE, ANCHOR))
+def mushra_table(rows: Sequence[Mapping], seed: int = DEFAULT_SEED, n_resamples: int = BOOTSTRAP_RESAMPLES,
+                 roles: Sequence[str] = HIDDEN_ROLES) -> list[ConditionScore]:
+    """MUSHRA per condition, hidden reference and anchor (`roles`) included: mean, t interval,
+    median, IQR (25th/75th percentile), N; test conditions lettered by Holm-corrected Wilcoxon
+    tests paired by trial."""
+    rows = trial_rows(rows, roles)
     by = defaultdict(list)
     for r in rows:
         by[(r["condition"], r["role"])].append(r)
     scores = [_score(c, role, rs, seed, n_resamples) for (c, role), rs in sorted(by.items())]
     tested = sorted(s.condition for s in scores if s.role == "test")
-    return _with_letters(scores, pairwise_tests(rows, tested, "mushra"))
+    return _with_letters(scores, pairwise_tests(rows, tested, by_trial=True))
 
 
 def mushra_boxplot(rows: Sequence[Mapping], path: str | Path, title: str = "MUSHRA scores") -> Path:
@@ -353,7 +380,7 @@ def mushra_boxplot(rows: Sequence[Mapping], path: str | Path, title: str = "MUSH
     from evaluation.charts import FIGURE_HEIGHT_IN, MAX_FIGURE_WIDTH_IN, MIN_FIGURE_WIDTH_IN, _finish, plt
 
     by = defaultdict(list)
-    for r in trial_rows(rows, ("test", REFERENCE, ANCHOR)):
+    for r in trial_rows(rows, HIDDEN_ROLES):
         by[r["condition"]].append(float(r["score"]))
     if not by:
         raise ListeningTestError("mushra_boxplot: no MUSHRA test ratings; pass the campaign's rating rows.")
@@ -372,35 +399,35 @@ def mushra_boxplot(rows: Sequence[Mapping], path: str | Path, title: str = "MUSH
     return path
 
 
-def agreement(rows: Sequence[Mapping], design: str) -> float | None:
-    """Krippendorff's alpha of the test ratings: unit = stimulus (item_id, condition), coder = rater;
-    ordinal over 1..5 for mos/smos, interval for cmos and mushra. A rater's repeat of a stimulus:
-    the first rating counts. None when alpha is undefined."""
-    _check_design(design)
+def agreement(rows: Sequence[Mapping], level: str, domain: Sequence[float] | None = None) -> float | None:
+    """Krippendorff's alpha of the test ratings at `level` ("ordinal" over the ordered `domain`,
+    "interval", ...): unit = stimulus (item_id, condition), coder = rater. A rater's repeat of a
+    stimulus: the first rating counts. None when alpha is undefined."""
+    if level not in LEVELS:
+        raise ListeningTestError(f"agreement: level {level!r}; use one of {', '.join(LEVELS)}.")
     ratings: dict[str, dict[tuple, float]] = defaultdict(dict)
     for r in trial_rows(rows):
         ratings[r["rater"]].setdefault((r["item_id"], r["condition"]), float(r["score"]))
-    level, domain = AGREEMENT[design]
     return krippendorff_alpha(ratings, level, value_domain=domain)
 
 
-def analyse(rows: Sequence[Mapping], design: str, screening: Screening | None = None, seed: int = DEFAULT_SEED,
+def analyse(rows: Sequence[Mapping], scoring: Scoring, screening: Screening | None = None, seed: int = DEFAULT_SEED,
             n_resamples: int = BOOTSTRAP_RESAMPLES) -> Analysis:
-    """The design's table, pairwise tests and agreement over the rows the screening keeps (all rows
-    when `screening` is None)."""
-    _check_design(design)
-    rows = [r for r in rows if r["design"] == design]
-    kept = rows if screening is None else apply_screening(rows, screening)
-    if design == "cmos":
+    """The scoring's table, pairwise tests and agreement over the rows the screening keeps (all
+    rows when `screening` is None)."""
+    if not isinstance(scoring, Scoring):
+        raise ListeningTestError(f"analyse: give a Scoring (what the scores are), not {scoring!r}.")
+    kept = list(rows) if screening is None else apply_screening(rows, screening)
+    if scoring.against_reference:
         scores, pairs = cmos_table(kept, seed, n_resamples), []
-    elif design == "mushra":
-        scores = mushra_table(kept, seed, n_resamples)
-        pairs = pairwise_tests(kept, sorted(s.condition for s in scores if s.role == "test"), design)
     else:
-        scores = mos_table(kept, seed=seed, n_resamples=n_resamples, design=design)
-        pairs = pairwise_tests(kept, sorted(s.condition for s in scores), design)
-    counted = trial_rows(kept, ("test", REFERENCE, ANCHOR))
-    return Analysis(design, scores, pairs, agreement(kept, design), len(counted),
+        if scoring.roles == (TEST,):
+            scores = mos_table(kept, seed=seed, n_resamples=n_resamples, by_trial=scoring.paired_by_trial)
+        else:
+            scores = mushra_table(kept, seed, n_resamples, roles=scoring.roles)
+        pairs = pairwise_tests(kept, sorted(s.condition for s in scores if s.role == TEST), scoring.paired_by_trial)
+    counted = trial_rows(kept, scoring.roles)
+    return Analysis(scoring, scores, pairs, agreement(kept, scoring.level, scoring.domain), len(counted),
                     len({r["rater"] for r in counted}), screening, seed)
 
 
@@ -413,24 +440,25 @@ def _pm(est: Estimate, digits: int) -> str:
 
 def publication_table(analysis: Analysis, digits: int = 2) -> str:
     """Markdown table over the screened rows: condition, N ratings, N raters, score ± 95 % CI
-    (P.808 t interval), letters; for cmos the condition is "test vs reference" and the last column
-    the Wilcoxon p-value against 0 instead of letters."""
-    if analysis.design == "cmos":
-        return markdown_table(["condition", "N ratings", "N raters", "CMOS ± 95 % CI", "p (Wilcoxon vs 0)",
+    (P.808 t interval), letters; against a reference the condition is "test vs reference" and the
+    last columns the Wilcoxon p-value against 0 (raw and Holm-corrected) instead of letters."""
+    if analysis.scoring.against_reference:
+        return markdown_table(["condition", "N ratings", "N raters", f"{analysis.scoring.label} ± 95 % CI",
+                               "p (Wilcoxon vs 0)",
                                "p (Holm)"],
                               [[f"{s.condition} vs {s.reference}", s.n_ratings, s.n_raters, _pm(s.ci, digits),
                                 f"{s.p_wilcoxon:.3g}", f"{s.p_holm:.3g}"] for s in analysis.scores])
-    return markdown_table(["condition", "N ratings", "N raters", f"{analysis.design.upper()} ± 95 % CI", "letters"],
+    return markdown_table(["condition", "N ratings", "N raters", f"{analysis.scoring.label} ± 95 % CI", "letters"],
                           [[s.condition, s.n_ratings, s.n_raters, _pm(s.ci, digits), s.letters]
                            for s in analysis.scores])
 
 
 def results_numbers(analysis: Analysis) -> dict:
     """Every figure of the analysis as a JSON-able dict."""
-    return {"design": analysis.design, "seed": analysis.seed, "confidence": CONFIDENCE,
+    return {"design": analysis.scoring.name, "seed": analysis.seed, "confidence": CONFIDENCE,
             "n_ratings": analysis.n_ratings, "n_raters": analysis.n_raters,
             "screening": None if analysis.screening is None else analysis.screening.as_dict(),
             "conditions": [s.as_dict() for s in analysis.scores],
             "pairs": [asdict(p) for p in analysis.pairs],
             "significance": SIGNIFICANCE, "zero_method": ZERO_METHOD,
-            "alpha": {"value": analysis.alpha, "level": AGREEMENT[analysis.design][0]}}
+            "alpha": {"value": analysis.alpha, "level": analysis.scoring.level}}

@@ -109,10 +109,10 @@ def test_one_base_class_over_every_error_type():
     from training.prepare import PrepareError
     from training.sft.data import DataError
     from webapp.access import AccessDenied, LoginError
-    from webapp.campaign.definition import CampaignError
-    from webapp.campaign.design import DesignError
-    from webapp.campaign.raters import RaterError
-    from webapp.campaign.store import NotYourItem
+    from webapp.campaign.data.conditions import DesignError
+    from webapp.campaign.data.definition import CampaignError
+    from webapp.campaign.data.raters import RaterError
+    from webapp.campaign.data.store import NotYourItem
     from webapp.common import UserError
     from webapp.ratings import RatingError
     from webapp.storage import UnsafeLayoutError

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, write_wav
-from webapp.campaign.definition import Campaign
-from webapp.campaign.design import build_conditions, parse_settings
-from webapp.campaign.generate import ensure_assignment, generate_clips
+from webapp.campaign.clips.generate import generate_clips
+from webapp.campaign.data.conditions import build_conditions, parse_settings
+from webapp.campaign.data.definition import Campaign
+from webapp.campaign.prepare import define_campaign, ensure_plan
 from webapp.storage import DataLayout
 
 PROMPTS = [
@@ -48,12 +49,24 @@ def folder_system(root: Path, name: str, freq: float, prompts: list[dict] = PROM
 def make_campaign(tmp: Path, name: str = "pilot", raters_per_item: int = 2, rater_slots: int = 2,
                   repeat_fraction: float = 0.0, n_systems: int = 2, seed: int = 0,
                   prompts: list[dict] = PROMPTS) -> tuple[DataLayout, Campaign]:
-    """A generated campaign of `folder:` systems on a fresh data dir under `tmp`."""
+    """A generated A/B campaign of `folder:` systems on a fresh data dir under `tmp`."""
     layout = DataLayout(tmp / "data")
     specs = [folder_system(tmp / "systems", f"sys{k}", 220.0 * (k + 1), prompts) for k in range(n_systems)]
     conditions = build_conditions(specs, parse_settings([]))
-    campaign = Campaign.define(layout, name, write_prompts(tmp / "prompts.jsonl", prompts), conditions,
+    campaign = define_campaign(layout, name, write_prompts(tmp / "prompts.jsonl", prompts), conditions,
                                raters_per_item, rater_slots, repeat_fraction, seed)
     generate_clips(campaign)
-    assert ensure_assignment(campaign)
+    assert ensure_plan(campaign)
     return layout, campaign
+
+
+def pair_answers(queues, entry_id: str, preference: str = "A", a: int = 4, b: int = 2,
+                 heard: tuple = ("laugh", 4, "none", None)) -> dict:
+    """An A/B page's answers (`webapp.campaign.designs.ab`): scores of clips A and B, the preference
+    and, for a tagged prompt, what was heard in each clip and just before which word."""
+    trial = queues.entries[entry_id]
+    tagged = queues.campaign.prompt_view(trial.prompt_id).request is not None
+    answers = {"score": [a, b], "preference": preference}
+    if tagged:
+        answers.update(heard=[heard[0], heard[2]], where=[heard[1], heard[3]])
+    return answers

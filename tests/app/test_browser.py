@@ -184,9 +184,9 @@ def campaign_server(tmp_path_factory):
     from tests.app.campaign_fixtures import write_prompts
     from webapp.access import AdminGate
     from webapp.campaign import cli
-    from webapp.campaign.definition import raters_path
-    from webapp.campaign.raters import RatersFile
-    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.campaign.data.definition import raters_path
+    from webapp.campaign.data.raters import RatersFile
+    from webapp.campaign.server.app import build_campaign_app, launch_campaign
     from webapp.storage import DataLayout
 
     tmp = tmp_path_factory.mktemp("browser-campaign")
@@ -265,7 +265,7 @@ def test_campaign_two_raters_then_admin_results(driver, campaign_server):
     from evaluation import indicemo
     from evaluation.report import read_jsonl
     from webapp.campaign import cli
-    from webapp.campaign.export import results_for
+    from webapp.campaign.reports import results_for
 
     drv = driver
     demo, url, passwords, data = campaign_server

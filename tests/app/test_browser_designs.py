@@ -21,10 +21,11 @@ import pytest
 from tests.app.test_browser import _errors_shown, _set_number, _wait, driver  # noqa: F401 - Chromium fixture
 from tests.app.test_browser_results import _shot
 from tests.app.test_campaign_designs import clock, create, serve  # noqa: F401 - clock: a fixture
-from webapp.campaign.definition import raters_path
-from webapp.campaign.designs import MAX_MUSHRA_STIMULI
-from webapp.campaign.raters import RatersFile
-from webapp.campaign.trial_store import TrialStore
+from webapp.campaign.data.definition import raters_path
+from webapp.campaign.data.raters import RatersFile
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import plan_of
+from webapp.campaign.designs.mushra import MAX_STIMULI
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -40,7 +41,7 @@ def _shown(drv, elem_id: str) -> bool:
 
 
 def _sign_in(drv, url: str, user: str, password: str, view: str) -> None:
-    """Sign in on Gradio's login page and wait for `view` (the trial page has no "Signed in as" line)."""
+    """Sign in on Gradio's login page and wait for `view` (#trial-view or #qualify-view)."""
     from selenium.webdriver.common.by import By
 
     drv.get(url + "logout")  # whoever was signed in before (Gradio's route; back to the login page)
@@ -79,25 +80,25 @@ def test_mushra_page_plays_every_clip_then_stores_the_sliders(driver, tmp_path, 
 
     layout, campaign = create(tmp_path, "mushra", slots=1)
     password = RatersFile(raters_path(layout)).add(RATER)
-    trial = campaign.assignment().slots[0][0]  # the only rater's first trial
+    trial = plan_of(campaign).slots[0][0]  # the only rater's first trial
     n = len(trial.stimuli)
-    store = TrialStore(layout.database)
+    store = CampaignStore(layout.database)
     demo, url = serve(layout, campaign)
     drv = driver
     try:
         _sign_in(drv, url, RATER, password, "trial-view")
         done, total = _wait(drv, _progress, "the progress bar")
-        assert done == 0 and total == len(campaign.assignment().slots[0]) > 1
-        assert _shown(drv, "trial-reference")
-        urls = {_clip_url(drv, "trial-reference")}
-        for i in range(n):
-            assert _shown(drv, f"trial-clip-{i}") and _shown(drv, f"trial-slider-{i}"), i
-            urls.add(_clip_url(drv, f"trial-clip-{i}"))
+        assert done == 0 and total == len(plan_of(campaign).slots[0]) > 1
+        assert _shown(drv, "campaign-reference")
+        urls = {_clip_url(drv, "campaign-reference")}
+        for i in range(1, n + 1):
+            assert _shown(drv, f"campaign-clip-{i}") and _shown(drv, f"campaign-score-{i}"), i
+            urls.add(_clip_url(drv, f"campaign-clip-{i}"))
         assert len(urls) == n + 1  # the open reference is another copy than the hidden one
-        for i in range(n, MAX_MUSHRA_STIMULI):
-            assert not _shown(drv, f"trial-clip-{i}") and not _shown(drv, f"trial-slider-{i}"), i
+        for i in range(n + 1, MAX_STIMULI + 1):
+            assert not _shown(drv, f"campaign-clip-{i}") and not _shown(drv, f"campaign-score-{i}"), i
 
-        submit = drv.find_element(By.ID, "trial-submit")
+        submit = drv.find_element(By.ID, "campaign-submit")
         _click(drv, submit)  # nothing played yet: refused, and nothing stored
         _wait(drv, lambda d: any("Play every clip" in e for e in _errors_shown(d)), "the 'Play every clip' toast", 30)
         assert store.rows(campaign.name) == [] and store.played(campaign.name, trial.entry_id) == set()
@@ -105,15 +106,15 @@ def test_mushra_page_plays_every_clip_then_stores_the_sliders(driver, tmp_path, 
         assert not any(e.is_displayed() for e in drv.find_elements(By.CSS_SELECTOR, "#trial-view .error"))
 
         for i in range(n):  # the player's own Play button: Gradio's `play` event reaches the server
-            _click(drv, drv.find_element(By.CSS_SELECTOR, f"#trial-clip-{i} button[aria-label='Play']"))
+            _click(drv, drv.find_element(By.CSS_SELECTOR, f"#campaign-clip-{i + 1} button[aria-label='Play']"))
             _wait(drv, lambda d, i=i: i in store.played(campaign.name, trial.entry_id), f"the play of clip {i + 1}", 30)
         assert store.played(campaign.name, trial.entry_id) == set(range(n))
 
         scores = [{"reference": 100, "anchor": 15}.get(role, 41 + 17 * i) for i, role in enumerate(trial.roles)]
         for i, score in enumerate(scores):
-            _set_number(drv, f"#trial-slider-{i} input[type='number']", str(score))
+            _set_number(drv, f"#campaign-score-{i + 1} input[type='number']", str(score))
         for i, score in enumerate(scores):  # the range follows the number box: the value reached the component
-            rng = drv.find_element(By.CSS_SELECTOR, f"#trial-slider-{i} input[type='range']")
+            rng = drv.find_element(By.CSS_SELECTOR, f"#campaign-score-{i + 1} input[type='range']")
             _wait(drv, lambda d, r=rng, s=score: r.get_attribute("value") == str(s), f"slider {i + 1} at {score}", 10)
         for close in drv.find_elements(By.CSS_SELECTOR, "[data-testid='toast-close']"):  # the refusal's toast, if left
             drv.execute_script("arguments[0].click();", close)
@@ -139,7 +140,7 @@ def test_rating_page_of_each_design(design, driver, tmp_path, clock):  # noqa: F
 
     layout, campaign = create(tmp_path, design, slots=1)
     password = RatersFile(raters_path(layout)).add(RATER)
-    store = TrialStore(layout.database)
+    store = CampaignStore(layout.database)
     demo, url = serve(layout, campaign)
     drv = driver
     try:
@@ -162,16 +163,16 @@ def test_rating_page_of_each_design(design, driver, tmp_path, clock):  # noqa: F
         else:
             _sign_in(drv, url, RATER, password, "trial-view")
         done, total = _wait(drv, _progress, "the progress bar")
-        assert done == 0 and total == len(campaign.assignment().slots[0])
+        assert done == 0 and total == len(plan_of(campaign).slots[0])
         clips = 2 if design == "cmos" else 1
-        for i in range(clips):
-            _clip_url(drv, f"trial-clip-{i}")
-        assert not _shown(drv, f"trial-clip-{clips}")
-        assert not any(_shown(drv, f"trial-slider-{i}") for i in range(MAX_MUSHRA_STIMULI))
-        assert _shown(drv, "trial-reference") == (design == "smos")
+        for i in range(1, clips + 1):
+            _clip_url(drv, f"campaign-clip-{i}")
+        assert not _shown(drv, f"campaign-clip-{clips + 1}")
+        assert not any(_shown(drv, f"campaign-score-{i}") for i in range(1, MAX_STIMULI + 1))
+        assert _shown(drv, "campaign-reference") == (design == "smos")
         if design == "smos":
-            _clip_url(drv, "trial-reference")
-        scale = drv.find_element(By.ID, "trial-scale")
+            _clip_url(drv, "campaign-reference")
+        scale = drv.find_element(By.ID, "campaign-score")
         for label in SCALE_TEXT[design]:
             assert label in scale.text, (label, scale.text)
         assert not _errors_shown(drv)

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from webapp.campaign.crowd import (
+from webapp.campaign.data.crowd import (
     BAD_LINK,
     MAX_SESSIONS_PER_ID,
     PROLIFIC_COMPLETE_URL,
@@ -29,7 +29,7 @@ from webapp.campaign.crowd import (
     load_crowd_secret,
     prolific_completion_url,
 )
-from webapp.campaign.store import CampaignStore
+from webapp.campaign.data.store import CampaignStore
 from webapp.storage import DataLayout
 
 SECRET = bytes(range(32))

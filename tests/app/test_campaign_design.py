@@ -1,4 +1,4 @@
-"""A campaign's design without a server: settings and conditions, the balanced assignment, the
+"""A campaign's design without a server: settings and conditions, the balanced A/B assignment, the
 campaign folder, and resumable clip generation (with `folder:` systems, so no synthesis).
 
 Run: .venv/bin/python -m pytest tests/app/test_campaign_design.py -q
@@ -15,17 +15,14 @@ import pytest
 
 from evaluation.audio_io import file_sha256
 from evaluation.systems import RumikSystem
-from rumik_app.request import DEFAULT_MAX_NEW_TOKENS
+from rumik_app.request import DEFAULT_MAX_NEW_TOKENS, wire_settings
 from tests.app.campaign_fixtures import PROMPTS, folder_system, make_campaign, write_prompts
-from webapp.campaign.definition import Campaign, CampaignError
-from webapp.campaign.design import (
-    Condition,
-    DesignError,
-    build_assignment,
-    build_conditions,
-    parse_settings,
-)
-from webapp.campaign.generate import clip_request, ensure_assignment, generate_clips, missing_clips
+from webapp.campaign.clips.generate import clip_request, generate_clips, missing_clips
+from webapp.campaign.data.conditions import Condition, DesignError, build_conditions, parse_settings, setting_kinds
+from webapp.campaign.data.definition import Campaign, CampaignError
+from webapp.campaign.designs import plan_of
+from webapp.campaign.prepare import define_campaign, ensure_plan
+from webapp.campaign.trials.pairs import build_assignment
 from webapp.storage import DataLayout
 
 
@@ -35,9 +32,20 @@ def test_settings_are_typed_and_checked():
         "temperature": [0.6, 0.9], "voice": ["Ira"], "max_seconds": [4.0]}
     for bad, message in ((["speed=2"], "unknown key"), (["temperature=hot"], "expected a float"),
                          (["tone=sleepy"], "choose one of"), (["voice"], "KEY=VALUE"),
-                         (["top_k=5", "top_k=6"], "twice"), (["pace=slow,slow"], "listed twice")):
+                         (["top_k=5", "top_k=6"], "twice"), (["pace=slow,slow"], "listed twice"),
+                         (["temperature=5"], "Temperature 5 is out of range"), (["max_seconds=0"], "out of range")):
         with pytest.raises(DesignError, match=message):
             parse_settings(bad)
+
+
+def test_every_sampling_setting_the_request_declares_is_a_setting_key():
+    # rumik_app.request.wire_settings() is their one home: a setting added there reaches campaigns unedited
+    names = [spec.name for spec in wire_settings()]
+    assert set(names) <= set(setting_kinds()) and "repetition_penalty" in names
+    assert parse_settings(["repetition_penalty=1.2,1.0", "top_k=20"]) == {"repetition_penalty": [1.2, 1.0],
+                                                                          "top_k": [20]}
+    with pytest.raises(DesignError, match="Repetition penalty 3 is out of range"):
+        parse_settings(["repetition_penalty=3"])
 
 
 def test_conditions_cross_systems_with_multi_valued_settings():
@@ -139,18 +147,18 @@ def test_generation_is_resumable_and_records_seeds_and_hashes(tmp_path):
     a = folder_system(tmp_path / "systems", "a", 220.0)
     b = folder_system(tmp_path / "systems", "b", 330.0, skip=("p_sad",))  # one clip missing at first
     conditions = build_conditions([a, b], {})
-    campaign = Campaign.define(layout, "pilot", prompts, conditions, 2, 3, 0.0, seed=5)
+    campaign = define_campaign(layout, "pilot", prompts, conditions, 2, 3, 0.0, seed=5)
     assert generate_clips(campaign) == {"kept": 0, "generated": 5, "failed": 1}
     missing = missing_clips(campaign)
     assert [(m["prompt_id"], m["condition_id"]) for m in missing] == [("p_sad", b)]
     assert "No clip for 'p_sad'" in missing[0]["error"]
-    assert not ensure_assignment(campaign) and campaign.assignment() is None  # a fixed design needs every clip
+    assert not ensure_plan(campaign) and plan_of(campaign) is None  # a fixed design needs every clip
 
     folder_system(tmp_path / "systems", "b", 330.0)  # the missing clip arrives
     first = sorted(campaign.clip_file(r).name for r in campaign.clips().values() if r["error"] is None)
-    again = Campaign.define(layout, "pilot", prompts, conditions, 2, 3, 0.0, seed=5)  # resumes
+    again = define_campaign(layout, "pilot", prompts, conditions, 2, 3, 0.0, seed=5)  # resumes
     assert generate_clips(again) == {"kept": 5, "generated": 1, "failed": 0}
-    assert ensure_assignment(again) and again.assignment() is not None
+    assert ensure_plan(again) and plan_of(again) is not None
     clips = again.clips()
     assert len(clips) == 6 and all(r["error"] is None for r in clips.values())
     assert set(first) < {again.clip_file(r).name for r in clips.values()}  # kept clips were not remade
@@ -164,15 +172,15 @@ def test_generation_is_resumable_and_records_seeds_and_hashes(tmp_path):
     # A damaged clip (hash mismatch) is remade; a finished campaign keeps its assignment.
     victim = again.clip_file(clips[("p_tag", 0)])
     victim.write_bytes(victim.read_bytes()[:-10] + b"\0" * 10)
-    plan = again.assignment()
+    plan = plan_of(again)
     assert generate_clips(again) == {"kept": 5, "generated": 1, "failed": 0}
-    assert ensure_assignment(again) and again.assignment().slots == plan.slots
+    assert ensure_plan(again) and plan_of(again).slots == plan.slots
 
 
 def test_a_changed_design_is_refused_not_mixed(tmp_path):
     layout, campaign = make_campaign(tmp_path)
     with pytest.raises(CampaignError, match="already exists with a different raters_per_item"):
-        Campaign.define(layout, "pilot", tmp_path / "prompts.jsonl", campaign.conditions, 1, 2, 0.0, 0)
+        define_campaign(layout, "pilot", tmp_path / "prompts.jsonl", campaign.conditions, 1, 2, 0.0, 0)
     with pytest.raises(CampaignError, match="No campaign 'other'.*campaigns: pilot"):
         Campaign.open(layout, "other")
     with pytest.raises(DesignError, match="campaign name"):

@@ -15,6 +15,7 @@ import csv
 import itertools
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,15 +27,15 @@ from evaluation.audio_io import load_audio
 from tests.app.campaign_fixtures import folder_system, write_prompts
 from tests.app.conftest import free_port
 from webapp.access import AdminGate
-from webapp.campaign import store as campaign_store
-from webapp.campaign import trial_store
 from webapp.campaign.cli import main
-from webapp.campaign.crowd import CrowdLinks
-from webapp.campaign.definition import Campaign, raters_path
-from webapp.campaign.designs import DesignOptions, Extras, build_trials, check_balance
-from webapp.campaign.raters import RatersFile
-from webapp.campaign.trial_app import CrowdOptions
-from webapp.campaign.trial_store import TrialStore
+from webapp.campaign.data import store as campaign_store
+from webapp.campaign.data.conditions import Condition
+from webapp.campaign.data.crowd import CrowdLinks
+from webapp.campaign.data.definition import Campaign, raters_path
+from webapp.campaign.data.raters import RatersFile
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import get_design, option_values, plan_of
+from webapp.campaign.server.app import CrowdOptions
 from webapp.storage import DataLayout
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,7 @@ def answers(design: str, trial, rater: str) -> list:
 
 def rate_all(client: Client, campaign: Campaign, rater: str, token: str = "") -> dict:
     """Rate the rater's whole queue through the API; returns the last page."""
-    plan = campaign.assignment()
+    plan = plan_of(campaign)
     page = client.predict(token, api_name="/campaign_item")
     if page["mode"] == "qualify":
         digits = [r["answer"] for k, r in sorted(campaign.extra_clips().items()) if r["role"] == "qualification"]
@@ -108,8 +109,8 @@ def rate_all(client: Client, campaign: Campaign, rater: str, token: str = "") ->
         for i in range(len(trial.stimuli)):
             client.predict(token, trial.entry_id, i, api_name="/campaign_played")
         scores = answers(campaign.design, trial, rater)
-        choice, sliders = (None, scores) if campaign.design == "mushra" else (scores[0], [])
-        page = client.predict(token, trial.entry_id, choice, sliders, api_name="/campaign_submit")
+        sent = {"score": scores} if campaign.design == "mushra" else {"score": scores[0]}
+        page = client.predict(token, trial.entry_id, sent, api_name="/campaign_submit")
     return page
 
 
@@ -117,13 +118,12 @@ def rate_all(client: Client, campaign: Campaign, rater: str, token: str = "") ->
 def clock(monkeypatch):
     fake = FakeClock()
     monkeypatch.setattr(campaign_store, "now_iso", fake)
-    monkeypatch.setattr(trial_store, "now_iso", fake)
     return fake
 
 
 def serve(layout: DataLayout, campaign: Campaign, crowd: CrowdOptions | None = None):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.campaign.server.app import build_campaign_app, launch_campaign
 
     demo = build_campaign_app(layout.root, campaign.name, crowd=crowd)
     _, url, _ = launch_campaign(demo, AdminGate(ADMIN), port=free_port(), prevent_thread_lock=True)
@@ -178,22 +178,26 @@ def test_bad_input_is_refused_and_nothing_is_stored(tmp_path, clock):
     try:
         asha, ben = (Client(url, auth=(n, passwords[n]), verbose=False, download_files=False) for n in passwords)
         page, other = asha.predict("", api_name="/campaign_item"), ben.predict("", api_name="/campaign_item")
-        trial = campaign.assignment().entries()[page["entry"]]
+        trial = plan_of(campaign).entries()[page["entry"]]
         good = [50] * len(trial.stimuli)
         with pytest.raises(AppError, match="Play every clip"):
-            asha.predict("", trial.entry_id, None, good, api_name="/campaign_submit")
+            asha.predict("", trial.entry_id, {"score": good}, api_name="/campaign_submit")
         for i in range(len(trial.stimuli)):
             asha.predict("", trial.entry_id, i, api_name="/campaign_played")
-        for bad in ([101] + good[1:], [-1] + good[1:], good[:-1], ["x"] + good[1:], [50.5] + good[1:]):
+        for bad in ([101] + good[1:], [-1] + good[1:], good[:-1], ["x"] + good[1:], [50.5] + good[1:],
+                    [True] + good[1:]):
             with pytest.raises(AppError):
-                asha.predict("", trial.entry_id, None, bad, api_name="/campaign_submit")
+                asha.predict("", trial.entry_id, {"score": bad}, api_name="/campaign_submit")
+        for bad in (good, None, {"scores": good}, "50"):  # not an answers object, or no scores in it
+            with pytest.raises(AppError):
+                asha.predict("", trial.entry_id, bad, api_name="/campaign_submit")
         with pytest.raises(AppError, match="not in your queue"):
-            asha.predict("", other["entry"], None, good, api_name="/campaign_submit")
+            asha.predict("", other["entry"], {"score": good}, api_name="/campaign_submit")
         with pytest.raises(AppError, match="not in your queue"):
             asha.predict("", other["entry"], 0, api_name="/campaign_played")
-        assert TrialStore(layout.database).rows(campaign.name) == []
-        asha.predict("", trial.entry_id, None, good, api_name="/campaign_submit")
-        assert len(TrialStore(layout.database).rows(campaign.name)) == len(trial.stimuli)
+        assert CampaignStore(layout.database).rows(campaign.name) == []
+        asha.predict("", trial.entry_id, {"score": good}, api_name="/campaign_submit")
+        assert len(CampaignStore(layout.database).rows(campaign.name)) == len(trial.stimuli)
     finally:
         demo.close()
 
@@ -223,23 +227,33 @@ def test_crowd_mode_refuses_forged_and_reused_links_and_shows_the_code_only_at_t
         assert last["mode"] == "done" and last["code"] == "RUMIK2026"
     finally:
         demo.close()
-    rows = TrialStore(layout.database).rows(campaign.name)
+    rows = CampaignStore(layout.database).rows(campaign.name)
     assert {r["rater"] for r in rows} == {links.rater_name("worker01")}
 
 
-@pytest.mark.parametrize("design", ["mos", "cmos", "smos", "mushra"])
+def planned(design: str, k: int, slots: int, seed: int) -> SimpleNamespace:
+    """What a design's plan reads of a campaign (7 prompts, 3 conditions, gold and trapping clips in
+    the manifest), without clips on disk."""
+    options = option_values({"reference_condition": "b", "reference": "espeak", "speaker_ref_system": "espeak"})
+    extras = {"p0|gold:espeak": {"role": "gold"}, "p1|gold:degraded": {"role": "gold"},
+              "p0|trap:0": {"role": "trap", "expected": 3.0}, "p1|trap:1": {"role": "trap", "expected": 5.0}}
+    return SimpleNamespace(prompts=[{"id": f"p{n}"} for n in range(7)], conditions=[Condition(c, c) for c in "abc"],
+                           raters_per_item=k, rater_slots=slots, seed=seed, options=options,
+                           definition={"repeat_fraction": 0.2}, extra_clips=lambda: extras)
+
+
+@pytest.mark.parametrize("design", ["ab", "mos", "cmos", "smos", "mushra"])
 def test_balance_rules_hold_and_a_broken_plan_is_caught(design):
-    prompts, conditions = [f"p{k}" for k in range(7)], ["a", "b", "c"]
-    options = DesignOptions(design, reference_condition="b", reference="espeak", speaker_ref_system="espeak")
-    extras = Extras(gold=["p0|gold:espeak", "p1|gold:degraded"], traps=[("p0|trap:0", 3.0), ("p1|trap:1", 5.0)],
-                    speaker_refs={p: f"{p}|reference" for p in prompts})
+    record = get_design(design)
     for seed, (k, slots) in itertools.product(range(5), [(1, 1), (2, 3), (3, 5)]):
-        plan = build_trials(options, prompts, conditions, extras, k, slots, seed)
-        assert check_balance(plan, options, prompts, conditions) == [], (seed, k, slots)
-    plan = build_trials(options, prompts, conditions, extras, 2, 3, 0)
+        campaign = planned(design, k, slots, seed)
+        plan = record.build_plan(campaign)
+        assert record.check_balance(plan, campaign) == [], (seed, k, slots)
+    campaign = planned(design, 2, 3, 0)
+    plan = record.build_plan(campaign)
     broken = plan.slots[0][0]
     plan.slots[1].append(broken.__class__(**{**broken.__dict__, "slot": 1, "entry_id": "x" * 24}))
-    assert check_balance(plan, options, prompts, conditions)
+    assert record.check_balance(plan, campaign)
 
 
 def test_the_mushra_anchor_is_a_3500_hz_low_pass_of_the_reference(tmp_path):
@@ -285,5 +299,5 @@ def test_mos_qualification_failure_ends_the_session_politely(tmp_path, clock):
             client.predict("", api_name="/campaign_item")
     finally:
         demo.close()
-    assert TrialStore(layout.database).qualifications(campaign.name) == {"deaf": False}
+    assert CampaignStore(layout.database).qualifications(campaign.name) == {"deaf": False}
 

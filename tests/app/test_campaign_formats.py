@@ -1,4 +1,4 @@
-"""Tests for webapp/campaign/formats.py: the P.808 toolkit's and webMUSHRA's CSV layouts, and our
+"""Tests for webapp/campaign/analysis/formats.py: the P.808 toolkit's and webMUSHRA's CSV layouts, and our
 SMOS file, on small hand-made rating rows.
 
 The expected headers are typed out from the reference tools' sources:
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from webapp.campaign.formats import FormatError, session_uuid, write_design_exports
+from webapp.campaign.analysis.formats import FormatError, session_uuid, write_p808, write_smos, write_webmushra
 
 
 def row(design, slot, rater, position, item, kind, condition, clip, score, stimulus=0, **extra) -> dict:
@@ -85,7 +85,7 @@ def normalised(header: list[str]) -> list[str]:
 # ------------------------------------------------------------------ P.808 ACR (mos)
 
 def test_acr_batch_header_is_the_toolkits(tmp_path):
-    paths = write_design_exports("mos", mos_rows(), tmp_path, clip_urls=urls)
+    paths = write_p808("acr", mos_rows(), tmp_path, clip_urls=urls, design="mos")
     assert [p.name for p in paths] == ["p808_acr_2q_batch_results.csv", "p808_acr_2q_result_parser.cfg",
                                        "p808_acr_4q_batch_results.csv", "p808_acr_4q_result_parser.cfg"]
     header, _ = read(tmp_path / "p808_acr_4q_batch_results.csv")
@@ -97,7 +97,7 @@ def test_acr_batch_header_is_the_toolkits(tmp_path):
 
 
 def test_acr_values_land_in_their_cells(tmp_path):
-    write_design_exports("mos", mos_rows(), tmp_path, clip_urls=urls)
+    write_p808("acr", mos_rows(), tmp_path, clip_urls=urls, design="mos")
     _, hits = read(tmp_path / "p808_acr_4q_batch_results.csv")
     assert [h["WorkerId"] for h in hits] == ["alice", "crowd-0123456789ab"]
     alice = hits[0]
@@ -115,7 +115,7 @@ def test_acr_values_land_in_their_cells(tmp_path):
 
 
 def test_acr_short_session_gets_its_own_batch_and_config(tmp_path):
-    write_design_exports("mos", mos_rows(), tmp_path)  # default URLs: the campaign folder's clips/<id>.wav
+    write_p808("acr", mos_rows(), tmp_path, design="mos")  # default URLs: the campaign folder's clips/<id>.wav
     header, hits = read(tmp_path / "p808_acr_2q_batch_results.csv")
     assert [h["WorkerId"] for h in hits] == ["carol"]
     assert hits[0]["Answer.Q1_URL"] == "clips/a2.wav" and hits[0]["Answer.q2"] == "3"
@@ -142,7 +142,7 @@ def cmos_rows() -> list[dict]:
 
 
 def test_ccr_batch_header_and_values(tmp_path):
-    paths = write_design_exports("cmos", cmos_rows(), tmp_path, clip_urls=urls,
+    paths = write_p808("ccr", cmos_rows(), tmp_path, clip_urls=urls, design="cmos",
                                  clip_ids_by_key={"p1|ref": "r1", "p2|ref": "r2"})
     assert [p.name for p in paths] == ["p808_ccr_2q_batch_results.csv", "p808_ccr_2q_result_parser.cfg"]
     header, hits = read(paths[0])
@@ -165,7 +165,7 @@ def test_ccr_batch_header_and_values(tmp_path):
 
 
 def test_ccr_reference_urls_are_blank_without_the_clip_index(tmp_path):
-    (path, _) = write_design_exports("cmos", cmos_rows(), tmp_path)
+    (path, _) = write_p808("ccr", cmos_rows(), tmp_path, design="cmos")
     _, hits = read(path)
     assert hits[0]["Input.Q0_P"] == "clips/a1.wav" and hits[0]["Input.Q0_R"] == ""
 
@@ -178,7 +178,7 @@ def test_webmushra_csv(tmp_path):
     rows = [row("mushra", 3, "erin", 0, "p7", "test", c, f"clip{s}", sc, stimulus=s, seconds=41.25,
                 role={"reference": "reference", "anchor": "anchor"}.get(c, "test"))
             for s, (c, sc) in enumerate(zip(conds, scores, strict=True))]
-    (path,) = write_design_exports("mushra", rows[::-1], tmp_path)
+    (path,) = write_webmushra(rows[::-1], tmp_path, design="mushra")
     assert path.name == "webmushra_mushra.csv"
     header, out = read(path)
     assert header == ["session_test_id", "rater", "session_uuid", "trial_id", "rating_stimulus", "rating_score",
@@ -197,7 +197,7 @@ def test_webmushra_csv(tmp_path):
 def test_smos_csv(tmp_path):
     rows = [row("smos", 0, "fay", 0, "p1/sysA", "test", "sysA", "a1", 4, reference="spk"),
             row("smos", 0, "fay", 1, "trap/2", "trap", "trap", "tp2", 2, reference="spk", expected=2.0)]
-    (path,) = write_design_exports("smos", rows, tmp_path, clip_urls=urls)
+    (path,) = write_smos(rows, tmp_path, clip_urls=urls, design="smos")
     header, out = read(path)
     assert header == ["campaign", "rater", "slot", "position", "entry_id", "item_id", "prompt_id", "kind", "condition",
                       "clip_url", "reference_url", "score", "expected", "seconds", "shown_at", "submitted_at"]
@@ -209,14 +209,16 @@ def test_smos_csv(tmp_path):
 # ------------------------------------------------------------------ contract
 
 def test_nothing_rated_writes_nothing(tmp_path):
-    assert write_design_exports("mos", [], tmp_path) == []
+    assert write_p808("acr", [], tmp_path) == [] and write_webmushra([], tmp_path) == [] == write_smos([], tmp_path)
     assert not any(tmp_path.iterdir())
 
 
 def test_bad_calls_name_the_fix(tmp_path):
-    with pytest.raises(FormatError, match="use one of mos, cmos, smos, mushra"):
-        write_design_exports("ab", [], tmp_path)
+    with pytest.raises(FormatError, match="P.808 method 'ab': use 'acr' \\(absolute ratings\\) or 'ccr'"):
+        write_p808("ab", [], tmp_path)
     with pytest.raises(FormatError, match="pass one campaign's rows"):
-        write_design_exports("mos", cmos_rows(), tmp_path)
+        write_p808("acr", cmos_rows(), tmp_path, design="mos")
+    with pytest.raises(FormatError, match="pass one campaign's rows"):
+        write_smos(mos_rows() + cmos_rows(), tmp_path)
     with pytest.raises(FormatError, match="add it to clip_urls"):
-        write_design_exports("mos", mos_rows(), tmp_path, clip_urls={"a1": "x.wav"})
+        write_p808("acr", mos_rows(), tmp_path, clip_urls={"a1": "x.wav"})

@@ -1,4 +1,4 @@
-"""Audio judges beside a campaign's listeners (webapp.campaign.judges): on a small synthetic
+"""Audio judges beside a campaign's listeners (webapp.campaign.analysis.judges): on a small synthetic
 campaign of real espeak-ng speech (two voices, four prompts) rated by a script, the saved
 per-clip DNSMOS and speaker similarity equal the judges run by hand, Spearman's rho equals
 scipy's, values are reused on a rerun, the section says when ratings came in since, and the
@@ -32,14 +32,16 @@ from tests.evaluation.conftest import espeak_wav
 from webapp.access import AdminGate
 from webapp.audio_judges import AudioJudges
 from webapp.campaign import cli
-from webapp.campaign.definition import Campaign, raters_path
-from webapp.campaign.design import build_conditions, parse_settings
-from webapp.campaign.export import export_campaign
-from webapp.campaign.generate import ensure_assignment, generate_clips
-from webapp.campaign.judges import JUDGES_FILE, compute_judges, judges_markdown, judges_path, load_judges
+from webapp.campaign.analysis.judges import JUDGES_FILE, compute_judges, judges_markdown, judges_path, load_judges
+from webapp.campaign.clips.generate import generate_clips
+from webapp.campaign.data.conditions import build_conditions, parse_settings
+from webapp.campaign.data.definition import Campaign, raters_path
+from webapp.campaign.data.raters import RatersFile
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import design_of
+from webapp.campaign.prepare import define_campaign, ensure_plan
 from webapp.campaign.queues import RaterQueues
-from webapp.campaign.raters import RatersFile
-from webapp.campaign.store import Answer, CampaignStore
+from webapp.campaign.reports import clip_ratings, export_campaign
 from webapp.storage import DataLayout, ServedFolder
 
 pytestmark = pytest.mark.slow  # DNSMOS and resemblyzer on 8 real clips, and the voices' references
@@ -58,11 +60,10 @@ def rate(queues: RaterQueues, campaign: Campaign, rater: str, limit: int | None 
     """Submit `rater`'s SCORES for their queue (the first `limit` items)."""
     ids = [c.id for c in campaign.conditions]
     done = 0
-    while (item := queues.next_item(rater)) is not None and (limit is None or done < limit):
-        entry = queues.entries[item.entry_id]
-        score = dict(zip(ids, SCORES[rater][entry.prompt_id], strict=True))
-        a, b = (score[campaign.conditions[i].id] for i in (entry.left, entry.right))
-        queues.submit(rater, item.entry_id, Answer("A" if a >= b else "B", a, b))
+    while (shown := queues.next_trial(rater)) is not None and (limit is None or done < limit):
+        score = dict(zip(ids, SCORES[rater][shown.trial.prompt_id], strict=True))
+        a, b = (score[c] for c in shown.trial.conditions)  # clips A and B
+        queues.submit(rater, shown.entry_id, {"score": [a, b], "preference": "A" if a >= b else "B"})
         done += 1
 
 
@@ -72,11 +73,11 @@ def rated(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("campaign-judges")
     layout = DataLayout(tmp / "data")
     conditions = build_conditions(["espeak"], parse_settings(["voice=Ira,Aisha"]))
-    campaign = Campaign.define(layout, "judged", write_prompts(tmp / "prompts.jsonl", PROMPTS), conditions, 2, 2,
+    campaign = define_campaign(layout, "judged", write_prompts(tmp / "prompts.jsonl", PROMPTS), conditions, 2, 2,
                                0.0, 0)
     generate_clips(campaign)
-    assert ensure_assignment(campaign)
-    store = CampaignStore(layout.database)
+    assert ensure_plan(campaign)
+    store = CampaignStore(layout.database, layout=design_of(campaign))
     queues = RaterQueues(campaign, store, ServedFolder(tmp / "served"))
     rate(queues, campaign, "asha")
     rate(queues, campaign, "ben", limit=3)
@@ -86,7 +87,7 @@ def rated(tmp_path_factory):
 @pytest.fixture(scope="module")
 def judged(rated):
     judges = AudioJudges()
-    return judges, compute_judges(rated.campaign, rated.store, judges)
+    return judges, compute_judges(rated.campaign, clip_ratings(rated.campaign, rated.store), judges)
 
 
 def clip_means(campaign: Campaign, store: CampaignStore) -> dict[tuple[str, str], float]:
@@ -119,7 +120,8 @@ def test_saved_values_equal_the_judges_run_by_hand(rated, judged):
 
 
 def test_rho_equals_scipy_and_the_table_sits_beside_the_human_scores(rated, judged):
-    saved = compute_judges(rated.campaign, rated.store, judged[0])  # over the ratings stored now
+    ratings = clip_ratings(rated.campaign, rated.store)
+    saved = compute_judges(rated.campaign, ratings, judged[0])  # over the ratings stored now
     human = clip_means(rated.campaign, rated.store)
     ovrl = {(e["prompt"], e["condition"]): e["values"]["dnsmos_ovrl"] for e in saved["clips"]}
     keys = sorted(human)
@@ -145,13 +147,13 @@ def test_a_rerun_reuses_the_clips_values_and_new_ratings_show_as_pending(rated, 
 
     monkeypatch.setattr(judges.quality(), "score", refuse)
     monkeypatch.setattr(judges.encoder(), "embed", refuse)
-    again = compute_judges(rated.campaign, rated.store, judges)
+    again = compute_judges(rated.campaign, clip_ratings(rated.campaign, rated.store), judges)
     assert again["clips"] == saved["clips"] and again["results"] == saved["results"]
     rate(rated.queues, rated.campaign, "ben")  # ben's last item
     stored = 2 * len(rated.store.rows(rated.campaign.name))
     section = judges_markdown(load_judges(rated.campaign), stored)
     assert f"{stored} clip ratings are stored now: compute the audio judges again" in section
-    newer = compute_judges(rated.campaign, rated.store, judges)
+    newer = compute_judges(rated.campaign, clip_ratings(rated.campaign, rated.store), judges)
     assert newer["clip_ratings"] == stored and "stored now" not in judges_markdown(newer, stored)
 
 
@@ -170,7 +172,7 @@ def test_the_export_carries_the_audio_judges(rated, judged, tmp_path):
 
 def test_the_admins_button_on_the_campaign_server(rated, judged):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.campaign.server.app import build_campaign_app, launch_campaign
 
     secret = "campaign-judges-admin-0123"
     password = RatersFile(raters_path(rated.layout)).add("asha", reset=True)
@@ -192,6 +194,7 @@ def test_the_admins_button_on_the_campaign_server(rated, judged):
 
 def test_command_line_with_one_reference_clip(rated, judged, capsys, tmp_path):
     ref = espeak_wav(tmp_path / "ref.wav", "en-us+m3", "A male voice reads this sentence as the reference.")
+    before = judges_path(rated.campaign).read_bytes()  # the systems' own voices, put back for other tests
     args = ["judges", "--name", rated.campaign.name, "--data-dir", str(rated.layout.root), "--speaker-ref", str(ref)]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
@@ -209,4 +212,4 @@ def test_command_line_with_one_reference_clip(rated, judged, capsys, tmp_path):
                      "--speaker-ref", str(tmp_path / "missing.wav")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no such audio file" in err and err.count("\n") == 1
-    compute_judges(rated.campaign, rated.store, judged[0])  # back to the systems' own voices for other tests
+    judges_path(rated.campaign).write_bytes(before)

@@ -16,19 +16,20 @@ import threading
 
 import pytest
 
-from tests.app.campaign_fixtures import make_campaign
+from tests.app.campaign_fixtures import make_campaign, pair_answers
 from webapp.access import FREE_FAILURES, SYNC_MAX_HOLD_S, AccessDenied, AdminGate, GuessThrottle, throttled_auth
 from webapp.campaign import cli
-from webapp.campaign.definition import raters_path
-from webapp.campaign.queues import RaterQueues
-from webapp.campaign.raters import (
+from webapp.campaign.data.definition import raters_path
+from webapp.campaign.data.raters import (
     CampaignLogin,
     RaterError,
     RatersFile,
     check_password,
     hash_password,
 )
-from webapp.campaign.store import Answer, CampaignStore, NotYourItem
+from webapp.campaign.data.store import CampaignStore, NotYourItem
+from webapp.campaign.designs import design_of
+from webapp.campaign.queues import RaterQueues
 from webapp.common import UserError
 from webapp.storage import ServedFolder, without_random_chunk
 
@@ -154,64 +155,63 @@ def test_slots_are_claimed_once_each_even_at_the_same_time(tmp_path):
     assert store.slots(campaign.name) == {s: r for r, s in got.items() if s is not None}
 
 
-def answer_for(queues: RaterQueues, entry_id: str, pref: str = "A", a: int = 4, b: int = 2) -> Answer:
-    tagged = queues.campaign.prompt_view(queues.entries[entry_id].prompt_id).request is not None
-    return Answer(pref, a, b, *(("laugh", 4, "none", None) if tagged else ()))
-
-
 def test_a_rater_reaches_only_their_own_queue(tmp_path):
     layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=2)
     store, served = CampaignStore(layout.database), ServedFolder(tmp_path / "served")
     queues = RaterQueues(campaign, store, served)
-    asha, ben = queues.next_item("asha"), queues.next_item("ben")
+    asha, ben = queues.next_trial("asha"), queues.next_trial("ben")
     assert queues.plan.slots[queues.slot_for("asha")][0].entry_id == asha.entry_id != ben.entry_id
     # Clips are copies under random names in the served folder, with the private clips' bytes.
-    for path in (asha.clip_a, asha.clip_b):
+    assert len(asha.clips) == 2 and asha.reference is None
+    for path in asha.clips:
         assert path.parent == served.root and re.fullmatch(r"[0-9a-f]{32}\.wav", path.name)
-    entry = queues.entries[asha.entry_id]
-    private = campaign.clip_file(queues.clips[(entry.prompt_id, entry.left)])
-    assert without_random_chunk(asha.clip_a.read_bytes()) == private.read_bytes()
+    private = campaign.clip_file(queues.clips[asha.trial.stimuli[0]])
+    assert without_random_chunk(asha.clips[0].read_bytes()) == private.read_bytes()
     again = served.copy(private)  # the same clip served twice (a repeated item): different bytes, same audio
-    assert again.read_bytes() != asha.clip_a.read_bytes()
+    assert again.read_bytes() != asha.clips[0].read_bytes()
     assert without_random_chunk(again.read_bytes()) == private.read_bytes()
     # Another rater's entry, an unknown id, the admin: refused, the same way.
     for who, entry_id in (("asha", ben.entry_id), ("asha", "0" * 24), ("ben", asha.entry_id)):
         with pytest.raises(AccessDenied, match="not in your queue"):
-            queues.submit(who, entry_id, answer_for(queues, asha.entry_id))
+            queues.submit(who, entry_id, pair_answers(queues, asha.entry_id))
     with pytest.raises(AccessDenied, match="admin login has no rating queue"):
-        queues.next_item("admin")
+        queues.next_trial("admin")
     # The store checks ownership itself too (inside the submission's transaction).
+    rows = queues.design.rows(ben.trial, {"score": [3, 3], "preference": "A", "heard": [None] * 2,
+                                          "where": [None] * 2}, queues.clips)
     with pytest.raises(NotYourItem):
-        store.submit(campaign.name, queues.entries[ben.entry_id], "asha", Answer("A", 3, 3), ("x", "y"))
+        store.submit(campaign.name, ben.trial, "asha", rows)
     assert store.rows(campaign.name) == []
 
 
 def test_submissions_are_idempotent_checked_and_resume_where_left(tmp_path):
     layout, campaign = make_campaign(tmp_path, raters_per_item=2, rater_slots=2, repeat_fraction=0.5)
-    store = CampaignStore(layout.database)
+    store = CampaignStore(layout.database, layout=design_of(campaign))
     queues = RaterQueues(campaign, store, ServedFolder(tmp_path / "served"))
     total = len(queues.queue("asha"))
-    item = queues.next_item("asha")
+    item = queues.next_trial("asha")
     with pytest.raises(UserError, match="expression score"):
-        queues.submit("asha", item.entry_id, Answer("A", 0, 3))
+        queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id, a=0, b=3))
     with pytest.raises(UserError, match="preference"):
-        queues.submit("asha", item.entry_id, Answer("left", 3, 3))
-    assert queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
-    assert not queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id, "B"))  # a double click
+        queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id, "left", 3, 3))
+    assert queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id))
+    assert not queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id, "B"))  # a double click
     rows = store.rows(campaign.name)
     assert len(rows) == 1 and rows[0]["preference"] == "A" and rows[0]["seconds"] >= 0
     # A fresh RaterQueues (a restarted server) continues at the next item.
     again = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served2"))
-    nxt = again.next_item("asha")
+    nxt = again.next_trial("asha")
     assert nxt.entry_id == again.queue("asha")[1].entry_id and (nxt.done, nxt.total) == (1, total)
     # The NoVA question: required for a tagged prompt, dropped for an untagged one.
     tagged = next(e for e in again.queue("asha") if e.prompt_id == "p_tag")
     with pytest.raises(UserError, match="laugh, chuckle or sigh"):
-        again.submit("asha", tagged.entry_id, Answer("B", 3, 3))
+        again.submit("asha", tagged.entry_id, {"score": [3, 3], "preference": "B"})
     with pytest.raises(UserError, match="click the word"):
-        again.submit("asha", tagged.entry_id, Answer("B", 3, 3, "laugh", 99, "none", None))
+        again.submit("asha", tagged.entry_id, pair_answers(again, tagged.entry_id, "B", 3, 3,
+                                                           ("laugh", 99, "none", None)))
     plain = next(e for e in again.queue("asha") if e.prompt_id != "p_tag" and e.entry_id != item.entry_id)
-    assert again.submit("asha", plain.entry_id, Answer("none", 3, 3, "laugh", 2, "sigh", 1))
+    sent = {"score": [3, 3], "preference": "none", "heard": ["laugh", "sigh"], "where": [2, 1]}
+    assert again.submit("asha", plain.entry_id, sent)
     stored = next(r for r in store.rows(campaign.name) if r["entry_id"] == plain.entry_id)
     assert (stored["heard_a"], stored["where_a"], stored["preferred_condition"]) == (None, None, None)
 
@@ -219,8 +219,8 @@ def test_submissions_are_idempotent_checked_and_resume_where_left(tmp_path):
 def test_the_admin_sees_every_slot(tmp_path):
     layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=3)
     queues = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served"))
-    item = queues.next_item("asha")
-    queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
+    item = queues.next_trial("asha")
+    queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id))
     progress = queues.progress()
     assert [(p["slot"], p["rater"], p["done"]) for p in progress] == [(0, "asha", 1), (1, None, 0), (2, None, 0)]
     assert sum(p["total"] for p in progress) == sum(len(q) for q in queues.plan.slots)
@@ -229,24 +229,24 @@ def test_the_admin_sees_every_slot(tmp_path):
 # ---------------------------------------------------------------- removing a rater
 def test_a_removed_rater_frees_their_slot_and_their_session_ends(tmp_path):
     layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=1, repeat_fraction=0.5)
-    raters, store = RatersFile(raters_path(layout)), CampaignStore(layout.database)
+    raters, store = RatersFile(raters_path(layout)), CampaignStore(layout.database, layout=design_of(campaign))
     raters.add("asha")
     raters.add("ben")
     queues = RaterQueues(campaign, store, ServedFolder(tmp_path / "served"), has_login=raters.has)
-    first = queues.next_item("asha")
-    queues.submit("asha", first.entry_id, answer_for(queues, first.entry_id))
+    first = queues.next_trial("asha")
+    queues.submit("asha", first.entry_id, pair_answers(queues, first.entry_id))
     with pytest.raises(UserError, match="slot"):
-        queues.next_item("ben")  # the one slot is asha's
+        queues.next_trial("ben")  # the one slot is asha's
     assert raters.remove("asha") and not raters.has("asha") and not raters.remove("asha")
     with pytest.raises(AccessDenied, match="login was removed"):
-        queues.next_item("asha")  # a session signed in before the removal
+        queues.next_trial("asha")  # a session signed in before the removal
     assert store.release_slots("asha") == [{"campaign": campaign.name, "slot": 0, "ratings": 1}]
     # ben takes the slot over and continues where asha stopped; her rating stays hers.
-    nxt = queues.next_item("ben")
+    nxt = queues.next_trial("ben")
     assert (nxt.done, nxt.entry_id) == (1, queues.queue("ben")[1].entry_id)
     assert [(r["rater"], r["entry_id"]) for r in store.rows(campaign.name)] == [("asha", first.entry_id)]
     with pytest.raises(AccessDenied, match="login was removed"):
-        queues.next_item("asha")  # and cannot claim the slot back
+        queues.next_trial("asha")  # and cannot claim the slot back
 
 
 def test_remove_rater_with_dropped_ratings_restarts_the_queue(tmp_path, capsys):
@@ -255,21 +255,21 @@ def test_remove_rater_with_dropped_ratings_restarts_the_queue(tmp_path, capsys):
     assert cli.main(["add-rater", "asha", "--campaign", campaign.name, "--data-dir", data]) == 0
     queues = RaterQueues(campaign, CampaignStore(layout.database), ServedFolder(tmp_path / "served"))
     for _ in range(2):
-        item = queues.next_item("asha")
-        queues.submit("asha", item.entry_id, answer_for(queues, item.entry_id))
+        item = queues.next_trial("asha")
+        queues.submit("asha", item.entry_id, pair_answers(queues, item.entry_id))
     capsys.readouterr()
     assert cli.main(["remove-rater", "asha", "--drop-ratings", "--data-dir", data]) == 0
     out = capsys.readouterr().out
     assert "login removed" in out and f"campaign {campaign.name}: slot 0 is free (2 rating(s) deleted" in out
     assert queues.store.rows(campaign.name) == [] and queues.store.slots(campaign.name) == {}
-    assert queues.next_item("ravi").done == 0  # the next holder rates the whole queue
+    assert queues.next_trial("ravi").done == 0  # the next holder rates the whole queue
     assert cli.main(["remove-rater", "nobody", "--data-dir", data]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: No rater 'nobody'") and err.count("\n") == 1
 
 
 def test_repeat_consistency_counts_only_a_raters_own_first_hearing(tmp_path):
-    from webapp.campaign.export import results_for
+    from webapp.campaign.reports import results_for
 
     layout, campaign = make_campaign(tmp_path, raters_per_item=1, rater_slots=1, repeat_fraction=0.5)
     store = CampaignStore(layout.database)
@@ -277,9 +277,9 @@ def test_repeat_consistency_counts_only_a_raters_own_first_hearing(tmp_path):
     queue = queues.queue("asha")
     originals = [e for e in queue if e.repeat_of is None]
     for entry in originals:  # asha hears every pair once, then leaves
-        queues.submit("asha", entry.entry_id, answer_for(queues, entry.entry_id))
+        queues.submit("asha", entry.entry_id, pair_answers(queues, entry.entry_id))
     store.release_slots("asha")
     for entry in (e for e in queue if e.repeat_of is not None):  # ben hears the repeats
-        queues.submit("ben", entry.entry_id, answer_for(queues, entry.entry_id))
+        queues.submit("ben", entry.entry_id, pair_answers(queues, entry.entry_id))
     stats = {r.rater: r for r in results_for(campaign, store).raters}
     assert stats["ben"].repeats == 0 and stats["asha"].repeats == 0

@@ -17,9 +17,10 @@ from evaluation.listening_stats import bootstrap_mean, krippendorff_alpha
 from evaluation.report import read_jsonl
 from tests.app.campaign_fixtures import folder_system, make_campaign, write_prompts
 from webapp.campaign import cli
-from webapp.campaign.export import export_campaign, results_for
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import design_of
 from webapp.campaign.queues import RaterQueues
-from webapp.campaign.store import Answer, CampaignStore
+from webapp.campaign.reports import export_campaign, results_for
 from webapp.storage import ServedFolder
 
 # Per rater and prompt: scores of condition 0 and 1, the preferred condition (None = no
@@ -32,16 +33,19 @@ HEARD = {"asha": {0: ("laugh", 4), 1: ("none", None)}, "ben": {0: ("laugh", 2), 
 REPEAT = {"asha": "same", "ben": "flip"}  # asha answers her repeat as before; ben flips and scores 1, 1
 
 
-def answer(entry, rater: str, repeat: bool) -> Answer:
-    s0, s1, pref = SCRIPT[rater][entry.prompt_id]
+def answer(trial, condition_ids: list[str], rater: str, repeat: bool) -> dict:
+    """The rater's answers to an A/B trial: the script's scores of its clips A and B, in their order."""
+    s0, s1, pref = SCRIPT[rater][trial.prompt_id]
     scores = {0: s0, 1: s1}
     if repeat and REPEAT[rater] == "flip":
         scores, pref = {0: 1, 1: 1}, (1 - pref if pref is not None else 0)
-    side = {entry.left: "A", entry.right: "B"}
-    heard = ()
-    if entry.prompt_id == "p_tag":
-        heard = (*HEARD[rater][entry.left], *HEARD[rater][entry.right])
-    return Answer("none" if pref is None else side[pref], scores[entry.left], scores[entry.right], *heard)
+    left, right = (condition_ids.index(c) for c in trial.conditions)  # condition indices played as A and B
+    side = {left: "A", right: "B"}
+    out = {"score": [scores[left], scores[right]], "preference": "none" if pref is None else side[pref]}
+    if trial.prompt_id == "p_tag":
+        out.update(heard=[HEARD[rater][left][0], HEARD[rater][right][0]],
+                   where=[HEARD[rater][left][1], HEARD[rater][right][1]])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +53,13 @@ def rated(tmp_path_factory):
     """Two raters, three prompts, two conditions, k = 2 (both rate every pair), one repeat each."""
     tmp = tmp_path_factory.mktemp("campaign")
     layout, campaign = make_campaign(tmp, raters_per_item=2, rater_slots=2, repeat_fraction=0.34)
-    store = CampaignStore(layout.database)
+    store = CampaignStore(layout.database, layout=design_of(campaign))
     queues = RaterQueues(campaign, store, ServedFolder(tmp / "served"))
+    ids = [c.id for c in campaign.conditions]
     for rater in ("asha", "ben"):
-        while (item := queues.next_item(rater)) is not None:
-            entry = queues.entries[item.entry_id]
-            assert queues.submit(rater, item.entry_id, answer(entry, rater, entry.repeat_of is not None))
+        while (shown := queues.next_trial(rater)) is not None:
+            trial = shown.trial
+            assert queues.submit(rater, shown.entry_id, answer(trial, ids, rater, trial.repeat_of is not None))
     return layout, campaign, store, tmp
 
 

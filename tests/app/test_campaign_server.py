@@ -31,26 +31,29 @@ from tests.app.campaign_fixtures import make_campaign
 from tests.app.conftest import ROOT, free_port
 from tests.app.test_file_access import FILE_ROUTES, METHODS_WITH_HEAD, REFUSED, _login, _quote, fetch, probe_paths
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate
-from webapp.campaign.definition import raters_path
-from webapp.campaign.raters import RatersFile
-from webapp.campaign.store import CampaignStore
+from webapp.campaign.data.definition import raters_path
+from webapp.campaign.data.raters import RatersFile
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import design_of, plan_of
 from webapp.storage import without_random_chunk
 
 ADMIN_SECRET = "campaign-admin-secret-0123"
 TOKEN_WAV = re.compile(r"[0-9a-f]{32}\.wav")
 
 
-def tagged_args(item: tuple) -> tuple:
-    """Answers for the item a /campaign_item or /campaign_submit call returned."""
-    heard_visible = item[7].get("visible", False) if isinstance(item[7], dict) else False
-    heard = ("laugh", 2, "none", None) if heard_visible else (None, None, None, None)
-    return (item[2], 4, 3, "A", *heard)
+def answers_for(page: dict) -> dict:
+    """Answers for the A/B page a /campaign_item or /campaign_submit call returned (NoVA's question
+    where the page asks it: a prompt with an inline tag)."""
+    answers = {"score": [4, 3], "preference": "A"}
+    if page.get("tag_words") is not None:
+        answers.update(heard=["laugh", "none"], where=[2, None])
+    return answers
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.campaign.server.app import build_campaign_app, launch_campaign
 
     tmp = tmp_path_factory.mktemp("campaign-server")
     layout, campaign = make_campaign(tmp, raters_per_item=1, rater_slots=2)
@@ -62,36 +65,36 @@ def server(tmp_path_factory):
     clients = {n: Client(url, auth=(n, pw), verbose=False, download_files=False) for n, pw in passwords.items()}
     clients["admin"] = Client(url, auth=("admin", ADMIN_SECRET), verbose=False, download_files=False)
     yield SimpleNamespace(demo=demo, url=url, port=port, layout=layout, campaign=campaign, passwords=passwords,
-                          clients=clients, store=CampaignStore(layout.database))
+                          clients=clients, store=CampaignStore(layout.database, layout=design_of(campaign)))
     demo.close()
 
 
 def test_each_rater_gets_their_own_queue_and_nothing_else(server):
     asha, ben, admin = (server.clients[n] for n in ("asha", "ben", "admin"))
-    plan = server.campaign.assignment()
-    a_item, b_item = asha.predict(api_name="/campaign_item"), ben.predict(api_name="/campaign_item")
+    plan = plan_of(server.campaign)
+    a_item, b_item = asha.predict("", api_name="/campaign_item"), ben.predict("", api_name="/campaign_item")
     slot = {r: s for s, r in server.store.slots(server.campaign.name).items()}
-    assert a_item[2] == plan.slots[slot["asha"]][0].entry_id and b_item[2] == plan.slots[slot["ben"]][0].entry_id
-    assert asha.predict(api_name="/campaign_page").startswith("Signed in as **asha**")
+    assert a_item["entry"] == plan.slots[slot["asha"]][0].entry_id
+    assert b_item["entry"] == plan.slots[slot["ben"]][0].entry_id
+    assert (a_item["mode"], a_item["who"], len(a_item["clips"])) == ("trial", "asha", 2)
     # asha cannot rate ben's item, whatever she sends; ben's queue is untouched.
     with pytest.raises(AppError, match="not in your queue"):
-        asha.predict(b_item[2], 5, 5, "B", None, None, None, None, api_name="/campaign_submit")
+        asha.predict("", b_item["entry"], {"score": [5, 5], "preference": "B"}, api_name="/campaign_submit")
     assert server.store.rows(server.campaign.name) == []
     # Nor the admin view; and the admin login has no queue and gets no rater's item.
     for api_name in ("/campaign_results", "/campaign_export"):
         with pytest.raises(AppError, match="admin view"):
             asha.predict(api_name=api_name)
-    assert all(x == {"__type__": "update"} or x.get("__type__") == "update"
-               for x in admin.predict(api_name="/campaign_item"))
+    assert admin.predict("", api_name="/campaign_item") == {"mode": "admin", "who": "admin"}
     with pytest.raises(AppError, match="admin login has no rating queue"):
-        admin.predict(*tagged_args(a_item), api_name="/campaign_submit")
+        admin.predict("", a_item["entry"], answers_for(a_item), api_name="/campaign_submit")
     # Her own item: stored once (a repeated call is "already stored"), and the next one comes back.
-    out = asha.predict(*tagged_args(a_item), api_name="/campaign_submit")
-    assert out[0] == "✓ Stored." and out[3] != a_item[2] and "<b>1 / " in out[1]
-    again = asha.predict(*tagged_args(a_item), api_name="/campaign_submit")
-    assert again[0].startswith("Already stored")
+    out = asha.predict("", a_item["entry"], answers_for(a_item), api_name="/campaign_submit")
+    assert out["status"] == "✓ Stored." and out["entry"] != a_item["entry"] and out["done"] == 1
+    again = asha.predict("", a_item["entry"], answers_for(a_item), api_name="/campaign_submit")
+    assert again["status"].startswith("Already stored")
     rows = server.store.rows(server.campaign.name)
-    assert [(r["rater"], r["entry_id"]) for r in rows] == [("asha", a_item[2])]
+    assert [(r["rater"], r["entry_id"]) for r in rows] == [("asha", a_item["entry"])]
     # The admin sees every slot.
     progress, md, *_ = admin.predict(api_name="/campaign_results")
     assert sorted(row[:3] for row in progress["data"]) == sorted([[slot["asha"], "asha", 1], [slot["ben"], "ben", 0]])
@@ -104,29 +107,28 @@ def test_a_removed_rater_is_refused_at_once_even_when_signed_in(server):
     ravi = Client(server.url, auth=("ravi", password), verbose=False, download_files=False)  # signed in
     assert raters.remove("ravi")  # what `python -m webapp.campaign remove-rater ravi` does
     with pytest.raises(httpx.HTTPStatusError, match="401"):  # the session ended with the login
-        ravi.predict(api_name="/campaign_item")
+        ravi.predict("", api_name="/campaign_item")
     with pytest.raises(httpx.HTTPStatusError, match="401"):
-        ravi.predict("0" * 24, 4, 3, "A", None, None, None, None, api_name="/campaign_submit")
+        ravi.predict("", "0" * 24, {"score": [4, 3], "preference": "A"}, api_name="/campaign_submit")
     assert _login(server.port, "ravi", password)[0] == 400
     assert "ravi" not in server.store.slots(server.campaign.name).values()
 
 
 def test_clips_are_served_under_random_names_to_their_rater_only(server):
-    item = server.clients["ben"].predict(api_name="/campaign_item")
-    entry = server.campaign.assignment().entries()[item[2]]
-    clips = server.campaign.clips()
-    for clip, condition in ((item[3], entry.left), (item[4], entry.right)):
-        name = clip["url"].rsplit("/", 1)[-1]
-        assert TOKEN_WAV.fullmatch(name), clip["url"]
-        assert not any(g in clip["url"] for g in ("sys0", "sys1", "folder", "espeak", entry.item_id, entry.prompt_id))
-        path = "/" + clip["url"].split("/", 3)[3]
+    item = server.clients["ben"].predict("", api_name="/campaign_item")
+    trial = plan_of(server.campaign).entries()[item["entry"]]
+    clips = server.campaign.clip_by_key()
+    for clip, key in zip(item["clips"], trial.stimuli, strict=True):
+        name = clip.rsplit("/", 1)[-1]
+        assert TOKEN_WAV.fullmatch(name), clip
+        assert not any(g in clip for g in ("sys0", "sys1", "folder", "espeak", trial.item_id, trial.prompt_id))
+        path = _quote(f"/gradio_api/file={clip}")
         assert fetch(server.port, path)[0] in {401, 403}  # not without signing in
         _, cookie = _login(server.port, "ben", server.passwords["ben"])
         status, body = fetch(server.port, path, cookie=cookie)
-        private = server.campaign.clip_file(clips[(entry.prompt_id, condition)]).read_bytes()
+        private = server.campaign.clip_file(clips[key]).read_bytes()
         assert status == 200 and body[8:] == private[8:len(body)]  # the clip's bytes (a 4 KB head)
-        assert hashlib.sha256(without_random_chunk(Path(clip["path"]).read_bytes())).hexdigest() == \
-            clips[(entry.prompt_id, condition)]["sha256"]
+        assert hashlib.sha256(without_random_chunk(Path(clip).read_bytes())).hexdigest() == clips[key]["sha256"]
 
 
 def test_nothing_before_signing_in_and_the_page_holds_nobodys_data(server):
@@ -143,7 +145,7 @@ def test_nothing_before_signing_in_and_the_page_holds_nobodys_data(server):
     finally:
         conn.close()
     # The page is the same for everyone: their item comes from /campaign_item after load.
-    entries = [e.entry_id for q in server.campaign.assignment().slots for e in q]
+    entries = [e.entry_id for q in plan_of(server.campaign).slots for e in q]
     assert status == 200 and "campaign-submit" in config
     assert not any(e in config for e in entries) and "ben" not in config
     assert config.count("asha") == config.count('"username":"asha"') == 1  # Gradio names the signed-in user
@@ -201,14 +203,15 @@ def wait_for_login(port: int, proc: subprocess.Popen, user: str, password: str) 
 def rate(url: str, name: str, password: str, acked: list, lock: threading.Lock) -> None:
     """Rate the whole queue, sending each submission twice (a double click or a retry)."""
     client = Client(url, auth=(name, password), verbose=False, download_files=False)
-    item = client.predict(api_name="/campaign_item")
-    while item[2]:
-        out = client.predict(*tagged_args(item), api_name="/campaign_submit")
-        assert out[0] == "✓ Stored.", out[0]
+    page = client.predict("", api_name="/campaign_item")
+    while page["mode"] == "trial":
+        out = client.predict("", page["entry"], answers_for(page), api_name="/campaign_submit")
+        assert out["status"] == "✓ Stored.", out["status"]
         with lock:
-            acked.append((name, item[2]))
-        assert client.predict(*tagged_args(item), api_name="/campaign_submit")[0].startswith("Already stored")
-        item = out[1:]
+            acked.append((name, page["entry"]))
+        again = client.predict("", page["entry"], answers_for(page), api_name="/campaign_submit")
+        assert again["status"].startswith("Already stored")
+        page = out
 
 
 def run_raters(port: int, passwords: dict, acked: list, lock: threading.Lock) -> tuple[list[threading.Thread], list]:
@@ -234,7 +237,7 @@ def test_concurrent_raters_and_a_killed_server_lose_nothing(tmp_path):
     raters = RatersFile(raters_path(layout))
     passwords = {name: raters.add(name) for name in ("asha", "ben")}
     log, acked, lock = tmp_path / "server.log", [], threading.Lock()
-    store = CampaignStore(layout.database)
+    store = CampaignStore(layout.database, layout=design_of(campaign))
 
     # Two raters at once; SIGKILL (no shutdown, no checkpoint) while they are still submitting.
     port = free_port()
@@ -271,12 +274,12 @@ def test_concurrent_raters_and_a_killed_server_lose_nothing(tmp_path):
         proc.wait(timeout=30)
     rows = store.rows(campaign.name)
     keys = [(r["rater"], r["entry_id"]) for r in rows]
-    assert len(keys) == len(set(keys)) == sum(len(q) for q in campaign.assignment().slots)  # each exactly once
+    assert len(keys) == len(set(keys)) == sum(len(q) for q in plan_of(campaign).slots)  # each exactly once
     assert set(acked) <= set(keys) and len(set(keys) - set(acked)) <= len(passwords)
     slot = {r: s for s, r in store.slots(campaign.name).items()}
     for name in passwords:  # resumed in queue order, nothing skipped or rated twice
         mine = sorted((r for r in rows if r["rater"] == name), key=lambda r: r["submitted_at"])
-        assert [r["entry_id"] for r in mine] == [e.entry_id for e in campaign.assignment().slots[slot[name]]]
+        assert [r["entry_id"] for r in mine] == [e.entry_id for e in plan_of(campaign).slots[slot[name]]]
 
 
 # ---------------------------------------------------------------- hostile visitors
@@ -312,7 +315,7 @@ def test_a_guesser_slows_only_its_own_address_never_locks_out_and_cookies_are_la
 
 
 def test_a_reset_password_ends_the_sessions_signed_in_before():
-    from webapp.campaign.raters import ExpiringSessions
+    from webapp.campaign.data.raters import ExpiringSessions
 
     class Clock:
         now = 0.0
@@ -334,7 +337,7 @@ def test_a_reset_password_ends_the_sessions_signed_in_before():
 
 
 def test_a_manifest_line_cut_by_a_crash_does_not_stop_create(tmp_path):
-    from webapp.campaign.definition import read_manifest_lines, repair_tail
+    from webapp.campaign.data.definition import read_manifest_lines, repair_tail
 
     path = tmp_path / "manifest.jsonl"
     path.write_text('{"prompt_id": "p1", "condition": 0}\n{"prompt_id": "p2", "cond', encoding="utf-8")

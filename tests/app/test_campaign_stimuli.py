@@ -1,4 +1,4 @@
-"""Tests for webapp/campaign/stimuli.py: the MUSHRA anchor's spectrum, the "Bad" gold clip, the
+"""Tests for webapp/campaign/clips/stimuli.py: the MUSHRA anchor's spectrum, the "Bad" gold clip, the
 P.808 trapping clip and the digits-in-noise trials (with a fake voice, and with espeak-ng where
 it is installed).
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.signal import chirp, freqz, welch
 
-from webapp.campaign.stimuli import (
+from webapp.campaign.clips.stimuli import (
     NOISE_LEAD_S,
     NOISE_TAIL_S,
     TRAP_PAUSE_S,

@@ -158,7 +158,7 @@ def test_a_clip_the_judges_cannot_take_is_its_own_message(speech, monkeypatch):
 
 
 def test_the_app_imports_no_judge_until_one_is_asked_for():
-    code = ("import sys, app; from webapp.campaign import ui; "
+    code = ("import sys, app; from webapp.campaign.server import app as campaign_app; "
             "print(sorted(m for m in ('onnxruntime', 'resemblyzer', 'speechmos', 'webrtcvad') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          check=True).stdout

@@ -35,8 +35,8 @@ from gradio_client.exceptions import AppError
 from tests.app.campaign_fixtures import make_campaign
 from tests.app.conftest import free_port, wait_until_up
 from webapp.access import FIRST_BACKOFF_S, FREE_FAILURES, AdminGate
-from webapp.campaign.definition import raters_path
-from webapp.campaign.raters import RatersFile
+from webapp.campaign.data.definition import raters_path
+from webapp.campaign.data.raters import RatersFile
 from webapp.storage import without_random_chunk
 
 SHORT = 0.5  # seconds of audio per clip

@@ -356,7 +356,7 @@ def test_the_campaign_sign_in_waits_in_the_event_loop_and_counts_once(tmp_path):
     """The campaign's login checks scrypt on a worker thread (CampaignLogin.acheck) and
     throttles there; `throttled_auth` waits first in the event loop, so no thread sleeps."""
     from webapp.access import throttled_auth
-    from webapp.campaign.raters import CampaignLogin, RatersFile
+    from webapp.campaign.data.raters import CampaignLogin, RatersFile
 
     raters = RatersFile(tmp_path / "raters.json")
     password = raters.add("asha")

@@ -23,6 +23,7 @@ from evaluation import listening_tests as lt
 from evaluation.listening_screening import apply_screening, screen, screen_mushra, screen_p808
 from evaluation.listening_tests import (
     ListeningTestError,
+    Scoring,
     agreement,
     analyse,
     cmos_table,
@@ -40,6 +41,10 @@ from evaluation.listening_tests import (
 )
 from rumik_app.errors import RumikError
 
+# What the campaign designs tell the statistics about their scores (webapp.campaign.designs).
+MOS = Scoring("mos", "MOS", "ordinal", domain=(1, 2, 3, 4, 5))
+CMOS = Scoring("cmos", "CMOS", "interval", against_reference=True)
+MUSHRA = Scoring("mushra", "MUSHRA", "interval", roles=("test", "reference", "anchor"), paired_by_trial=True)
 # t(0.975, df) from tables
 T_975 = {2: 4.302652729749462, 4: 2.7764451051977934, 5: 2.5705818356363146, 7: 2.3646242515927844}
 
@@ -222,12 +227,12 @@ def test_compact_letters_rejects_unknown_conditions():
 # ---------------------------------------------------------------- MOS table and pairwise tests
 
 # raters r1, r2 x prompts p1..p4, every unit rates A, B and C
-MOS = {"A": [5, 5, 4, 5, 4, 5, 5, 4], "B": [5, 3, 2, 5, 2, 5, 3, 4], "C": [2, 3, 2, 3, 2, 2, 3, 1]}
+MOS_SCORES = {"A": [5, 5, 4, 5, 4, 5, 5, 4], "B": [5, 3, 2, 5, 2, 5, 3, 4], "C": [2, 3, 2, 3, 2, 2, 3, 1]}
 UNITS = [(r, p) for r in ("r1", "r2") for p in ("p1", "p2", "p3", "p4")]
 
 
 def _mos_rows(design: str = "mos") -> list[dict]:
-    return [row(design, r, p, c, s[k]) for c, s in MOS.items() for k, (r, p) in enumerate(UNITS)]
+    return [row(design, r, p, c, s[k]) for c, s in MOS_SCORES.items() for k, (r, p) in enumerate(UNITS)]
 
 
 def test_mos_table_means_cis_and_letters_by_hand():
@@ -236,14 +241,14 @@ def test_mos_table_means_cis_and_letters_by_hand():
     assert [s.mean for s in table] == pytest.approx([37 / 8, 29 / 8, 18 / 8])
     a = table[0]
     assert (a.n_ratings, a.n_raters) == (8, 2)
-    assert a.ci == p808_ci(MOS["A"])
+    assert a.ci == p808_ci(MOS_SCORES["A"])
     assert a.bootstrap == two_way_bootstrap([r for r in _mos_rows() if r["condition"] == "A"], seed=0,
                                             n_resamples=500)
     # A-C: differences 3,2,2,2,2,3,2,3 (all positive); A-B and B-C: half the units tie (Pratt zeros)
     diffs = {("A", "B"): [0, 2, 2, 0, 2, 0, 2, 0], ("A", "C"): [3, 2, 2, 2, 2, 3, 2, 3],
              ("B", "C"): [3, 0, 0, 2, 0, 3, 0, 3]}
     raw = [scipy.stats.wilcoxon(d, zero_method="pratt").pvalue for d in diffs.values()]
-    tests = lt.pairwise_tests(_mos_rows(), ["A", "B", "C"], "mos")
+    tests = lt.pairwise_tests(_mos_rows(), ["A", "B", "C"], by_trial=False)
     assert [(t.a, t.b, t.n_pairs, t.paired_by) for t in tests] == [(a, b, 8, "prompt & rater") for a, b in diffs]
     assert [t.p_raw for t in tests] == pytest.approx(raw)
     order = np.argsort(raw)  # Holm by hand: smallest x3, next x2 (running max), largest x1
@@ -262,7 +267,7 @@ def test_pairs_fall_back_to_prompt_means_when_units_do_not_overlap():
     rows = [row("mos", f"a{p}", f"p{p}", "A", 4 + p % 2) for p in range(6)]
     rows += [row("mos", f"b{p}", f"p{p}", "B", 2) for p in range(6)]
     rows += [row("mos", f"c{p}", f"p{p}", "B", 3) for p in range(6)]
-    diff, by = lt.paired_differences(rows, "A", "B", "mos")
+    diff, by = lt.paired_differences(rows, "A", "B", by_trial=False)
     assert by == "prompt means"
     assert diff.tolist() == [4 - 2.5, 5 - 2.5] * 3  # A's prompt score minus B's mean of 2 and 3
 
@@ -314,7 +319,7 @@ def test_mushra_table_by_hand():
     assert table["reference"].role == "reference" and table["reference"].ci.low == 100.0
     assert table["anchor"].median == pytest.approx(22.5)
     # A - B on every trial: 5..30, all positive: exact two-sided p = 2 / 2^6; one pair, Holm leaves it
-    (pair,) = lt.pairwise_tests(_mushra_rows(), ["A", "B"], "mushra")
+    (pair,) = lt.pairwise_tests(_mushra_rows(), ["A", "B"], by_trial=True)
     assert (pair.paired_by, pair.n_pairs, pair.p_raw, pair.p_holm) == ("trial", 6, pytest.approx(2 / 64),
                                                                        pytest.approx(2 / 64))
     assert (table["A"].letters, table["B"].letters, table["reference"].letters) == ("a", "b", "")
@@ -346,13 +351,13 @@ def _mushra_screen_rows(low_refs: dict[str, int], high_anchors: dict[str, int]) 
 def test_mushra_screening_excludes_exactly_the_planted_raters():
     rows = _mushra_screen_rows({"good": 0, "ref_once": 1, "ref_twice": 2, "anchor_twice": 0},
                                {"anchor_twice": 2, "anchor_once": 1})
-    screening = screen_mushra(rows)
+    screening = screen_mushra(rows, "mushra")
     assert screening.excluded == {"ref_twice", "anchor_twice"}  # 2 of 10 = 20 % > 15 %; 1 of 10 is kept
     (ref_reason,) = screening.raters["ref_twice"].reasons
     assert ref_reason.startswith("reference:") and "2 of 10" in ref_reason and "BS.1534-3 §4.1.2" in ref_reason
     (anchor_reason,) = screening.raters["anchor_twice"].reasons
     assert anchor_reason.startswith("anchor:") and "BS.1534-3" in anchor_reason
-    assert screen(rows, "mushra") == screening
+    assert screen(rows, "bs1534", "mushra") == screening
     assert {r["rater"] for r in apply_screening(rows, screening)} == {"good", "ref_once", "anchor_once"}
 
 
@@ -407,20 +412,25 @@ def test_cmos_screening_judges_the_clicks_as_given():
         rows.append(row("cmos", "sideways", f"p{k}", "x", 2 if side == "B" else -2, reference="ref", raw=2, side=side))
         rows.append(row("cmos", "honest", f"p{k}", "x", k % 3 - 1, reference="ref", raw=k % 3 - 1, side="B"))
     rows.append(row("cmos", "honest", "p9", "trap", 1, kind="trap", role="trap", raw=1, expected=0))
-    strict = screen(rows, "cmos")
+    strict = screen(rows, "p808", "cmos")
     assert strict.excluded == {"sideways", "honest"}
     assert strict.raters["sideways"].reasons[0].startswith("variance:")
     assert strict.raters["honest"].reasons[0].startswith("trap:")
-    assert screen(rows, "cmos", trap_tolerance=1).excluded == {"sideways"}  # the toolkit's CCR trap: -1..1
+    assert screen(rows, "p808", "cmos", trap_tolerance=1).excluded == {"sideways"}  # the toolkit's CCR trap: -1..1
 
 
-def test_screening_rejects_unknown_designs():
-    with pytest.raises(RumikError, match="screen_mushra"):
-        screen_p808([], "mushra")
-    with pytest.raises(RumikError, match="unknown design"):
+def test_screening_and_statistics_reject_unknown_rules_and_scales():
+    with pytest.raises(RumikError, match="unknown screening rules 'abx'; use one of p808, bs1534"):
         screen([], "abx")
-    with pytest.raises(ListeningTestError, match="unknown design"):
+    assert screen_p808([], "mos").design == "mos" and screen([], "bs1534").design == "bs1534"  # labels, not checks
+    with pytest.raises(ListeningTestError, match="level 'nominalish'"):
+        Scoring("x", "X", "nominalish")
+    with pytest.raises(ListeningTestError, match="roles"):
+        Scoring("x", "X", "interval", roles=("reference",))
+    with pytest.raises(ListeningTestError, match="give a Scoring"):
         analyse([], "abx")
+    with pytest.raises(ListeningTestError, match="level 'abx'"):
+        agreement([], "abx")
 
 
 # ---------------------------------------------------------------- agreement
@@ -435,17 +445,17 @@ def test_agreement_interval_alpha_by_hand():
             row("cmos", "B", "u1", "x", 2, reference="ref"), row("cmos", "B", "u2", "x", 3, reference="ref"),
             row("cmos", "A", "g", "gold:espeak", 1, kind="gold", role="gold", expected=1),  # gold: not a test rating
             row("cmos", "B", "g", "gold:espeak", 5, kind="gold", role="gold", expected=1)]
-    assert agreement(rows, "cmos") == pytest.approx(8 / 11)
+    assert agreement(rows, CMOS.level) == pytest.approx(8 / 11)
     mushra = [{**r, "design": "mushra", "item_id": r["prompt_id"]} for r in rows]
-    assert agreement(mushra, "mushra") == pytest.approx(8 / 11)
+    assert agreement(mushra, MUSHRA.level) == pytest.approx(8 / 11)
 
 
 def test_agreement_ordinal_mos_units_are_stimuli():
     # both raters agree on every stimulus: alpha 1; prompt p1 in A and in B are different units
     rows = [row("mos", r, "p1", "A", 5) for r in ("r1", "r2")] + [row("mos", r, "p1", "B", 2) for r in ("r1", "r2")]
-    assert agreement(rows, "mos") == pytest.approx(1.0)
+    assert agreement(rows, MOS.level, MOS.domain) == pytest.approx(1.0)
     rows[1]["score"] = 2.0  # r2 now gives A 2: disagreement
-    assert agreement(rows, "mos") < 0.5
+    assert agreement(rows, MOS.level, MOS.domain) < 0.5
 
 
 # ---------------------------------------------------------------- publication
@@ -456,10 +466,10 @@ def test_publication_table_and_numbers_after_screening():
     # a third rater who fails the trap and rates C 5 everywhere: screened out, so nothing changes
     rows += [row("mos", "r3", p, "C", 5) for p in ("p1", "p2", "p3", "p4")]
     rows.append(row("mos", "r3", "p9", "trap", 5, kind="trap", role="trap", expected=1))
-    screening = screen(rows, "mos")
+    screening = screen(rows, "p808", "mos")
     assert screening.excluded == {"r3"}
-    analysis = analyse(rows, "mos", screening=screening, seed=0, n_resamples=300)
-    half = T_975[7] * np.std(MOS["A"], ddof=1) / math.sqrt(8)
+    analysis = analyse(rows, MOS, screening=screening, seed=0, n_resamples=300)
+    half = T_975[7] * np.std(MOS_SCORES["A"], ddof=1) / math.sqrt(8)
     table = publication_table(analysis)
     lines = table.splitlines()
     assert lines[0] == "| condition | N ratings | N raters | MOS ± 95 % CI | letters |"
@@ -475,5 +485,5 @@ def test_publication_table_and_numbers_after_screening():
 
 def test_publication_table_for_cmos_shows_the_p_value():
     rows = [row("cmos", f"r{k}", f"p{k}", "x", s, reference="ref") for k, s in enumerate([3, -1, 2])]
-    table = publication_table(analyse(rows, "cmos", n_resamples=100))
+    table = publication_table(analyse(rows, CMOS, n_resamples=100))
     assert table.splitlines()[2].startswith("| x vs ref | 3 | 3 | 1.33 ± ") and table.endswith("| 0.5 |")

@@ -197,7 +197,7 @@ def test_indicemo_set_mixes_two_to_five_of_seven_languages_in_their_scripts():
 
 
 def test_indicemo_set_is_usable_by_the_rate_tab_and_campaigns():
-    from webapp.campaign.definition import prompt_delivery
+    from webapp.campaign.data.definition import prompt_delivery
     from webapp.rate_tab import load_prompt_set
 
     items = load_prompt_set("indicemo_style")

@@ -29,43 +29,34 @@ from evaluation.report import markdown_table
 from rumik_app.cli_args import add_engine_arguments, engine_options
 from rumik_app.errors import RumikError, report_user_error
 from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
-from webapp.campaign.crowd import MAX_SESSIONS_PER_ID, CrowdLinks
-from webapp.campaign.definition import Campaign, CampaignError, raters_path
-from webapp.campaign.design import DesignError, build_conditions, parse_settings
-from webapp.campaign.designs import DESIGNS, DesignOptions, check_options
-from webapp.campaign.export import export_campaign, results_for
-from webapp.campaign.extras import missing_extras, prepare_campaign
-from webapp.campaign.generate import DEFAULT_BATCH, missing_clips
-from webapp.campaign.judges import compute_judges, judges_markdown, judges_path
+from webapp.campaign.analysis.judges import compute_judges, judges_markdown, judges_path
+from webapp.campaign.clips.generate import DEFAULT_BATCH, missing_clips
+from webapp.campaign.data.conditions import build_conditions, parse_settings, setting_kinds
+from webapp.campaign.data.crowd import MAX_SESSIONS_PER_ID, CrowdLinks
+from webapp.campaign.data.definition import Campaign, CampaignError, raters_path
+from webapp.campaign.data.raters import RatersFile
+from webapp.campaign.data.store import CampaignStore
+from webapp.campaign.designs import DEFAULT_DESIGN, all_options, get_design, names, plan_of, registry, users
+from webapp.campaign.prepare import define_campaign, missing, prepare_campaign
 from webapp.campaign.queues import RaterQueues
-from webapp.campaign.raters import RatersFile
-from webapp.campaign.store import CampaignStore
-from webapp.campaign.trial_results import export_trials, trial_results
-from webapp.campaign.trial_store import TrialStore
-from webapp.campaign.trials import TrialQueues
+from webapp.campaign.reports import clip_ratings, export_campaign, results_for
 from webapp.guard import ProxyConfigError, trusted_proxies
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout
 
 DATA_DIR_ENV = "RUMIK_APP_DATA"
 DEFAULT_PORT = 7870
 MAX_MISSING_SHOWN = 10
-def design_options(args: argparse.Namespace) -> DesignOptions:
-    return DesignOptions(args.design, args.reference_condition, args.reference, args.speaker_ref,
-                         args.speaker_ref_system, args.gold_rate, args.trap_rate, not args.no_qualification)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
-    options = design_options(args)
+    design = get_design(args.design)
     conditions = build_conditions(args.systems.split(","), parse_settings(args.setting),
-                                  minimum=2 if options.design in ("ab", "cmos") else 1)
-    check_options(options, [c.id for c in conditions])
-    if options.design != "ab" and args.repeat_fraction:
-        raise DesignError(f"--repeat-fraction is for A/B campaigns; {options.design} checks raters with "
-                          "gold, trapping or hidden-reference trials instead.")
+                                  minimum=design.min_conditions)
     slots = args.rater_slots or args.raters_per_item
-    campaign = Campaign.define(layout, args.name, args.prompts, conditions, args.raters_per_item, slots,
-                               args.repeat_fraction, args.seed, args.limit, options)
+    campaign = define_campaign(layout, args.name, args.prompts, conditions, args.raters_per_item, slots,
+                               args.repeat_fraction, args.seed, args.limit, design.name,
+                               {o.name: getattr(args, o.name) for o in all_options()})
     print(f"campaign {campaign.name} ({campaign.design}): {len(campaign.prompts)} prompts x {len(conditions)} "
           f"conditions ({', '.join(c.id for c in conditions)}); k={campaign.raters_per_item}, "
           f"{campaign.rater_slots} rater slots")
@@ -74,15 +65,14 @@ def cmd_create(args: argparse.Namespace) -> int:
         if c:
             print(f"{kind} clips: {c['generated']} generated, {c['kept']} kept from an earlier run, "
                   f"{c['failed']} failed")
-    if campaign.assignment() is None:
-        missing = missing_clips(campaign) + [{"prompt_id": k, "condition_id": "extra", "error": "not made"}
-                                             for k in missing_extras(campaign)]
-        for rec in missing[:MAX_MISSING_SHOWN]:
+    plan = plan_of(campaign)
+    if plan is None:
+        absent = missing(campaign)
+        for rec in absent[:MAX_MISSING_SHOWN]:
             print(f"  missing: {rec['prompt_id']} ({rec['condition_id']}): {rec.get('error')}", file=sys.stderr)
-        print(f"error: {len(missing)} clip(s) missing; fix the cause and run the same create command again "
+        print(f"error: {len(absent)} clip(s) missing; fix the cause and run the same create command again "
               "(finished clips are kept).", file=sys.stderr)
         return 1
-    plan = campaign.assignment()
     sizes = sorted({len(q) for q in plan.slots})
     print(f"assignment: {len(plan.slots)} queues of {' or '.join(map(str, sizes))} items (seed {plan.seed}); "
           f"next: add raters with `python -m webapp.campaign add-rater NAME --campaign {campaign.name}`")
@@ -97,7 +87,7 @@ def cmd_add_rater(args: argparse.Namespace) -> int:
         password = raters.add(args.name, reset=args.reset_password)
     if args.campaign:
         campaign = Campaign.open(layout, args.campaign)
-        plan = campaign.assignment()
+        plan = plan_of(campaign)
         if plan is None:
             raise CampaignError(f"Campaign {campaign.name!r} is not ready (clips missing); finish `create` first.")
         slot = CampaignStore(layout.database).claim_slot(campaign.name, args.name, len(plan.slots))
@@ -115,7 +105,7 @@ def cmd_add_rater(args: argparse.Namespace) -> int:
 def cmd_remove_rater(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     removed = RatersFile(raters_path(layout)).remove(args.name)
-    released = TrialStore(layout.database).release_slots(args.name, drop_ratings=args.drop_ratings)
+    released = CampaignStore(layout.database).release_slots(args.name, drop_ratings=args.drop_ratings)
     if not removed and not released:
         raise CampaignError(f"No rater {args.name!r} here: no login and no slot "
                             "(`python -m webapp.campaign status --name C` lists who holds the slots).")
@@ -134,15 +124,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     campaign = Campaign.open(layout, args.name)
     clips = campaign.clips()
     expected = len(campaign.prompts) * len(campaign.conditions)
-    missing = missing_clips(campaign)
+    absent = missing_clips(campaign)
     print(f"campaign {campaign.name}: {len(campaign.prompts)} prompts x {len(campaign.conditions)} conditions; "
-          f"clips {expected - len(missing)} / {expected} ({len(clips)} manifest lines)")
-    if campaign.assignment() is None:
+          f"clips {expected - len(absent)} / {expected} ({len(clips)} manifest lines)")
+    if plan_of(campaign) is None:
         print("assignment: not built yet (clips missing); run create again")
         return 1
-    queues = RaterQueues(campaign, CampaignStore(layout.database)) if campaign.design == "ab" else \
-        TrialQueues(campaign, TrialStore(layout.database))
-    progress = queues.progress()
+    progress = RaterQueues(campaign, CampaignStore(layout.database)).progress()
     done, total = sum(p["done"] for p in progress), sum(p["total"] for p in progress)
     print(f"ratings: {done} / {total}\n")
     print(markdown_table(["slot", "rater", "done", "total", "last rating"],
@@ -153,9 +141,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
-    if campaign.design != "ab":
-        print(trial_results(campaign, TrialStore(layout.database)).markdown())
-        return 0
     print(results_for(campaign, CampaignStore(layout.database)).markdown())
     return 0
 
@@ -166,8 +151,9 @@ def cmd_judges(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
     judges = AudioJudges(speaker_encoder=args.speaker_encoder, device=args.device, operator=True)
-    saved = compute_judges(campaign, CampaignStore(layout.database), judges, quality=not args.no_quality,
-                           speaker=not args.no_speaker, reference_clip=args.speaker_ref)
+    ratings = clip_ratings(campaign, CampaignStore(layout.database))
+    saved = compute_judges(campaign, ratings, judges, quality=not args.no_quality, speaker=not args.no_speaker,
+                           reference_clip=args.speaker_ref)
     print(judges_markdown(saved))
     print(f"\nwrote {judges_path(campaign)} (shown in the admin's results and included in every export)")
     return 0
@@ -176,15 +162,13 @@ def cmd_judges(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     layout = DataLayout(args.data_dir)
     campaign = Campaign.open(layout, args.name)
-    files = export_campaign(campaign, CampaignStore(layout.database), args.out) if campaign.design == "ab" else \
-        export_trials(campaign, TrialStore(layout.database), args.out)
+    files = export_campaign(campaign, CampaignStore(layout.database), args.out)
     print(f"wrote {len(files)} files to {args.out} (bundle: {files[0]})")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from webapp.campaign.trial_app import CrowdOptions
-    from webapp.campaign.ui import build_campaign_app, launch_campaign
+    from webapp.campaign.server.app import CrowdOptions, build_campaign_app, launch_campaign
 
     admin = AdminGate.from_sources(args.admin_password)
     crowd = CrowdOptions(args.completion_code, args.max_participants, args.max_sessions) if args.crowd else None
@@ -221,27 +205,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     c.add_argument("--prompts", required=True, help="prompt file (JSONL, as evaluation.run reads)")
     c.add_argument("--systems", required=True, help="comma-separated: rumik | rumik:PATH | tiny | espeak | folder:DIR")
     c.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
-                   help="voice, tone, accent, pace, description, temperature, top_k, top_p, max_seconds; "
-                        "several values are crossed with the systems (repeatable)")
+                   help=f"{', '.join(setting_kinds())}; several values are crossed with the systems (repeatable)")
     c.add_argument("--raters-per-item", type=int, default=3, help="k distinct raters per pair (default %(default)s)")
     c.add_argument("--rater-slots", type=int, default=None, help="rater queues (default: k, everyone rates all)")
     c.add_argument("--repeat-fraction", type=float, default=0.0,
                    help="share of each queue shown again later, A/B swapped (consistency checks; e.g. 0.1)")
     c.add_argument("--seed", type=int, default=0, help="seed of the clip seeds, the order and the A/B positions")
-    c.add_argument("--design", choices=DESIGNS, default="ab",
-                   help="ab: blind pairs (default); mos: P.808 ACR 1-5; cmos: -3..+3 against --reference-condition; "
-                        "smos: similarity to a voice reference; mushra: BS.1534 0-100 with hidden reference and anchor")
-    c.add_argument("--reference-condition", default=None, metavar="CONDITION", help="cmos: the condition compared with")
-    c.add_argument("--reference", default=None, metavar="SYSTEM", help="mushra: the hidden reference (a system "
-                   "spec or folder:DIR); the anchor is its 3.5 kHz low-pass")
-    c.add_argument("--speaker-ref", default=None, metavar="CLIP", help="smos: one reference clip of the target voice")
-    c.add_argument("--speaker-ref-system", default=None, metavar="SYSTEM",
-                   help="smos: a system whose own clips are the voice reference")
-    c.add_argument("--gold-rate", type=float, default=DesignOptions.gold_rate,
-                   help="mos: gold trials per test trial (default %(default)s)")
-    c.add_argument("--trap-rate", type=float, default=DesignOptions.trap_rate,
-                   help="mos, smos: trapping trials per test trial (default %(default)s)")
-    c.add_argument("--no-qualification", action="store_true", help="mos: no hearing check before the first trial")
+    add_design_arguments(c)
     c.add_argument("--limit", type=int, default=None, help="only the first K prompts")
     c.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
     add_engine_arguments(c)  # --device --dtype --compile --backend: how rumik systems load
@@ -282,7 +252,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="your reverse proxies (comma-separated addresses or networks): their X-Forwarded-For names "
                         "the rater's address (sign-in counts, queue shares). Default: nobody's; on a Hugging Face "
                         "Space the platform's private ranges")
-    s.add_argument("--crowd", action="store_true", help="crowdsourcing mode (mos, cmos, smos, mushra): no logins; "
+    crowd_designs = ", ".join(d.name for d in registry().values() if d.crowd)
+    s.add_argument("--crowd", action="store_true", help=f"crowdsourcing mode ({crowd_designs}): no logins; "
                    "participants start from signed links (`links`) and get a completion code at the end")
     s.add_argument("--completion-code", default=None, help="crowd: the study's completion code as set in Prolific "
                    "(default: one generated once per campaign)")
@@ -303,6 +274,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.command == "create":
         args.engine_options = engine_options(c, args)
     return args
+
+
+def add_design_arguments(parser: argparse.ArgumentParser) -> None:
+    """--design and every design's own flags (`Design.options`), each saying which designs read it."""
+    parser.add_argument("--design", choices=names(), default=DEFAULT_DESIGN,
+                        help="; ".join(f"{d.name}: {d.summary}" + (" (default)" if d.name == DEFAULT_DESIGN else "")
+                                       for d in registry().values()))
+    for option in all_options():
+        help = f"{', '.join(users(option))}: {option.help}"
+        if option.turns_off:
+            parser.add_argument(option.flag, dest=option.name, action="store_false", help=help)
+        else:
+            parser.add_argument(option.flag, dest=option.name, type=option.type, default=option.default,
+                                metavar=option.metavar, help=help)
 
 
 def cmd_links(args: argparse.Namespace) -> int:

@@ -1,10 +1,14 @@
-"""A campaign's results: per-condition scores and win rates with 95 % bootstrap CIs,
-Krippendorff's alpha, per-rater statistics, and the IndicEmo / NoVA views.
+"""The results of blind A/B pairs (the A/B design's): per-condition scores and win rates with 95 %
+bootstrap CIs, Krippendorff's alpha, per-rater statistics, charts, and the IndicEmo / NoVA views
+and files.
 
-Library module (the command lines are `python -m webapp.campaign results|export`)::
+Library module (the command lines are `python -m webapp.campaign results|export`, through the A/B
+design's record)::
 
-    res = compute_results(campaign, store.rows(campaign.name), progress)
+    res = compute_results(campaign, pair_rows, plan, progress)   # pair rows: webapp.campaign.designs.ab
     print(res.markdown()); res.numbers()          # the same figures as JSON-ready dicts
+    res.charts(out_dir)                           # charts/scores.png, charts/win_rate.png
+    files, transcripts = write_pair_exports(campaign, pair_rows, plan, out_dir)   # IndicEmo and NoVA files
 
 Definitions (first hearings only; repeated items feed the consistency columns alone):
 
@@ -36,10 +40,14 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from evaluation.charts import ci_bar_chart
 from evaluation.listening_stats import Estimate, bootstrap_mean, krippendorff_alpha
-from evaluation.report import markdown_table
-from webapp.campaign.definition import Campaign, spoken_text
+from evaluation.report import markdown_table, write_jsonl
+from webapp.campaign.data.definition import Campaign, spoken_text
+from webapp.campaign.trials.plan import TrialPlan
+from webapp.common import safe_file_name
 from webapp.ratings import NO_PREFERENCE, NOT_HEARD, aggregate_exports
 
 SCORE_DOMAIN = (1, 2, 3, 4, 5)
@@ -93,6 +101,24 @@ class CampaignResults:
     expected: int  # entries in all queues
     emo_markdown: str = ""
     emo_numbers: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # every pair row (repeats included): ratings.csv
+
+    def table(self) -> list[dict]:
+        return self.rows
+
+    def charts(self, out: Path) -> list[Path]:
+        """Mean score and win rate per condition with their CIs; [] when nothing is rated yet."""
+        conds = [c for c in self.conditions if c.score.mean is not None]
+        if not conds:
+            return []
+        labels = [c.condition for c in conds]
+        score = ci_bar_chart(out / "charts" / "scores.png", f"{self.campaign}: mean expression score (95 % CI)",
+                             labels, [c.score.mean for c in conds], [c.score.low for c in conds],
+                             [c.score.high for c in conds], ylabel="score (1-5)", ylim=(0, 5.2))
+        wins = ci_bar_chart(out / "charts" / "win_rate.png", f"{self.campaign}: preference win rate (95 % CI)",
+                            labels, [c.win_rate.mean for c in conds], [c.win_rate.low for c in conds],
+                            [c.win_rate.high for c in conds], ylabel="win rate", ylim=(0, 1), reference=0.5)
+        return [score, wins]
 
     def numbers(self) -> dict:
         return {
@@ -165,9 +191,9 @@ def _per_prompt_mean(pairs: list[tuple[str, float]]) -> list[float]:
     return [statistics.fmean(v) for _, v in sorted(by_prompt.items())]
 
 
-def compute_results(campaign: Campaign, rows: list[dict], progress: list[dict] | None = None,
+def compute_results(campaign: Campaign, rows: list[dict], plan: TrialPlan | None, progress: list[dict] | None = None,
                     seed: int | None = None) -> CampaignResults:
-    """Every figure of the module docstring from the stored rows (`CampaignStore.rows`)."""
+    """Every figure of the module docstring from the pair rows (`webapp.campaign.designs.ab`)."""
     seed = campaign.seed if seed is None else seed
     first = [r for r in rows if r["repeat_of"] is None]
     ids = [c.id for c in campaign.conditions]
@@ -187,16 +213,15 @@ def compute_results(campaign: Campaign, rows: list[dict], progress: list[dict] |
                                                   seed=seed), prefs[a], prefs[b], prefs[None]))
     scores = score_ratings(first)
     prefs_by_rater = preference_ratings(first)
-    judgments = indicemo_judgments(campaign, rows)
-    prompts, runs = nova_sets(campaign, rows)
+    judgments = indicemo_judgments(campaign, rows, plan)
+    prompts, runs = nova_sets(campaign, rows, plan)
     emo_md, emo_numbers = aggregate_exports(judgments, prompts, runs) if (judgments or runs) else ("", {})
-    plan = campaign.assignment()
     expected = sum(len(q) for q in plan.slots) if plan else 0
     return CampaignResults(campaign.name, conditions, pairs,
                            krippendorff_alpha(scores, "ordinal", SCORE_DOMAIN),
                            krippendorff_alpha(prefs_by_rater, "nominal"),
                            rater_stats(rows, scores, prefs_by_rater, progress), len(rows), len(first), expected,
-                           emo_md, {k: v for k, v in emo_numbers.items() if k in ("indicemo", "nova")})
+                           emo_md, {k: v for k, v in emo_numbers.items() if k in ("indicemo", "nova")}, rows)
 
 
 def score_ratings(first: list[dict]) -> dict[str, dict[str, int]]:
@@ -253,9 +278,8 @@ def rater_stats(rows: list[dict], scores: dict, prefs: dict, progress: list[dict
     return out
 
 
-def panels(campaign: Campaign) -> dict[str, dict[int, int]]:
+def panels(plan: TrialPlan | None) -> dict[str, dict[int, int]]:
     """{prompt id: {slot: panel number 1..k}}: the k slots holding a prompt, in slot order."""
-    plan = campaign.assignment()
     holders: dict[str, set[int]] = defaultdict(set)
     for queue in plan.slots if plan else []:
         for e in queue:
@@ -263,9 +287,9 @@ def panels(campaign: Campaign) -> dict[str, dict[int, int]]:
     return {p: {s: n for n, s in enumerate(sorted(slots), 1)} for p, slots in holders.items()}
 
 
-def indicemo_judgments(campaign: Campaign, rows: list[dict]) -> list[dict]:
+def indicemo_judgments(campaign: Campaign, rows: list[dict], plan: TrialPlan | None) -> list[dict]:
     """IndicEmo judgment lines (see the module docstring), for prompts with a target delivery."""
-    panel_of = panels(campaign)
+    panel_of = panels(plan)
     grouped: dict[tuple[str, int, str], list[int]] = defaultdict(list)
     raters: dict[tuple[str, int], str] = {}
     for r in rows:
@@ -283,9 +307,10 @@ def indicemo_judgments(campaign: Campaign, rows: list[dict]) -> list[dict]:
     return out
 
 
-def nova_sets(campaign: Campaign, rows: list[dict]) -> tuple[list[dict], dict[str, dict[str, list[list[dict]]]]]:
+def nova_sets(campaign: Campaign, rows: list[dict], plan: TrialPlan | None
+              ) -> tuple[list[dict], dict[str, dict[str, list[list[dict]]]]]:
     """(NoVA prompts, {condition: {panel: [run transcripts, ...]}}) from the tagged prompts' answers."""
-    panel_of = panels(campaign)
+    panel_of = panels(plan)
     prompts: dict[str, dict] = {}
     runs: dict[str, dict[str, list[list[dict]]]] = defaultdict(lambda: defaultdict(list))
     for r in sorted((r for r in rows if r["repeat_of"] is None), key=lambda r: (r["slot"], r["position"])):
@@ -307,3 +332,22 @@ def nova_sets(campaign: Campaign, rows: list[dict]) -> tuple[list[dict], dict[st
                 run = len(by_run) - 1
             by_run[run].append({"id": r["prompt_id"], "hyp_tags": tags})
     return list(prompts.values()), {c: dict(v) for c, v in runs.items()}
+
+
+def write_pair_exports(campaign: Campaign, rows: list[dict], plan: TrialPlan | None, out: Path
+                       ) -> tuple[list[Path], list[dict]]:
+    """indicemo_judgments.jsonl (read by `python -m evaluation.indicemo aggregate --judgments`),
+    nova_prompts.jsonl and nova_transcripts/<condition>/<panel>_run<n>.jsonl (for `evaluation.nova`)
+    under `out`; returns (files, one {"system", "listener", "run", "path"} per transcript)."""
+    files = [write_jsonl(out / "indicemo_judgments.jsonl", indicemo_judgments(campaign, rows, plan))]
+    prompts, runs = nova_sets(campaign, rows, plan)
+    files.append(write_jsonl(out / "nova_prompts.jsonl", prompts))
+    transcripts = []
+    for cond, listeners in sorted(runs.items()):
+        for listener, listener_runs in sorted(listeners.items()):
+            for k, lines in enumerate(listener_runs, 1):
+                path = out / "nova_transcripts" / safe_file_name(cond) / f"{safe_file_name(listener)}_run{k}.jsonl"
+                files.append(write_jsonl(path, lines))
+                transcripts.append({"system": cond, "listener": listener, "run": k,
+                                    "path": str(path.relative_to(out))})
+    return files, transcripts

@@ -1,20 +1,25 @@
-"""A campaign on disk: its definition, clip manifest and assignment, in the private data dir.
+"""A campaign on disk: its definition, clip manifest and plan, in the private data dir.
 
-Library module (the command line is `python -m webapp.campaign`)::
+Library module (the command line is `python -m webapp.campaign`; `webapp.campaign.prepare.define_campaign`
+fills in the design)::
 
-    campaign = Campaign.define(layout, "pilot", "evaluation/prompts/indicemo_style.jsonl",
-                               conditions, raters_per_item=3, rater_slots=6, repeat_fraction=0.1, seed=0)
+    campaign = Campaign.define(layout, "pilot", "evaluation/prompts/indicemo_style.jsonl", conditions,
+                               raters_per_item=3, rater_slots=6, repeat_fraction=0.1, seed=0,
+                               design="mos", options={"gold_rate": 0.1, ...})
     campaign = Campaign.open(layout, "pilot")        # CampaignError if there is none
     campaign.clips()                                 # {(prompt id, condition index): manifest record}
-    campaign.assignment()                            # Assignment, or None until every clip exists
+    campaign.plan_data()                             # the saved plan as JSON (webapp.campaign.designs.plan_of
+                                                     # reads it), or None until every clip exists
+
+The design is kept by name only: this layer knows no design (`webapp.campaign.designs` does).
 
 Layout (under `DataLayout.campaigns`, which is never served)::
 
-    campaigns/raters.json                 rater logins (scrypt hashes only; webapp.campaign.raters)
+    campaigns/raters.json                 rater logins (scrypt hashes only; webapp.campaign.data.raters)
     campaigns/<name>/campaign.json        definition: prompts (copied), conditions, k, slots, seed
     campaigns/<name>/manifest.jsonl       one line per clip: random clip id, prompt, condition, seed, sha256
     campaigns/<name>/clips/<32 hex>.wav   the clips, named by random ids (nothing about the system)
-    campaigns/<name>/assignment.json      every rater slot's queue (webapp.campaign.design)
+    campaigns/<name>/assignment.json      every rater slot's queue (webapp.campaign.trials.plan)
     campaigns/<name>/exports/...          results and exports made by the admin
 
 Every JSON file is written atomically (a temp file in the same folder, fsync, rename).
@@ -26,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,8 +39,7 @@ from evaluation import indicemo, nova
 from evaluation.run import PromptFileError, is_nova, load_prompts
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
-from webapp.campaign.design import Assignment, Condition, DesignError, check_name
-from webapp.campaign.designs import DesignOptions, TrialPlan
+from webapp.campaign.data.conditions import Condition, DesignError, check_name
 from webapp.ratings import TagRequest, now_iso, tag_request
 from webapp.storage import DataLayout
 
@@ -97,11 +102,13 @@ class Campaign:
     @classmethod
     def define(cls, layout: DataLayout, name: str, prompts_file: str | os.PathLike, conditions: list[Condition],
                raters_per_item: int, rater_slots: int, repeat_fraction: float, seed: int,
-               limit: int | None = None, options: DesignOptions | None = None) -> Campaign:
+               limit: int | None = None, *, design: str, options: Mapping[str, object],
+               unset: Mapping[str, object] | None = None) -> Campaign:
         """Write the definition of a new campaign, or reopen one defined with the same design.
-        `options`: the listening-test design (default: blind A/B, `webapp.campaign.designs`)."""
+        `design`: the design's name; `options`: its settings (`Design.settings`); `unset`: what a
+        definition written before a field existed holds for it (campaigns made before designs had
+        names hold the default design), so such a campaign resumes instead of being refused."""
         check_name(name)
-        options = options or DesignOptions()
         try:
             prompts = load_prompts(prompts_file, limit)
         except PromptFileError as exc:
@@ -110,14 +117,12 @@ class Campaign:
         definition = {"name": name, "created_at": now_iso(), "prompts_file": str(prompts_file),
                       "prompts_sha256": digest, "prompts": prompts, "conditions": [asdict(c) for c in conditions],
                       "raters_per_item": raters_per_item, "rater_slots": rater_slots,
-                      "repeat_fraction": repeat_fraction, "seed": seed, "design": options.design,
-                      "design_options": options.to_json()}
+                      "repeat_fraction": repeat_fraction, "seed": seed, "design": design,
+                      "design_options": {"design": design, **options}}
         path = layout.campaigns / name / DEFINITION
         if path.is_file():
             old = json.loads(path.read_text(encoding="utf-8"))
-            old.setdefault("design", "ab")  # campaigns made before the designs were added
-            old.setdefault("design_options", DesignOptions().to_json())
-            changed = [k for k in DESIGN_FIELDS if old.get(k) != definition[k]]
+            changed = [k for k in DESIGN_FIELDS if _filled(old, k, unset) != _filled(definition, k, unset)]
             if changed:
                 raise CampaignError(f"Campaign {name!r} already exists with a different {', '.join(changed)}. "
                                     "Run create with the same arguments to resume it, or choose another --name.")
@@ -168,13 +173,15 @@ class Campaign:
         return int(self.definition["rater_slots"])
 
     @property
-    def design(self) -> str:
-        """"ab" (campaigns made before the designs were added are A/B), "mos", "cmos", "smos", "mushra"."""
-        return str(self.definition.get("design", "ab"))
+    def design(self) -> str | None:
+        """The design's name (`webapp.campaign.designs`); None for a campaign made before designs had
+        names (`designs.design_of` reads it as the default design)."""
+        return self.definition.get("design")
 
     @property
-    def options(self) -> DesignOptions:
-        return DesignOptions.from_json(self.definition.get("design_options") or {"design": self.design})
+    def options(self) -> dict:
+        """The design's settings as `create` saved them (without the design's name)."""
+        return {k: v for k, v in (self.definition.get("design_options") or {}).items() if k != "design"}
 
     @property
     def seed(self) -> int:
@@ -197,13 +204,17 @@ class Campaign:
 
     def extra_clips(self) -> dict[str, dict]:
         """The newest manifest record of every other clip (reference, anchor, gold, trap, qualification),
-        per clip key "<prompt id>|<condition id>" (`webapp.campaign.designs.clip_key`)."""
+        per clip key "<prompt id>|<condition id>" (`webapp.campaign.trials.plan.clip_key`)."""
         return {f"{r['prompt_id']}|{r['condition_id']}": r for r in self._records() if r.get("role", "test") != "test"}
 
     def clip_by_key(self) -> dict[str, dict]:
         """Every clip's newest record by clip key, test clips under their condition's id."""
         tests = {f"{p}|{self.conditions[c].id}": r for (p, c), r in self.clips().items()}
         return {**tests, **self.extra_clips()}
+
+    def clip_ids(self) -> dict[str, str]:
+        """{clip key: clip id} of every clip that has one (exports name clips by their id's URL)."""
+        return {key: r["clip_id"] for key, r in self.clip_by_key().items() if r.get("clip_id")}
 
     def _records(self) -> list[dict]:
         return read_manifest_lines(self.manifest_path) if self.manifest_path.is_file() else []
@@ -212,18 +223,27 @@ class Campaign:
         """The private path of a manifest record's clip (its name is a random id)."""
         return self.clips_dir / f"{record['clip_id']}.wav"
 
-    def assignment(self) -> Assignment | TrialPlan | None:
-        """The A/B assignment, or the trial plan of the other designs; None until every clip exists."""
+    def plan_data(self) -> dict | None:
+        """The saved plan (every rater slot's queue) as JSON; None until every clip exists."""
         if not self.assignment_path.is_file():
             return None
-        data = json.loads(self.assignment_path.read_text(encoding="utf-8"))
-        return TrialPlan.from_json(data) if data.get("design", "ab") != "ab" else Assignment.from_json(data)
+        return json.loads(self.assignment_path.read_text(encoding="utf-8"))
 
-    def save_assignment(self, assignment: Assignment | TrialPlan) -> None:
-        write_json_atomic(self.assignment_path, assignment.to_json())
+    def save_plan(self, data: dict) -> None:
+        """Write the plan (a `TrialPlan.to_json()`) atomically; it is never rebuilt afterwards."""
+        write_json_atomic(self.assignment_path, data)
 
     def __repr__(self) -> str:
         return f"Campaign({self.name!r}, {len(self.prompts)} prompts, {len(self.conditions)} conditions)"
+
+
+def _filled(definition: Mapping, key: str, unset: Mapping | None) -> object:
+    """A definition's value of `key`, with `unset`'s where the definition has none; for
+    "design_options", each option it lacks (added to the designs later) at its `unset` value."""
+    value = definition.get(key, (unset or {}).get(key))
+    if key == "design_options" and isinstance(value, Mapping):
+        return {**(unset or {}).get(key, {}), **value}
+    return value
 
 
 def read_manifest_lines(path: Path) -> list[dict]:

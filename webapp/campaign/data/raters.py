@@ -41,7 +41,7 @@ from pathlib import Path
 
 from rumik_app.errors import RumikError
 from webapp.access import AdminGate, GuessThrottle
-from webapp.campaign.definition import write_json_atomic
+from webapp.campaign.data.definition import write_json_atomic
 from webapp.ratings import now_iso
 
 ADMIN_USER = "admin"

@@ -4,7 +4,7 @@ trapping clips and digits-in-noise trials for the hearing check.
 Library module, no command line; pure functions on float32 mono numpy arrays [N] at a given
 sample rate (Hz), nothing written to disk::
 
-    from webapp.campaign.stimuli import (digits_in_noise, espeak_speaker, mushra_anchor, degraded_gold,
+    from webapp.campaign.clips.stimuli import (digits_in_noise, espeak_speaker, mushra_anchor, degraded_gold,
                                          qualification_set, trap_clip)
     anchor = mushra_anchor(reference, 24000)                 # ITU-R BS.1534-3 low anchor (3.5 kHz low-pass)
     gold = degraded_gold(clip, 24000, seed=7)                # a known "Bad" (1) clip, P.808 gold question

@@ -55,8 +55,8 @@ from pathlib import Path
 from rumik_app.errors import RumikError
 from rumik_app.files import fsync_dir
 from rumik_app.sqlite import SQLiteStore
-from webapp.campaign.definition import write_json_atomic
-from webapp.campaign.design import check_name
+from webapp.campaign.data.conditions import check_name
+from webapp.campaign.data.definition import write_json_atomic
 from webapp.ratings import now_iso
 from webapp.storage import DataLayout
 

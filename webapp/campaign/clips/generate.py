@@ -1,9 +1,10 @@
-"""Pre-generate every clip of a campaign, resumably, then build its assignment.
+"""Pre-generate every test clip of a campaign, resumably.
 
-Library module (the command line is `python -m webapp.campaign create`)::
+Library module (the command line is `python -m webapp.campaign create`; `webapp.campaign.prepare`
+builds the plan once every clip exists)::
 
     counts = generate_clips(campaign, batch_size=8, engine_options={"device": "cpu"})  # {"kept", "generated", "failed"}
-    ensure_assignment(campaign)                                    # after every clip exists
+    missing_clips(campaign)                                        # what is still to make
 
 Systems load through `evaluation.systems.load_system`, as `python -m evaluation.run` does
 (`espeak`, `tiny`, `rumik`, `rumik:PATH`, `folder:DIR` for clips of any other system), and
@@ -12,8 +13,8 @@ generate through their batched `synthesize_many`. The seed of a clip comes from
 two settings of one system differ by the setting, not the draw). Each clip is written under a
 random id to `clips/`, read back, hashed (sha256) and appended to `manifest.jsonl` at once,
 so a killed run keeps what it finished; a rerun keeps every clip whose file still matches its
-hash and makes the rest. A clip that fails is recorded with its error; the assignment is built
-only when every (prompt, condition) has a clip, because a fixed design needs all of them.
+hash and makes the rest. A clip that fails is recorded with its error; the plan is built only
+when every (prompt, condition) has a clip, because a fixed design needs all of them.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from evaluation.run import clip_seed, prompt_request
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.request import SynthesisRequest
-from webapp.campaign.definition import Campaign, CampaignError, repair_tail
-from webapp.campaign.design import Condition, build_assignment
+from webapp.campaign.data.conditions import Condition
+from webapp.campaign.data.definition import Campaign, CampaignError, repair_tail
 
 CLIP_ID_BYTES = 16
 DEFAULT_BATCH = 8
@@ -42,7 +43,7 @@ RUN = 1  # campaigns make one clip per (prompt, condition); evaluation.run's see
 @dataclass(frozen=True)
 class ClipTarget:
     """What a generated clip is for: a campaign condition (index = its place) or an extra clip made by
-    a system (index None, role "reference" or "gold", webapp.campaign.extras)."""
+    a system (index None, role "reference" or "gold", webapp.campaign.clips.extras)."""
 
     condition: Condition
     index: int | None
@@ -178,18 +179,3 @@ def missing_clips(campaign: Campaign) -> list[dict]:
                            {"prompt_id": prompt["id"], "condition_id": condition.id, "error": "not generated yet"})
     return out
 
-
-def ensure_assignment(campaign: Campaign) -> bool:
-    """Build and save the assignment once every clip exists; False (nothing written) otherwise.
-    An existing assignment is never rebuilt: raters may already hold its entry ids."""
-    if campaign.design != "ab":
-        raise CampaignError(f"Campaign {campaign.name!r} is a {campaign.design} design: build it with "
-                            "webapp.campaign.extras.prepare_campaign (which makes its extra clips first).")
-    if campaign.assignment() is not None:
-        return True
-    if missing_clips(campaign):
-        return False
-    plan = build_assignment([p["id"] for p in campaign.prompts], len(campaign.conditions), campaign.raters_per_item,
-                            campaign.rater_slots, float(campaign.definition["repeat_fraction"]), campaign.seed)
-    campaign.save_assignment(plan)
-    return True

@@ -1,20 +1,22 @@
 """Exports of a campaign's rating rows in the CSV layouts of the reference tools, so analysis
 scripts written for those tools read our campaigns unchanged.
 
-Library module, no command line::
+Library module, no command line; a design's record says which layout it exports in::
 
-    paths = write_design_exports("mos", rows, out_dir, clip_urls={clip_id: url, ...})
-    # mos  -> p808_acr_<N>q_batch_results.csv + p808_acr_<N>q_result_parser.cfg (one pair per HIT size N)
-    # cmos -> p808_ccr_<N>q_batch_results.csv + p808_ccr_<N>q_result_parser.cfg
-    # mushra -> webmushra_mushra.csv;  smos -> smos_ratings.csv
+    paths = write_p808("acr", rows, out_dir, clip_urls={clip_id: url, ...})
+    # acr -> p808_acr_<N>q_batch_results.csv + p808_acr_<N>q_result_parser.cfg (one pair per HIT size N)
+    # ccr -> p808_ccr_<N>q_batch_results.csv + p808_ccr_<N>q_result_parser.cfg
+    paths = write_webmushra(rows, out_dir)             # webmushra_mushra.csv
+    paths = write_smos(rows, out_dir)                  # smos_ratings.csv
 
-`rows` are rating rows (one dict per rated stimulus, the `campaign_scores` layout of
-webapp/campaign/trial_store.py). `clip_urls` maps a clip id to the URL (or path) to print for
+`rows` are rating rows of one campaign (one dict per rated stimulus, the `campaign_scores` layout
+of webapp/campaign/data/store.py). `clip_urls` maps a clip id to the URL (or path) to print for
 it, as a mapping or a function; by default `clips/<clip id>.wav`, the campaign folder's layout.
 Nothing rated: no files.
 
-mos, cmos: the P.808 toolkit (microsoft/P.808). Its `src/result_parser.py` reads the answer CSV
-Amazon Mechanical Turk gives for a batch ("Batch_<n>_batch_results.csv": one row per assignment,
+ACR (absolute ratings, MOS) and CCR (comparisons, CMOS): the P.808 toolkit (microsoft/P.808).
+Its `src/result_parser.py` reads the answer CSV Amazon Mechanical Turk gives for a batch
+("Batch_<n>_batch_results.csv": one row per assignment,
 `Input.<name>` for the HIT's inputs and `Answer.<name>` for the page's form fields, written by
 `src/P808Template/ACR_template.html` and `CCR_template.html`). Our mapping:
 
@@ -43,17 +45,17 @@ config), so sessions are written to one batch file per length N, each with the p
 for it: `python result_parser.py --cfg p808_acr_12q_result_parser.cfg --method acr --answers
 p808_acr_12q_batch_results.csv`. Its ACR check needs a gold clip in every HIT (a campaign made
 with --gold-rate 0 cannot be screened by it); trap checks are switched off in the config when a
-HIT has no trap (cmos campaigns have none).
+HIT has no trap (CCR campaigns have none).
 
-mushra: webMUSHRA (audiolabs/webMUSHRA `service/write.php`, `results/<testId>/mushra.csv`): one
+webMUSHRA (audiolabs/webMUSHRA `service/write.php`, `results/<testId>/mushra.csv`): one
 row per rated stimulus, `session_test_id` the campaign, then the participant fields (ours:
 `rater`), `session_uuid` (a UUID per rater session), `trial_id` the page (our item, the prompt
 id), `rating_stimulus` the condition id with webMUSHRA's names for the hidden reference
 ("reference") and the 3.5 kHz anchor ("anchor35"), `rating_score` 0..100, `rating_time` the time
 on the page in milliseconds (webMUSHRA's `MushraPage.time`), `rating_comment` empty.
 
-smos: no reference tool exists for speaker-similarity MOS; `smos_ratings.csv` is our own layout,
-one row per rating (SMOS_HEADER), with the clip's and the speaker reference's URLs.
+Speaker similarity (SMOS): no reference tool exists; `smos_ratings.csv` is our own layout, one
+row per rating (SMOS_HEADER), with the clip's and the speaker reference's URLs.
 """
 
 from __future__ import annotations
@@ -67,12 +69,11 @@ from pathlib import Path
 from evaluation.report import write_csv
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
-from webapp.campaign.designs import ANCHOR, REFERENCE, clip_key
+from webapp.campaign.trials.plan import ANCHOR, REFERENCE, clip_key
 
 ClipUrls = Mapping[str, str] | Callable[[str], str] | None
 DEFAULT_CLIP_URL = "clips/{clip_id}.wav"
-EXPORT_DESIGNS = ("mos", "cmos", "smos", "mushra")
-P808_METHODS = {"mos": "acr", "cmos": "ccr"}
+P808_METHODS = ("acr", "ccr")
 # MTurk's batch-results columns we can fill (result_parser reads HITId, WorkerId, AssignmentId, AssignmentStatus)
 P808_META = ("HITId", "AssignmentId", "WorkerId", "AssignmentStatus", "AcceptTime", "SubmitTime")
 P808_STATS = ("Answer.2_birth_year", "Answer.Math", "Answer.t1")  # looked up by result_parser.calc_stats
@@ -116,7 +117,7 @@ def _number(value: float | None) -> int | float | None:
     return int(round(value)) if float(value).is_integer() else float(value)
 
 
-# ---------------------------------------------------------------- P.808 (mos: ACR, cmos: CCR)
+# ---------------------------------------------------------------- P.808 (ACR, CCR)
 
 @dataclass
 class Hit:
@@ -172,7 +173,7 @@ def p808_header(method: str, n_questions: int, n_tests: int) -> list[str]:
         per_q = ("Answer.Q{i}_URL", "Answer.Q{i}_order", "Answer.audio_n_finish_q_{i}", "Answer.audio_n_play_q_{i}",
                  "Answer.q{i}")
     else:
-        raise FormatError(f"P.808 method {method!r}: use 'acr' (mos) or 'ccr' (cmos).")
+        raise FormatError(f"P.808 method {method!r}: use 'acr' (absolute ratings) or 'ccr' (comparisons).")
     answers = [name.format(i=i) for i in range(1, n_questions + 1) for name in per_q]
     return [*P808_META, *inputs, *answers, *P808_STATS, *MTURK_REVIEW]
 
@@ -240,10 +241,18 @@ def p808_batch_name(method: str, n_questions: int) -> str:
     return f"p808_{method}_{n_questions}q_batch_results.csv"
 
 
-def write_p808(design: str, rows: Sequence[Mapping], out_dir: Path, url: Callable[[str], str],
-               clip_ids_by_key: Mapping[str, str] | None = None) -> list[Path]:
-    """The P.808 batch file(s) and parser config(s) of a mos (ACR) or cmos (CCR) campaign."""
-    method = P808_METHODS[design]
+def write_p808(method: str, rows: Iterable[Mapping], out_dir: str | Path, clip_urls: ClipUrls = None,
+               clip_ids_by_key: Mapping[str, str] | None = None, design: str | None = None) -> list[Path]:
+    """The P.808 batch file(s) and parser config(s) of an ACR or CCR campaign's rows ([] without
+    rows). clip_ids_by_key maps clip keys ("<prompt id>|<condition id>", `clip_key`) to clip ids:
+    CCR uses it for the reference clips' URLs (Input.Q<j>_R), which the rating rows do not hold;
+    without it those cells are empty. `design`: the campaign's design, which every row must have."""
+    if method not in P808_METHODS:
+        raise FormatError(f"P.808 method {method!r}: use 'acr' (absolute ratings) or 'ccr' (comparisons).")
+    rows = _one_campaign(rows, design)
+    if not rows:
+        return []
+    out_dir, url = Path(out_dir), clip_url_of(clip_urls)
 
     def reference_url(q: dict) -> str | None:
         clip_id = (clip_ids_by_key or {}).get(clip_key(q["prompt_id"], q["reference"] or ""))
@@ -295,24 +304,28 @@ def smos_rows(rows: Iterable[Mapping], url: Callable[[str], str]) -> list[list[o
              q["submitted_at"]] for hit in sessions(rows) for q in hit.questions]
 
 
-def write_design_exports(design: str, rows: Iterable[Mapping], out_dir: str | Path, clip_urls: ClipUrls = None,
-                         clip_ids_by_key: Mapping[str, str] | None = None) -> list[Path]:
-    """Write the reference-tool export(s) of `design`'s rating rows under `out_dir` (created);
-    returns the paths written ([] when there are no rows). clip_ids_by_key maps clip keys
-    ("<prompt id>|<condition id>", designs.clip_key) to clip ids: cmos uses it for the reference
-    clips' URLs (Input.Q<j>_R), which the rating rows do not hold; without it those cells are empty."""
-    if design not in EXPORT_DESIGNS:
-        raise FormatError(f"No reference-tool export for design {design!r}: use one of {', '.join(EXPORT_DESIGNS)} "
-                          "(A/B campaigns export through webapp.campaign.export).")
+def _one_campaign(rows: Iterable[Mapping], design: str | None) -> list[Mapping]:
+    """The rows as a list; FormatError when they mix designs (rows of several campaigns) or are
+    not of `design` (when given)."""
     rows = list(rows)
-    others = sorted({str(r["design"]) for r in rows} - {design})
+    found = {str(r["design"]) for r in rows}
+    others = sorted(found - {design}) if design is not None else (sorted(found) if len(found) > 1 else [])
     if others:
-        raise FormatError(f"Rows of design {', '.join(others)} given to the {design} export: pass one campaign's rows.")
+        raise FormatError(f"Rows of design {', '.join(others)} given to the {design or 'one'} export: pass one "
+                          "campaign's rows.")
+    return rows
+
+
+def write_webmushra(rows: Iterable[Mapping], out_dir: str | Path, design: str | None = None) -> list[Path]:
+    """webmushra_mushra.csv of a campaign's rows under `out_dir` ([] without rows)."""
+    rows = _one_campaign(rows, design)
+    return [write_csv(Path(out_dir) / "webmushra_mushra.csv", webmushra_header(), webmushra_rows(rows))] if rows else []
+
+
+def write_smos(rows: Iterable[Mapping], out_dir: str | Path, clip_urls: ClipUrls = None,
+               design: str | None = None) -> list[Path]:
+    """smos_ratings.csv of a campaign's rows under `out_dir` ([] without rows)."""
+    rows = _one_campaign(rows, design)
     if not rows:
         return []
-    out, url = Path(out_dir), clip_url_of(clip_urls)
-    if design in P808_METHODS:
-        return write_p808(design, rows, out, url, clip_ids_by_key)
-    if design == "mushra":
-        return [write_csv(out / "webmushra_mushra.csv", webmushra_header(), webmushra_rows(rows))]
-    return [write_csv(out / "smos_ratings.csv", SMOS_HEADER, smos_rows(rows, url))]
+    return [write_csv(Path(out_dir) / "smos_ratings.csv", SMOS_HEADER, smos_rows(rows, clip_url_of(clip_urls)))]

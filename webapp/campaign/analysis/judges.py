@@ -5,14 +5,16 @@ bootstrap CI (`evaluation.campaign_judges`; docs/ARCHITECTURE.md §8, §13).
 Library module (the command line is `python -m webapp.campaign judges --name N`; the admin's
 "Compute audio judges" button on the campaign server runs the same)::
 
-    saved = compute_judges(campaign, store, AudioJudges())   # writes campaigns/NAME/audio_judges.json
+    saved = compute_judges(campaign, ratings, AudioJudges())  # writes campaigns/NAME/audio_judges.json
     saved = load_judges(campaign)                            # the last saved result, or None
-    judges_markdown(saved, first_hearings=12)                # the section shown, and exported
+    judges_markdown(saved, clip_ratings=12)                  # the section shown, and exported
 
 It is an explicit action because it takes time: DNSMOS and one embedding per clip (about a
 second each on a CPU), and once per checkpoint a system's voice reference. Clips: every
-manifest record with a clip (`Campaign.clips()`); human scores: each clip's mean 1-5 score over
-first hearings (`evaluation.campaign_judges.human_scores`). A clip's speaker similarity is to
+manifest record with a clip (`Campaign.clips()`); human scores: each clip's mean score over the
+ratings given, (prompt id, condition id, score) of every clip rated in a first hearing, which
+the design's record reads from its rows (`Design.clip_ratings`;
+`evaluation.campaign_judges.human_scores`). A clip's speaker similarity is to
 the voice reference of its condition's system speaking the voice the clip asked for
 (`evaluation.voice_ref`, cached per checkpoint), or to one reference clip for every condition
 (`reference_clip`, the command line's --speaker-ref). A `folder:` system has no voice of its
@@ -30,10 +32,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from rumik_app.errors import RumikError
-from webapp.campaign.definition import Campaign, CampaignError, write_json_atomic
-from webapp.campaign.results import clip_scores
-from webapp.campaign.store import CampaignStore
+from webapp.campaign.data.definition import Campaign, CampaignError, write_json_atomic
 from webapp.ratings import now_iso
+
+ClipRating = tuple[str, str, float]  # (prompt id, condition id, score) of one clip rated in a first hearing
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,6 @@ def load_judges(campaign: Campaign) -> dict | None:
         log.warning("%s is unreadable; compute the audio judges again", path)
         return None
     return saved if isinstance(saved, dict) and saved.get("version") == FILE_VERSION else None
-
-
-def first_hearings(rows: list[dict]) -> list[tuple[str, str, int]]:
-    """(prompt id, condition id, 1-5 score) of every clip rated in a first hearing, from
-    `CampaignStore.rows`."""
-    return [(r["prompt_id"], cond, score) for r in rows if r["repeat_of"] is None for cond, score in clip_scores(r)]
 
 
 def campaign_clips(campaign: Campaign) -> dict[str, list[tuple]]:
@@ -131,10 +127,11 @@ def _judge_condition(items: list[tuple], quality, encoder, refs, old: dict) -> l
     return entries
 
 
-def compute_judges(campaign: Campaign, store: CampaignStore, audio_judges, quality: bool = True,
+def compute_judges(campaign: Campaign, ratings: list[ClipRating], audio_judges, quality: bool = True,
                    speaker: bool = True, reference_clip: str | Path | None = None,
                    systems: dict | None = None) -> dict:
-    """Judge the campaign's clips, set them beside the human scores, save and return the result.
+    """Judge the campaign's clips, set them beside the human scores (`ratings`, the design's
+    `clip_ratings`), save and return the result.
 
     audio_judges: `webapp.audio_judges.AudioJudges` (the loaded DNSMOS and encoder); systems:
     {system spec: Synthesizer} to reuse (else `evaluation.systems.load_system`). The result:
@@ -156,7 +153,6 @@ def compute_judges(campaign: Campaign, store: CampaignStore, audio_judges, quali
     old = {(e["prompt"], e["condition"]): e for e in (load_judges(campaign) or {}).get("clips", [])}
     entries = [e for cond, items in clips.items()
                for e in _judge_condition(items, dnsmos, encoder, refs.get(cond), old)]
-    ratings = first_hearings(store.rows(campaign.name))
     results = judge_results({(e["prompt"], e["condition"]): e["values"] for e in entries}, human_scores(ratings),
                             seed=campaign.seed)
     saved = {"version": FILE_VERSION, "campaign": campaign.name, "computed_at": now_iso(),
