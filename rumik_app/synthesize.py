@@ -48,14 +48,13 @@ from rumik_app.request import (
     SynthesisRequest,
     build_request,
     default_max_seconds,
-    flag_name,
     request_settings,
     resolve_seed,
-    setting_type,
     tokens_for_seconds,
 )
 from rumik_app.resample import RATES
 from rumik_app.serve.encoding import FORMATS, encode_whole, format_problem, output_rate, rate_problem
+from rumik_app.settings import flag_name, setting_type
 from rumik_app.text.ssml import is_ssml
 
 FINISH_AT_CAP = "max_tokens"  # rumik_app.decode.sampling.FINISH_MAX_TOKENS: a chunk cut at its token budget

@@ -45,17 +45,19 @@ LAYERED = ("rumik_app", "training", "webapp")
 ABOVE_THE_CORE = ("rumik_vllm", "evaluation", "training", "webapp", "benchmarks")
 IMPORTERS = ("import_module", "__import__", "find_spec", "resolve_name")
 ROUTERS_FILE = Path("rumik_app") / "serve" / "app.py"
+DESIGNS_FOLDER = Path("webapp") / "campaign" / "designs"
 TABLED = ("rumik_app", "rumik_vllm")  # the packages whose every module §1's tables name
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.
-LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.prompt", "rumik_app.errors", "rumik_app.files",
-                 "rumik_app.sqlite", "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli", "rumik_app.cli_args",
-                 "rumik_app.text", "rumik_app.text.chunking", "rumik_app.text.ssml", "rumik_app.model.tokens",
-                 "rumik_app.engine.serving", "rumik_app.engine.planning", "rumik_app.engine.script",
-                 "rumik_app.serve.protocol", "rumik_app.serve.adapters", "rumik_app.voices.package",
-                 "rumik_app.voices.library", "rumik_app.voices.archive", "rumik_app.watermark", "rumik_app.align",
-                 "rumik_app.align.words", "rumik_app.align.captions", "training.config", "training.cli",
-                 "training.audio.vad", "training.audio.levels", "training.grpo.config", "training.dpo.config",
-                 "training.sft.__main__", "training.grpo.__main__", "training.dpo.__main__", "webapp.access")
+LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.settings", "rumik_app.prompt", "rumik_app.errors",
+                 "rumik_app.files", "rumik_app.sqlite", "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli",
+                 "rumik_app.cli_args", "rumik_app.text", "rumik_app.text.chunking", "rumik_app.text.ssml",
+                 "rumik_app.model.tokens", "rumik_app.engine.serving", "rumik_app.engine.planning",
+                 "rumik_app.engine.script", "rumik_app.serve.protocol", "rumik_app.serve.adapters",
+                 "rumik_app.voices.package", "rumik_app.voices.library", "rumik_app.voices.archive",
+                 "rumik_app.watermark", "rumik_app.align", "rumik_app.align.words", "rumik_app.align.captions",
+                 "training.config", "training.cli", "training.audio.vad", "training.audio.levels",
+                 "training.grpo.config", "training.dpo.config", "training.sft.__main__", "training.grpo.__main__",
+                 "training.dpo.__main__", "webapp.access")
 LIGHT_COMMANDS = ("rumik_app.serve", "rumik_app.synthesize")
 CITATION = re.compile(r"ARCHITECTURE\.md (§\d+(?:(?:-|, )§\d+)*)")
 
@@ -347,6 +349,34 @@ def router_drift(root: Path = ROOT) -> list[str]:
     return wrong
 
 
+# ---------------------------------------------------------------- §13's designs
+
+
+def code_designs(root: Path = ROOT) -> list[str]:
+    """The modules of webapp/campaign/designs/ that define a design (a top-level `DESIGN = ...`), sorted."""
+    found = []
+    for path in sorted((root / DESIGNS_FOLDER).glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DESIGN" for t in node.targets)
+               for node in tree.body):
+            found.append(path.stem)
+    return found
+
+
+def documented_designs(root: Path = ROOT) -> list[str]:
+    """The first cells of §13's designs table: the table after the line that introduces it."""
+    section = _section(root, 13)
+    after = section[section.index("The designs, one module of `webapp/campaign/designs/` each"):]
+    return [_names(row[0])[0] for row in tables(after)[0].rows]
+
+
+def design_drift(root: Path = ROOT) -> list[str]:
+    """Designs §13 leaves out, and designs it lists that no module defines."""
+    code, doc = code_designs(root), documented_designs(root)
+    return ([f"the design {d} is missing from §13's designs table" for d in code if d not in doc]
+            + [f"§13 lists the design {d}, which no module of {DESIGNS_FOLDER} defines" for d in doc if d not in code])
+
+
 # ---------------------------------------------------------------- the tests
 
 
@@ -388,6 +418,11 @@ def test_the_core_names_no_module_above_it_even_in_a_string():
     """Its subcommands, backends and aligners are entry points (pyproject.toml), so every arrow out of
     rumik_app is an import statement the graph sees."""
     assert hidden_imports() == []
+
+
+def test_section_13_lists_every_listening_test_design():
+    assert code_designs() == ["ab", "cmos", "mos", "mushra", "smos"]
+    assert design_drift() == []
 
 
 def test_section_12_lists_the_servers_routers_in_order():
@@ -449,6 +484,9 @@ def test_the_layer_string_and_router_checks_find_a_mistake_planted_in_a_copy_of_
     doc.write_text("".join(row for row in text.splitlines(keepends=True) if not row.startswith("| `ops` |")),
                    encoding="utf-8")
     assert router_drift(copy) == ["ops is missing from §12's router table"]
+    assert design_drift(copy) == []
+    (copy / DESIGNS_FOLDER / "pref3.py").write_text('"""A design nobody wrote into §13."""\nDESIGN = None\n')
+    assert design_drift(copy) == ["the design pref3 is missing from §13's designs table"]
 
 
 def test_light_modules_and_commands_do_not_import_torch():

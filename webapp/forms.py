@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
 
 from rumik_app.engine.script import DEFAULT_GAP_SECONDS
-from rumik_app.request import RANDOM_SEED, Checkbox, NumberBox, request_settings, setting_type
+from rumik_app.request import RANDOM_SEED, request_settings
+from rumik_app.settings import Checkbox, NumberBox, setting_type
 
 DEFAULT_PAIR_SECONDS = 10.0  # Compare & rate: the length cap per clip
 MODE_STRUCTURED = "Tone, accent and pace"

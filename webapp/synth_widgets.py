@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from rumik_app.request import Checkbox, Dropdown, NumberBox, Slider, Textbox
+from rumik_app.settings import Checkbox, Dropdown, NumberBox, Slider, Textbox
 from webapp.common import checked_slider
 from webapp.forms import form_default, form_settings
 from webapp.scripts import EDITOR_COLUMNS, EDITOR_ROWS, LEXICON_SUFFIXES, MAX_EDITOR_ROWS

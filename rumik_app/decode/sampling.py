@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rumik_app.errors import PromptError
-from rumik_app.request import MAX_NEW_TOKENS_CAP, SamplingSettings, derive
+from rumik_app.request import MAX_NEW_TOKENS_CAP, SamplingSettings
+from rumik_app.settings import derive
 
 # How the stop head decides at a frame boundary: "threshold" stops when sigmoid(logit) >
 # STOP_THRESHOLD (inference); "sample" stops with probability sigmoid(logit) (GRPO rollouts:

@@ -45,14 +45,8 @@ from rumik_app.engine.stream import (
 from rumik_app.errors import PromptError
 from rumik_app.model.config import RumikOSSConfig
 from rumik_app.prompt import normalize_voice
-from rumik_app.request import (
-    LIBRARY_LIMITS,
-    RequestLimits,
-    SynthesisRequest,
-    derive,
-    resolve_seed,
-    tokens_for_seconds,
-)
+from rumik_app.request import LIBRARY_LIMITS, RequestLimits, SynthesisRequest, resolve_seed, tokens_for_seconds
+from rumik_app.settings import derive
 from rumik_app.watermark import DEFAULT_POLICY, check_policy, marks
 from rumik_app.watermark.marker import Watermarker, shared_watermarker
 from rumik_app.watermark.stream import StreamWatermarker

@@ -20,7 +20,8 @@ from dataclasses import Field as Setting
 
 from pydantic import BaseModel, Field, create_model
 
-from rumik_app.request import request_settings, setting_type, wire_name
+from rumik_app.request import request_settings
+from rumik_app.settings import setting_type, wire_name
 
 
 def protocol_model(name: str, own: type[BaseModel], renames: Mapping[str, str] | None = None,

@@ -24,16 +24,13 @@ from rumik_app.request import (
     REQUEST_FIELDS,
     LengthSetting,
     SamplingSettings,
-    Slider,
     SynthesisRequest,
     build_request,
     check_temperature,
-    derive,
-    flag_name,
     request_settings,
-    wire_name,
     wire_settings,
 )
+from rumik_app.settings import Slider, derive, flag_name, wire_name
 from tests.servers import ROOT
 
 

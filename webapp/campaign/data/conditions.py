@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from rumik_app.errors import RumikError
 from rumik_app.prompt import ACCENTS, PACES, TONES, VOICES
-from rumik_app.request import CONDITION_FIELDS, check_max_seconds, setting_type, wire_settings
+from rumik_app.request import CONDITION_FIELDS, check_max_seconds, wire_settings
+from rumik_app.settings import setting_type
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MIN_CONDITIONS = 2
