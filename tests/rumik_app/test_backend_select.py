@@ -90,19 +90,26 @@ def test_vllm_backend_without_vllm_names_the_fix(tiny_checkpoint, no_vllm):
 
 
 @pytest.mark.slow
-def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_path, no_vllm_env):
+def test_cli_and_runner_report_a_missing_vllm_in_one_line(tiny_checkpoint, tmp_path, no_vllm_env, no_vllm, capsys):
+    """The CLI in a fresh process where `import vllm` fails; the runner and the misplaced flag in this
+    process with vLLM hidden (`no_vllm`), through the same main(argv)."""
+    from evaluation.run import main as run_main
+    from rumik_app.synthesize import main as synthesize_main
+
     proc = _run(["rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", "hi", "--backend", "vllm",
                  "--out", str(tmp_path / "x.wav")], no_vllm_env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: backend='vllm' needs vLLM") and VLLM_FIX in proc.stderr
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "text": "Hello there.", "language": "en", "domain": "conversation"}\n')
-    proc = _run(["evaluation.run", "--system", f"rumik:{tiny_checkpoint}", "--backend", "vllm", "--prompts",
-                 str(prompts), "--asr", "pocketsphinx", "--out", str(tmp_path / "run")], no_vllm_env)
-    assert proc.returncode == 2 and VLLM_FIX in proc.stderr and "Traceback" not in proc.stderr
-    proc = _run(["rumik_app.synthesize", "--model", "tiny", "--text", "hi", "--tensor-parallel-size", "2",
-                 "--out", str(tmp_path / "x.wav")])
-    assert proc.returncode == 2 and "apply to --backend vllm only" in proc.stderr
+    status = run_main(["--system", f"rumik:{tiny_checkpoint}", "--backend", "vllm", "--prompts", str(prompts),
+                       "--asr", "pocketsphinx", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 2 and VLLM_FIX in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error: status 2, as the shell sees it
+        synthesize_main(["--model", "tiny", "--text", "hi", "--tensor-parallel-size", "2",
+                         "--out", str(tmp_path / "x.wav")])
+    assert exited.value.code == 2 and "apply to --backend vllm only" in capsys.readouterr().err
 
 
 def test_app_registry_puts_the_vllm_failure_in_its_banner(tiny_checkpoint, no_vllm):
