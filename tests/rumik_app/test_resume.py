@@ -79,19 +79,23 @@ def test_a_damaged_chunk_is_made_again_and_another_request_is_refused(small_batc
 
 
 @pytest.mark.slow
-def test_the_cli_job_folder_resumes_with_its_seed_and_writes_the_same_wav(tiny_checkpoint, tiny_engine, tmp_path):
-    def run(*args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "rumik_app.synthesize", "--model", str(tiny_checkpoint), "--text", TEXT,
-               "--max-seconds", "0.5", "--job", str(tmp_path / "job"), *args]
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+def test_the_cli_job_folder_resumes_with_its_seed_and_writes_the_same_wav(tiny_checkpoint, tiny_engine, tmp_path,
+                                                                          capsys):
+    """The first render in a fresh process, as typed; the rerun and the refusal through the same
+    main(argv) in this process, which shares nothing with the first but the job folder."""
+    from rumik_app.synthesize import main
 
-    first = run("--seed", "3", "--out", str(tmp_path / "a.wav"))
+    args = ["--model", str(tiny_checkpoint), "--text", TEXT, "--max-seconds", "0.5", "--job", str(tmp_path / "job")]
+    first = subprocess.run([sys.executable, "-m", "rumik_app.synthesize", *args, "--seed", "3",
+                            "--out", str(tmp_path / "a.wav")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert first.returncode == 0, first.stderr
-    again = run("--out", str(tmp_path / "b.wav"))  # no --seed: the folder's
-    assert again.returncode == 0 and "resumed: 6 of 6 chunks" in again.stdout and "seed 3" in again.stdout
+    status = main([*args, "--out", str(tmp_path / "b.wav")])  # no --seed: the folder's
+    again = capsys.readouterr()
+    assert status == 0 and "resumed: 6 of 6 chunks" in again.out and "seed 3" in again.out
     a, b = sf.read(tmp_path / "a.wav", dtype="int16")[0], sf.read(tmp_path / "b.wav", dtype="int16")[0]
     whole = tiny_engine.synthesize(SynthesisRequest(TEXT, seed=3, max_new_tokens=50))
     assert np.array_equal(a, b) and np.array_equal(a, to_s16(whole.samples))  # as one in-process render
-    other = run("--seed", "4", "--out", str(tmp_path / "c.wav"))
-    assert other.returncode == 2 and "another request" in other.stderr and "Traceback" not in other.stderr
+    status = main([*args, "--seed", "4", "--out", str(tmp_path / "c.wav")])
+    err = capsys.readouterr().err
+    assert status == 2 and "another request" in err and "Traceback" not in err
