@@ -332,11 +332,15 @@ def code_routers(root: Path = ROOT) -> list[str]:
     return [modules[e.value.id].removeprefix("rumik_app.serve.") for e in routers.elts]
 
 
+def _first_cells(root: Path, number: int, after: str) -> list[str]:
+    """The names in the first column of section `number`'s first table after the text `after`."""
+    section = _section(root, number)
+    return [_names(row[0])[0] for row in tables(section[section.index(after):])[0].rows]
+
+
 def documented_routers(root: Path = ROOT) -> list[str]:
     """The first cells of §12's router table: the table after the line that names `ROUTERS`."""
-    section = _section(root, 12)
-    after = section[section.index("`rumik_app.serve.app.ROUTERS`"):]
-    return [_names(row[0])[0] for row in tables(after)[0].rows]
+    return _first_cells(root, 12, "`rumik_app.serve.app.ROUTERS`")
 
 
 def router_drift(root: Path = ROOT) -> list[str]:
@@ -365,9 +369,7 @@ def code_designs(root: Path = ROOT) -> list[str]:
 
 def documented_designs(root: Path = ROOT) -> list[str]:
     """The first cells of §13's designs table: the table after the line that introduces it."""
-    section = _section(root, 13)
-    after = section[section.index("The designs, one module of `webapp/campaign/designs/` each"):]
-    return [_names(row[0])[0] for row in tables(after)[0].rows]
+    return _first_cells(root, 13, "The designs, one module of `webapp/campaign/designs/` each")
 
 
 def design_drift(root: Path = ROOT) -> list[str]:
