@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from rumik_app import TTSEngine
-from tests.training.distributed import run_on_two_cpu_processes, set_args, smoke_on_one_and_two_processes
+from tests.training.distributed import set_args, smoke_on_one_and_two_processes
 from training.common import TRAINING_STATE, latest_checkpoint, read_metrics
 from training.config import load_config
 from training.dpo.__main__ import main
@@ -189,11 +189,11 @@ def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     one-process numbers. FSDP2 trains sharded; the reference and the rollouts use each process's full
     replica, gathered after every step (training.grpo.rollout)."""
     sets = set_args(f"model={tiny_checkpoint}", "phases=2", "rollout.max_new_tokens=32", "save_every=8")
-    one, two = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, sets)
-    done = run_on_two_cpu_processes("training.dpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets,
-                                                     *set_args("distributed=fsdp2")])
-    assert "training.dpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout
-    sharded = [row for row in read_metrics(tmp_path / "fsdp2") if "event" not in row]
+    runs = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, sets,
+                                          {"fsdp2": set_args("distributed=fsdp2")})  # DDP and FSDP2: one launch
+    (one, _), (two, ddp), (sharded, fsdp2) = runs["one"], runs["two"], runs["fsdp2"]
+    assert "training.dpo: 2 processes (DDP over CPU processes)" in ddp
+    assert "training.dpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp2
     assert len(one) == len(two) == len(sharded) == 8
     for run in (two, sharded):
         for key in ("reward", "pairs", "dropped_groups", "num_pairs"):

@@ -3,15 +3,14 @@
 The sharded policy trains while each process's engine samples from a full replica gathered after
 every optimiser step (training.grpo.rollout): the run gives the one-process run's rewards, losses and
 gradient norms, the replica's log-probs match the trainer's, and a DCP checkpoint resumes exactly.
+The two-process run and the resume from its checkpoint share one launch (tests.training.distributed).
 """
-
-import shutil
 
 import pytest
 import torch
 
 from rumik_app import TTSEngine
-from tests.training.distributed import run_on_two_cpu_processes, set_args
+from tests.training.distributed import Copy, run_in_one_launch, set_args
 from training.common import read_metrics
 from training.grpo.__main__ import main
 
@@ -27,9 +26,15 @@ def _rows(out) -> list[dict]:
 def test_fsdp2_matches_one_process_and_resumes_exactly(tiny_checkpoint, tmp_path):
     sets = set_args(f"model={tiny_checkpoint}", f"steps={STEPS}", "rollout.max_new_tokens=16", "save_every=5")
     main(["--smoke", "--out", str(tmp_path / "one"), *sets])
-    done = run_on_two_cpu_processes("training.grpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets,
-                                                      *set_args("distributed=fsdp2")])
-    assert "training.grpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout
+    # resume on 2 processes from the step-5 DCP checkpoint (a copy in a fresh OUT): steps 6-10 again
+    step5 = tmp_path / "fsdp2" / "checkpoints" / "step_00000005"
+    resumed = tmp_path / "resumed" / "checkpoints"
+    resumed.mkdir(parents=True)
+    printed, _, _ = run_in_one_launch([
+        ("training.grpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets, *set_args("distributed=fsdp2")]),
+        Copy(step5, resumed / "step_00000005"),
+        ("training.grpo", ["--smoke", "--out", str(tmp_path / "resumed"), *sets, *set_args("distributed=fsdp2")])])
+    assert "training.grpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in printed
     one, two = _rows(tmp_path / "one"), _rows(tmp_path / "fsdp2")
     assert len(one) == len(two) == STEPS
     for x, y in zip(one, two, strict=True):
@@ -42,13 +47,8 @@ def test_fsdp2_matches_one_process_and_resumes_exactly(tiny_checkpoint, tmp_path
     a = TTSEngine.from_pretrained(str(tmp_path / "one"), device="cpu").model.state_dict()
     b = TTSEngine.from_pretrained(str(tmp_path / "fsdp2"), device="cpu").model.state_dict()
     assert set(a) == set(b) and all(torch.allclose(a[k], b[k], atol=1e-2) for k in a)  # bf16 published weights
-    # resume on 2 processes from the step-5 DCP checkpoint: steps 6-10 again, bit for bit
-    resumed = tmp_path / "resumed" / "checkpoints"
-    resumed.mkdir(parents=True)
-    shutil.copytree(tmp_path / "fsdp2" / "checkpoints" / "step_00000005", resumed / "step_00000005")
+    # the resumed run: steps 6-10 again, bit for bit
     assert (resumed / "step_00000005" / "dcp" / ".metadata").exists()
-    run_on_two_cpu_processes("training.grpo", ["--smoke", "--out", str(tmp_path / "resumed"), *sets,
-                                               *set_args("distributed=fsdp2")])
     again = _rows(tmp_path / "resumed")
     assert [r["step"] for r in again] == list(range(6, STEPS + 1))
     for x, y in zip(again, two[5:], strict=True):

@@ -341,7 +341,9 @@ def test_real_reward_streams_run_in_the_loop(tiny_checkpoint, tmp_path):
 def test_two_processes_match_one(tiny_checkpoint, tmp_path):
     """DDP (gloo, 2 CPU processes, each with half the prompts) gives the single-process run's numbers."""
     sets = set_args(f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16", "save_every=2")
-    one, two = smoke_on_one_and_two_processes(main, "training.grpo", tmp_path, sets)
+    runs = smoke_on_one_and_two_processes(main, "training.grpo", tmp_path, sets)
+    (one, _), (two, printed) = runs["one"], runs["two"]
+    assert "training.grpo: 2 processes (DDP over CPU processes)" in printed
     assert len(one) == len(two) == 2
     for key in ("reward", "reward_std", "kl", "loss", "grad_norm", "num_actions"):
         # loss is a sum of +-A terms that cancel to ~1e-9 at rho = 1: compare it absolutely

@@ -2,6 +2,9 @@
 
 FSDP2 = DDP = one process on the SFT smoke's losses; DCP-sharded checkpoints that resume exactly
 on the same world size and reshard from 2 processes to 1; the final weights in the published format.
+Two launches make every two-process run: the FSDP2 run SIGKILLed at its step-4 checkpoint, then one
+(tests.training.distributed.run_in_one_launch) that resumes it first, as a fresh process after a
+crash would, and then makes the whole DDP and FSDP2 runs.
 """
 
 import json
@@ -13,7 +16,7 @@ import torch
 
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from tests.training.distributed import kill_on_two_cpu_processes_when, run_on_two_cpu_processes, set_args
+from tests.training.distributed import kill_on_two_cpu_processes_when, run_in_one_launch, set_args
 from training.common import read_metrics
 from training.config import load_config
 from training.dpo.config import DPOConfig
@@ -40,9 +43,8 @@ def _config(smoke: Path, out: Path, *more: str) -> SFTConfig:
     return cfg
 
 
-def _two(smoke: Path, out: Path, *more: str):
-    return run_on_two_cpu_processes("training.sft", ["--config", str(smoke), "--out", str(out),
-                                                     *set_args(*SETS, *more)])
+def _two(smoke: Path, out: Path, *more: str) -> tuple[str, list[str]]:
+    return "training.sft", ["--config", str(smoke), "--out", str(out), *set_args(*SETS, *more)]
 
 
 def _close(a: list[dict], b: list[dict]) -> None:
@@ -56,18 +58,26 @@ def _close(a: list[dict], b: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """The same 10 steps on one process, on two (DDP) and on two (FSDP2)."""
+def runs(tmp_path_factory) -> dict:
+    """The same 10 steps on one process, on two (DDP) and on two (FSDP2); and an FSDP2 run SIGKILLed
+    once its step-4 checkpoint is on disk, then resumed by the same command (module docstring)."""
     tmp = tmp_path_factory.mktemp("fsdp")
     smoke = prepare_smoke_run(tmp / "smoke")
     SFTTrainer(_config(smoke, tmp / "one")).train()
-    ddp = _two(smoke, tmp / "ddp")
-    assert "training.sft: 2 processes (DDP over CPU processes)" in ddp.stdout
-    fsdp = _two(smoke, tmp / "fsdp2", "distributed=fsdp2")
-    assert "training.sft: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp.stdout
-    assert "MiB of weights, grads and AdamW state per process" in fsdp.stdout
-    assert fsdp.stdout.count(f"finished step {STEPS}/{STEPS}") == 1  # the main process prints
-    return {"smoke": smoke, "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp}
+    killed = tmp / "killed"
+    step4 = killed / "checkpoints" / "step_00000004"
+    kill_on_two_cpu_processes_when(*_two(smoke, killed, "distributed=fsdp2"), step4, tmp / "killed.log")
+    finished = (killed / "checkpoints" / f"step_{STEPS:08d}").exists()
+    (tmp / "resumed1" / "checkpoints").mkdir(parents=True)  # the same checkpoint, for one process
+    shutil.copytree(step4, tmp / "resumed1" / "checkpoints" / "step_00000004")
+    resumed, ddp, fsdp = run_in_one_launch([_two(smoke, killed, "distributed=fsdp2"), _two(smoke, tmp / "ddp"),
+                                            _two(smoke, tmp / "fsdp2", "distributed=fsdp2")])
+    assert "training.sft: 2 processes (DDP over CPU processes)" in ddp
+    assert "training.sft: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp
+    assert "MiB of weights, grads and AdamW state per process" in fsdp
+    assert fsdp.count(f"finished step {STEPS}/{STEPS}") == 1  # the main process prints
+    return {"smoke": smoke, "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp,
+            "killed": killed, "finished_before_kill": finished, "resumed": resumed}
 
 
 @pytest.mark.slow
@@ -90,16 +100,9 @@ def test_fsdp2_losses_match_ddp_and_one_process(runs):
 def test_fsdp2_resumes_exactly_after_sigkill_and_reshards_to_one_process(runs):
     """A run SIGKILLed once its step-4 checkpoint is on disk continues on 2 processes exactly; the
     same checkpoint loads on one process (DCP resharding) and continues to the same losses."""
-    full, killed = _rows(runs["fsdp2"]), runs["tmp"] / "killed"
-    step4 = killed / "checkpoints" / "step_00000004"
-    kill_on_two_cpu_processes_when("training.sft", ["--config", str(runs["smoke"]), "--out", str(killed),
-                                                    *set_args(*SETS, "distributed=fsdp2")], step4,
-                                   runs["tmp"] / "killed.log")
-    assert not (killed / "checkpoints" / f"step_{STEPS:08d}").exists()
-    (runs["tmp"] / "resumed1" / "checkpoints").mkdir(parents=True)
-    shutil.copytree(step4, runs["tmp"] / "resumed1" / "checkpoints" / "step_00000004")
-    done = _two(runs["smoke"], killed, "distributed=fsdp2")
-    assert "resumed from" in done.stdout
+    full, killed = _rows(runs["fsdp2"]), runs["killed"]
+    assert not runs["finished_before_kill"]
+    assert "resumed from" in runs["resumed"]
     again = _rows(killed)[-(STEPS - 4):]  # the rows the resumed run appended
     assert [r["step"] for r in again] == list(range(5, STEPS + 1))
     for x, y in zip(again, full[4:], strict=True):
