@@ -108,7 +108,8 @@ def run_engine(engine: str, manifest: Path, checkpoint: Path, out: Path, config,
 
 def engine_label(engine: str, workers: int, encoders: int | None) -> str:
     mimi = f"{encoders} Mimi" if encoders else "Mimi"
-    return f"ray ({workers} cleaners + {mimi})" if engine == "ray" else "local (1 process)"
+    cleaners = f"{workers} cleaner{'' if workers == 1 else 's'}"
+    return f"ray ({cleaners} + {mimi})" if engine == "ray" else "local (1 process)"
 
 
 def print_tables(result: dict) -> None:
