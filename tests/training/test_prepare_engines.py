@@ -6,6 +6,13 @@ that the VAD cuts into utterances (benchmarks/espeak_corpus.py). Every stage run
 pocketsphinx transcribing the utterances, the silent, clipping and SNR filters, resemblyzer
 embeddings and the tiny checkpoint's Mimi. DNSMOS is left to tests/training/test_prepare_filters.py
 (0.4 s a clip on one core here).
+
+One Ray run makes the files both Ray tests read (`killed_and_resumed`): a command with 2 workers,
+joined to the module's Ray, is SIGKILLed once its first shard is written, and the same run started
+again resumes it. Every shard is then written by a Ray run with 2 workers (the killed one or the
+resumed one) and compared with the local run's, so one Ray pass over the corpus serves both claims;
+a Ray run costs its actors' start (each loads torch and every judge) and Ray Data's polling for its
+whole length, more than the shards' own work.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ pytestmark = pytest.mark.slow
 SETTINGS = {"max_seconds": 20.0, "asr": "pocketsphinx", "min_snr_db": 15.0, "speaker_encoder": "resemblyzer",
             "shard_size": 20}
 KILL_TIMEOUT_S = 300
-KILLED_SHARDS = 4  # the killed run prepares the corpus's first 4 shards (80 rows)
+SHARDS = 10  # 200 rows of 20
 
 
 @pytest.fixture(scope="module")
@@ -54,28 +61,46 @@ def local_run(corpus, tiny_checkpoint, tmp_path_factory) -> tuple[Path, dict]:
     return out, prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), device="cpu")
 
 
-def assert_same_output(one: Path, other: Path, shards: int | None = None) -> None:
-    """Same index (byte for byte), codes and embeddings (float16, to 1e-2) in every shard, or in the
-    first `shards` of `one` (then the index rows of those shards, and no report)."""
-    index = (one / "index.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
-    if shards is not None:
-        index = [line for line in index if json.loads(line)["shard"] < shards]
-    assert "".join(index) == (other / "index.jsonl").read_text(encoding="utf-8")
+def assert_same_output(one: Path, other: Path) -> None:
+    """Same index (byte for byte), codes and embeddings (float16, to 1e-2) in every shard, same report."""
+    assert (one / "index.jsonl").read_text(encoding="utf-8") == (other / "index.jsonl").read_text(encoding="utf-8")
     names = sorted(p.name for p in (other / "shards").glob("*.npy"))
-    assert names == sorted(p.name for p in (one / "shards").glob("*.npy") if shards is None
-                           or int(p.name.split("_")[1].split(".")[0]) < shards)
+    assert names == sorted(p.name for p in (one / "shards").glob("*.npy"))
     for name in names:
         first, second = np.load(one / "shards" / name), np.load(other / "shards" / name)
         if name.endswith(".emb.npy"):
             np.testing.assert_allclose(first.astype(np.float32), second.astype(np.float32), atol=1e-2)
         else:
             assert np.array_equal(first, second), name
-    if shards is not None:
-        return
     reports = [json.loads((folder / "report.json").read_text(encoding="utf-8")) for folder in (one, other)]
     for report in reports:
         report.pop("run")
     assert reports[0] == reports[1]
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(corpus, tiny_checkpoint, tmp_path_factory, ray_cluster) -> dict:
+    """A Ray run with 2 workers as a command that joins the module's Ray (--address, as on a cluster),
+    SIGKILLed (its job ends there) once its first shard is written; then the same run in this
+    process, which resumes. Returns its folder, the shards finished before the kill with their
+    files' mtimes, the resumed run's report and the killed command's log."""
+    out = tmp_path_factory.mktemp("ray") / "data"
+    command = [sys.executable, "-m", "training.prepare", "--manifest", str(corpus), "--model", str(tiny_checkpoint),
+               "--out", str(out), "--engine", "ray", "--workers", "2", "--address", ray_cluster,
+               *[arg for key, value in SETTINGS.items() for arg in ("--set", f"{key}={value}")]]
+    log = out.with_name("killed.log")
+    with open(log, "wb") as sink:  # a file, not a pipe: Ray's logs must never block the run
+        process = subprocess.Popen(command, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while not list((out / "shards").glob("shard_*.json")) and process.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    finished = sorted((out / "shards").glob("shard_*.json"))
+    stamps = {p: p.stat().st_mtime_ns for base in finished for p in (base, base.with_suffix(".npy"))}
+    report = prepare(corpus, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), engine="ray", workers=2)
+    return {"out": out, "finished": finished, "stamps": stamps, "report": report, "log": log}
 
 
 def test_local_run_segments_recordings_and_counts_every_stage(local_run):
@@ -97,41 +122,23 @@ def test_local_run_segments_recordings_and_counts_every_stage(local_run):
                                                        "reused_shards": 0, "stage_seconds": None}
 
 
-def test_ray_with_two_workers_writes_what_one_process_writes(corpus, local_run, tiny_checkpoint, tmp_path,
-                                                            ray_cluster):
-    report = prepare(corpus, str(tiny_checkpoint), tmp_path / "ray", config=PrepareConfig(**SETTINGS),
-                     engine="ray", workers=2)
-    assert report["run"]["engine"] == "ray" and report["run"]["encoded_shards"] == 10
-    assert_same_output(local_run[0], tmp_path / "ray")
+def test_ray_with_two_workers_writes_what_one_process_writes(local_run, killed_and_resumed):
+    """Every shard, the index and the report of the Ray runs with 2 workers (the killed one's finished
+    shards, the resumed one's others) equal the single-process run's."""
+    report = killed_and_resumed["report"]
+    assert report["run"]["engine"] == "ray" and report["run"]["shards"] == SHARDS
+    assert report["run"]["encoded_shards"] + report["run"]["reused_shards"] == SHARDS
+    assert_same_output(local_run[0], killed_and_resumed["out"])
 
 
-def test_a_killed_ray_run_resumes_without_redoing_finished_shards(corpus, local_run, tiny_checkpoint, tmp_path,
-                                                                  ray_cluster):
-    """On the corpus's first KILLED_SHARDS shards (a recording among them), whose shards are the local
-    run's first ones: the killed command joins the module's Ray (--address, as on a cluster), and
-    SIGKILL ends its job there."""
-    lines = corpus.read_text(encoding="utf-8").splitlines(keepends=True)[: KILLED_SHARDS * SETTINGS["shard_size"]]
-    manifest = corpus.with_name("first_shards.jsonl")
-    manifest.write_text("".join(lines), encoding="utf-8")
-    out = tmp_path / "ray"
-    command = [sys.executable, "-m", "training.prepare", "--manifest", str(manifest), "--model", str(tiny_checkpoint),
-               "--out", str(out), "--engine", "ray", "--workers", "2", "--address", ray_cluster,
-               *[arg for key, value in SETTINGS.items() for arg in ("--set", f"{key}={value}")]]
-    log = tmp_path / "killed.log"
-    with open(log, "wb") as sink:  # a file, not a pipe: Ray's logs must never block the run
-        process = subprocess.Popen(command, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + KILL_TIMEOUT_S
-        while not list((out / "shards").glob("shard_*.json")) and process.poll() is None \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    finished = sorted((out / "shards").glob("shard_*.json"))
-    assert 1 <= len(finished) < KILLED_SHARDS, log.read_text(errors="replace")[-2000:]
-    stamps = {p: p.stat().st_mtime_ns for base in finished for p in (base, base.with_suffix(".npy"))}
-    report = prepare(manifest, str(tiny_checkpoint), out, config=PrepareConfig(**SETTINGS), engine="ray", workers=2)
+def test_a_killed_ray_run_resumes_without_redoing_finished_shards(local_run, killed_and_resumed):
+    """The kill came mid-way (some shards finished, not all); the resumed run reused every finished
+    shard without writing it again, prepared only the others, and ends with the local run's files."""
+    out, finished, stamps = (killed_and_resumed[key] for key in ("out", "finished", "stamps"))
+    assert 1 <= len(finished) < SHARDS, killed_and_resumed["log"].read_text(errors="replace")[-2000:]
+    report = killed_and_resumed["report"]
     assert report["run"]["reused_shards"] >= len(finished)
-    assert report["run"]["encoded_shards"] == KILLED_SHARDS - report["run"]["reused_shards"]
+    assert report["run"]["encoded_shards"] == SHARDS - report["run"]["reused_shards"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # finished shards were not written again
     assert any("segment" in json.loads(row) for row in (out / "index.jsonl").read_text().splitlines())
-    assert_same_output(local_run[0], out, shards=KILLED_SHARDS)
+    assert_same_output(local_run[0], out)
