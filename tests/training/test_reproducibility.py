@@ -1,9 +1,11 @@
 """A training run is a function of its config and seed, not of paths or of the process.
 
-Every run here is a fresh `python -m training.sft` / `python -m training.grpo` process with
-its own PYTHONHASHSEED. The same-seed SFT runs read copies of one prepared data set from two
-different folders and write to two different OUTs: the situation of two
-`training.sft --smoke --out A|B` runs, whose batch order used to depend on the data path.
+The same-seed runs A and B are fresh `python -m training.sft` / `python -m training.grpo`
+processes, each with its own PYTHONHASHSEED. The same-seed SFT runs read copies of one prepared
+data set from two different folders and write to two different OUTs: the situation of two
+`training.sft --smoke --out A|B` runs, whose batch order used to depend on the data path. The
+run with another seed (seed1) runs in the test's own process while they do: that another seed
+gives another run needs no interpreter of its own, and a start costs ~13 CPU s of imports.
 """
 
 import json
@@ -20,7 +22,9 @@ import torch
 from safetensors.torch import load_file
 
 from training.common import TRAINING_STATE, latest_checkpoint
+from training.grpo.__main__ import main as grpo_main
 from training.prepare import prepare
+from training.sft.__main__ import main as sft_main
 
 ROOT = Path(__file__).resolve().parents[2]
 RATE = 24_000
@@ -92,9 +96,9 @@ def _same_weights(a: dict, b: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def sft_runs(tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
-    """Three fresh SFT processes at once: A and B (same seed; data copies at different paths,
-    different hash seeds; B with deterministic=true, which changes nothing on CPU) and
-    `seed1` (as A with seed 1)."""
+    """Two fresh SFT processes at once, A and B (same seed; data copies at different paths,
+    different hash seeds; B with deterministic=true, which changes nothing on CPU), and meanwhile
+    `seed1` (as A with seed 1) in this process."""
     root = tmp_path_factory.mktemp("repro")
     first = root / "a" / "data"
     _prepared(first, tiny_checkpoint, "en", "en", ["good morning", "the train is late", "see you soon",
@@ -104,14 +108,16 @@ def sft_runs(tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
     second = root / "b" / "elsewhere" / "data"
     shutil.copytree(first, second)
     plans = {"A": (first, 1, []), "B": (second, 2, ["--set", "deterministic=true"]),
-             "seed1": (first, 3, ["--set", "seed=1"])}
-    runs, outs = {}, {}
+             "seed1": (first, None, ["--set", "seed=1"])}
+    runs, outs, configs = {}, {}, {}
     for name, (data, hash_seed, extra) in plans.items():
         outs[name] = root / name.lower() / "out"
-        config = root / f"{name}.json"
-        config.write_text(json.dumps(_config(tiny_checkpoint, data, outs[name])), encoding="utf-8")
-        runs[name] = (_launch("training.sft", ["--config", str(config), *extra], hash_seed, root / f"{name}.log"),
-                      root / f"{name}.log")
+        configs[name] = root / f"{name}.json"
+        configs[name].write_text(json.dumps(_config(tiny_checkpoint, data, outs[name])), encoding="utf-8")
+        if hash_seed is not None:
+            runs[name] = (_launch("training.sft", ["--config", str(configs[name]), *extra], hash_seed,
+                                  root / f"{name}.log"), root / f"{name}.log")
+    sft_main(["--config", str(configs["seed1"]), *plans["seed1"][2]])
     _wait(runs)
     return outs
 
@@ -146,14 +152,16 @@ def test_deterministic_switch_reaches_the_saved_config(sft_runs):
 def test_grpo_runs_are_reproducible_and_follow_the_seed(tiny_checkpoint, tmp_path):
     common = ["--smoke", "--set", f"model={tiny_checkpoint}", "--set", "steps=2", "--set", "save_every=2",
               "--set", "rollout.max_new_tokens=16"]
-    plans = {"A": (1, []), "B": (2, []), "seed1": (3, ["--set", "seed=1"])}
+    plans = {"A": (1, []), "B": (2, [])}  # fresh processes; seed1 runs here meanwhile (module docstring)
     runs = {name: (_launch("training.grpo", [*common, "--out", str(tmp_path / name), *extra], hash_seed,
                            tmp_path / f"{name}.log"), tmp_path / f"{name}.log")
             for name, (hash_seed, extra) in plans.items()}
+    grpo_main([*common, "--out", str(tmp_path / "seed1"), "--set", "seed=1"])
     _wait(runs)
     a, b, other = (_results(tmp_path / name) for name in ("A", "B", "seed1"))
     assert len(a) == 2 and a == b
-    weights = {name: load_file(latest_checkpoint(tmp_path / name) / "model.safetensors") for name in plans}
+    weights = {name: load_file(latest_checkpoint(tmp_path / name) / "model.safetensors")
+               for name in ("A", "B", "seed1")}
     assert _same_weights(weights["A"], weights["B"])
     assert a[0]["reward"] != other[0]["reward"]  # other prompts and sampling seeds
     assert not _same_weights(weights["A"], weights["seed1"])
