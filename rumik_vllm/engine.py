@@ -82,7 +82,7 @@ from rumik_app.model.config import RumikOSSConfig
 from rumik_app.request import DEFAULT_MODEL, SynthesisRequest
 from rumik_app.voices.lora import adapter_identity
 from rumik_app.voices.package import ADAPTER_FILE, PEFT_CONFIG_FILE, VoiceError, peft_config
-from rumik_vllm.loop import LoopThread, main_module_hidden
+from rumik_vllm.loop import LoopThread, compiler_off_in_new_processes, main_module_hidden
 from rumik_vllm.rollouts import RequestOutput, build_rollouts
 from rumik_vllm.rules import AudioColumns, RequestRules
 from rumik_vllm.weights import WeightPushReport, expand_to_layers, push_weights
@@ -506,8 +506,9 @@ def scheduler_defaults(engine_args: dict) -> dict:
 
 
 def _start_async_llm(args):
-    """AsyncLLM with the logits processor of the model runner this configuration uses,
-    started without its processes re-importing the caller's `__main__` (loop.main_module_hidden)."""
+    """AsyncLLM with the logits processor of the model runner this configuration uses, started
+    without its processes re-importing the caller's `__main__` (loop.main_module_hidden) or, on a
+    CPU without compiling, compiling vLLM's helpers (loop.compiler_off_in_new_processes)."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.executor import Executor
@@ -516,6 +517,6 @@ def _start_async_llm(args):
 
     vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
     vllm_config.model_config.logits_processors = [processor_for(vllm_config.use_v2_model_runner)]
-    with main_module_hidden():
+    with main_module_hidden(), compiler_off_in_new_processes(vllm_config):
         return AsyncLLM(vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config), log_stats=False,
                         log_requests=False)

@@ -1,4 +1,5 @@
-"""vLLM's engine on its own event loop: `LoopThread`, and `main_module_hidden` for starting it from any script.
+"""vLLM's engine on its own event loop: `LoopThread`; `main_module_hidden` for starting it from any script, and
+`compiler_off_in_new_processes` for starting it without compiling.
 
     loop = LoopThread(make_engine)                      # make_engine() runs on the new loop
     result = loop.call(coro)                            # from a plain thread: block for the result
@@ -6,6 +7,8 @@
     for item in loop.iterate(lambda: agen()): ...       # an async generator, from a thread
     async for item in loop.aiterate(lambda: agen()): ...  # ... or from another event loop
     loop.close()
+    with main_module_hidden(), compiler_off_in_new_processes(vllm_config):   # around vLLM's process starts
+        llm = AsyncLLM(vllm_config=vllm_config, ...)
 
 vLLM's AsyncLLM must live on one event loop; `rumik_vllm.engine` keeps it on one of
 these, so threads (the sync API) and any number of other loops (a web server's) can use it
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import sys
 import threading
@@ -158,3 +162,35 @@ def main_module_hidden():
                 main.__dict__.update(saved)
                 if "__spec__" not in saved:
                     main.__dict__.pop("__spec__", None)
+
+
+COMPILE_OFF = "TORCH_COMPILE_DISABLE"  # torch's switch, which vLLM reads too (as its compilation mode none)
+
+
+@contextlib.contextmanager
+def compiler_off_in_new_processes(vllm_config):
+    """While vLLM starts its processes: `TORCH_COMPILE_DISABLE=1` in the environment they inherit when
+    `vllm_config` compiles nothing on a CPU (enforce_eager, our default there).
+
+    vLLM wraps helpers in torch.compile whatever its compilation mode (the Cohere layer norm, the
+    sampler's log-prob ranks, ...), so each engine process still compiled them with inductor at
+    its first requests: seconds with a warm compile cache, half a minute with a cold one, for
+    helpers the plain function computes as well. With the variable set they run as written, as
+    the engine backend's layer norm does. GPUs keep them compiled. Only the new processes get it:
+    this process read torch's setting when it imported vLLM, and the variable is restored at once.
+    Call it inside `main_module_hidden`, which serialises starts.
+    """
+    import torch._dynamo.config  # noqa: F401 - read before the variable is set: this process keeps its setting
+    from vllm.config import CompilationMode
+    from vllm.platforms import current_platform
+
+    saved = os.environ.get(COMPILE_OFF)
+    if current_platform.is_cpu() and vllm_config.compilation_config.mode == CompilationMode.NONE:
+        os.environ[COMPILE_OFF] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(COMPILE_OFF, None)
+        else:
+            os.environ[COMPILE_OFF] = saved
