@@ -41,6 +41,38 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=_long_first)  # stable: the order within each group is pytest's
 
 
+# Modules that share a session fixture which takes a minute to build run on one xdist worker, so it is
+# built once per session: loadscope gives each module to whichever worker is free, and every worker that
+# receives a module using the fixture builds its own. "vllm-engine": tests/vllm's `vllm_engine` (an engine
+# start is a minute of CPU on 2 cores), with `calibrated` and `engine64`; these modules only read from it,
+# or put back what they change (test_grpo's weight pushes). A shared scope takes the place in the queue of
+# its first module, so the long-first order holds; every other module stays a scope of its own.
+SHARED_SCOPES = {
+    "vllm-engine": ("tests/vllm/test_backend.py", "tests/vllm/test_grpo.py", "tests/vllm/test_repetition_penalty.py",
+                    "tests/vllm/test_serve.py", "tests/vllm/test_sockets.py"),
+}
+
+
+def shared_scope(nodeid: str) -> str | None:
+    """The SHARED_SCOPES name of a test's module, or None."""
+    module = nodeid.split("::", 1)[0]
+    return next((name for name, modules in SHARED_SCOPES.items() if module in modules), None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` with SHARED_SCOPES: xdist's scheduler, each shared scope one work unit."""
+    if config.getoption("dist") != "loadscope":
+        return None  # xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_scope(nodeid) or super()._split_scope(nodeid)
+
+    return SharedScopeScheduling(config, log)
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one and a half workers per core. About a sixth of the suite's time is spent
     waiting (servers starting, sockets, subprocesses), which a third worker fills on 2 cores."""

@@ -6,6 +6,7 @@ the sync switched off (the source's test-only `sync`), they differ by more than 
 smoke run with the vLLM backend learns and logs TRL's mismatch metrics every step (below 1e-3
 in float32), LoRA's merged weights reach vLLM, and a resumed run puts the checkpoint's weights
 into vLLM before its first rollout; DPO's phases roll out on vLLM through the same table.
+FSDP2 on two processes, each with its own vLLM engine: test_grpo_fsdp2.py.
 
 The trainers here share the session's vLLM engine (an engine start costs ~30 s on 2 cores):
 `VLLMRollouts.build(trainer, engine=...)` pushes every weight of the trainer into it first,
@@ -148,20 +149,3 @@ def test_the_rollout_benchmark_fills_its_table_and_leaves_vllm_as_it_was(engine6
     greedy = [SynthesisRequest("Back as it was.", seed=3, temperature=0.0, max_new_tokens=24)]
     ours, theirs = vllm_engine.generate_batch(greedy), engine64.generate_batch(greedy)
     assert torch.equal(ours.token_ids, theirs.token_ids)
-
-
-def test_fsdp2_on_two_processes_pushes_the_gathered_weights_into_each_vllm_engine(calibrated, tmp_path):
-    """distributed = "fsdp2" with vLLM rollouts (2 CPU processes over gloo, each with its own vLLM
-    engine): the shards are gathered into each process's replica and pushed after every step, so
-    the sampler's log-probs stay within SMOKE_GAP_MAX of the trainer's at every step."""
-    from tests.training.distributed import run_on_two_cpu_processes, set_args
-
-    sets = set_args(f"model={calibrated[0]}", "steps=2", "rollout.max_new_tokens=16", "save_every=2",
-                    "rollout.backend=vllm", "distributed=fsdp2")
-    done = run_on_two_cpu_processes("training.grpo", ["--smoke", "--out", str(tmp_path / "run"), *sets])
-    assert "2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout
-    rows = [r for r in read_metrics(tmp_path / "run") if "event" not in r]
-    assert len(rows) == 2
-    for row in rows:
-        assert row["sampling/sampling_logp_difference/max"] < SMOKE_GAP_MAX, row
-        assert row["sync_seconds"] > 0 and row["sync_megabytes"] > 0

@@ -1,0 +1,28 @@
+"""GRPO with `distributed = "fsdp2"` and vLLM rollouts, as two CPU processes over gloo (each starts its own
+vLLM engine, so this module shares no engine with the rest of tests/vllm and runs on any xdist worker).
+
+Run: .venv/bin/python -m pytest tests/vllm/test_grpo_fsdp2.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.training.distributed import run_on_two_cpu_processes, set_args
+from tests.vllm.test_grpo import SMOKE_GAP_MAX
+from training.common import read_metrics
+
+
+@pytest.mark.slow
+def test_fsdp2_on_two_processes_pushes_the_gathered_weights_into_each_vllm_engine(calibrated, tmp_path):
+    """The shards are gathered into each process's replica and pushed into its vLLM engine after every
+    step, so the sampler's log-probs stay within SMOKE_GAP_MAX of the trainer's at every step (2 steps)."""
+    sets = set_args(f"model={calibrated[0]}", "steps=2", "rollout.max_new_tokens=16", "save_every=2",
+                    "rollout.backend=vllm", "distributed=fsdp2")
+    done = run_on_two_cpu_processes("training.grpo", ["--smoke", "--out", str(tmp_path / "run"), *sets])
+    assert "2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout
+    rows = [r for r in read_metrics(tmp_path / "run") if "event" not in r]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["sampling/sampling_logp_difference/max"] < SMOKE_GAP_MAX, row
+        assert row["sync_seconds"] > 0 and row["sync_megabytes"] > 0
