@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu_suite.sh                       # on a GPU machine, from the repository root
 #   benchmarks/gpu_suite.sh --out results/gpu     # where the tables go (default gpu-suite-DATE)
-#   benchmarks/gpu_suite.sh --smoke               # CPU dry run of every step, tiny sizes (CI runs it)
+#   benchmarks/gpu_suite.sh --smoke               # CPU dry run of every step on one tiny configuration (CI runs it)
 #   PYTHON=.venv/bin/python benchmarks/gpu_suite.sh   # the interpreter (default: .venv, it has both backends)
 #
 # In order, each under its own time limit so one slow or failing step never loses the rest:
@@ -54,15 +54,16 @@ run() {
 }
 
 if [ "$SMOKE" = 1 ]; then
-  SPEED=(--smoke --device cpu); QUANTS="none int8"; CKPT_ARGS="tiny64 2"
-  QUANT_SPEED=(--no-compile)  # the compiled path is dry-run by the first step; compiling again costs a minute
-  # the engine's server only: vLLM's server is started by tests/vllm/test_serve_process.py, and serve_load
-  # passes --backend through unchanged, so the dry run checks this script's wiring without a second vLLM start
+  # One tiny configuration that checks this script's wiring: every step runs and fills its table, with no
+  # compiling and no vLLM start (each costs a minute on a CPU). Tested elsewhere: the compiled fast path
+  # (tests/rumik_app/test_fast_decode.py), vLLM's server (tests/vllm/test_serve_process.py; serve_load passes
+  # --backend through unchanged), grpo_rollouts' vLLM side (tests/vllm/test_grpo.py's rollout benchmark test).
+  SPEED=(--smoke --device cpu --no-compile --batches 2); QUANTS="none int8"; CKPT_ARGS="tiny64 2"
   LOAD=(--concurrency 1,2 --rounds 1 --max-seconds 0.3 --max-batch 2); SPAWN=engine
-  GRPO=(--prompts 2 --generations 2 --new-tokens 32 --steps 1)
+  GRPO=(--prompts 2 --generations 2 --new-tokens 32 --steps 1 --backends engine)
   LIMIT_SPEED=300; LIMIT_LOAD=600; LIMIT_GRPO=600
 else
-  SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"; QUANT_SPEED=()
+  SPEED=(); QUANTS="none int8 int4 nf4"; CKPT_ARGS="real-width 12"
   LOAD=(--concurrency 1,16,64 --rounds 1 --max-seconds 2 --max-batch 64 --server-arg=--gpu-memory-utilization=0.45)
   SPAWN=engine,vllm
   GRPO=(--preset real-width --layers 12 --new-tokens 512 --steps 2 --gpu-memory-utilization 0.4)
@@ -87,7 +88,7 @@ for q in $QUANTS; do
   if [ "$q" = none ]; then
     run gpu_speed "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --json "$OUT/gpu_speed.json"
   else
-    run "gpu_speed_$q" "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" "${QUANT_SPEED[@]}" --quantize "$q" \
+    run "gpu_speed_$q" "$LIMIT_SPEED" "$PYTHON" benchmarks/gpu_speed.py "${SPEED[@]}" --quantize "$q" \
       --json "$OUT/gpu_speed_$q.json"
   fi
 done

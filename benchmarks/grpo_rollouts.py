@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/grpo_rollouts.py --prompts 8 --generations 8 --new-tokens 256 --steps 3
     .venv/bin/python benchmarks/grpo_rollouts.py --preset real-width --layers 36 --new-tokens 1024 \
         --gpu-memory-utilization 0.5 --json grpo_gpu.json                  # one GPU: the real model's shape
+    .venv/bin/python benchmarks/grpo_rollouts.py --backends engine         # the engine alone: no vLLM start
 
 One step is what `training.grpo` does with `rollout.backend = "engine"` or `"vllm"`: P prompts
 x G generations sampled as GRPO samples them (`stop_mode="sample"`, temperature 1, top-k 30,
@@ -14,7 +15,8 @@ moved a little (as a full-weight AdamW step moves them all) and pushed into vLLM
 prefix-cache reset). The engine backend samples from the live weights and syncs nothing.
 Rows run to `--new-tokens` (min = max), so both backends generate the same token count.
 Prints rollout tokens/s of each (the best step), vLLM's ratio to the engine, and sync seconds
-and megabytes per step. At the end vLLM gets the checkpoint's weights back.
+and megabytes per step. At the end vLLM gets the checkpoint's weights back. `--backends engine`
+measures the engine alone and starts no vLLM (the GPU suite's CPU dry run does).
 
 GPU (unmeasured until a GPU is available): the command above on one GPU; both backends hold
 the model on it at once (the engine in bf16 plus its decode cache, vLLM at
@@ -44,6 +46,7 @@ from rumik_app.engine.loading import load_engine  # noqa: E402
 
 STEP_SCALE = 1e-4  # relative size of the simulated optimiser step (every weight moves)
 TOP_K = 30  # the GRPO smoke's sampling
+BACKENDS = ("engine,vllm", "engine")  # --backends: both side by side, or the engine alone
 
 
 def rollout_requests(prompts: int, new_tokens: int) -> list[SynthesisRequest]:
@@ -51,30 +54,35 @@ def rollout_requests(prompts: int, new_tokens: int) -> list[SynthesisRequest]:
                              min_new_tokens=new_tokens, max_new_tokens=new_tokens) for i in range(prompts)]
 
 
-def run(engine, vllm, prompts: int = 8, generations: int = 8, new_tokens: int = 256, steps: int = 3) -> list[dict]:
-    """Time `steps` GRPO steps' rollouts on both engines and vLLM's weight sync; one result row
-    per backend: rows, tokens per step, best rollout seconds, tokens/s, sync s and MB per step."""
+def run(engine, vllm=None, prompts: int = 8, generations: int = 8, new_tokens: int = 256,
+        steps: int = 3) -> list[dict]:
+    """Time `steps` GRPO steps' rollouts on the engine and on vLLM (None: the engine alone) and
+    vLLM's weight sync; one result row per backend: rows, tokens per step, best rollout seconds,
+    tokens/s, sync s and MB per step."""
     reqs = rollout_requests(prompts, new_tokens)
-    original = {name: p.detach().clone() for name, p in engine.model.named_parameters()}
-    best = {"engine": float("inf"), "vllm": float("inf")}
+    backends = {"engine": engine} if vllm is None else {"engine": engine, "vllm": vllm}
+    original = {name: p.detach().clone() for name, p in engine.model.named_parameters()} if vllm is not None else {}
+    best = dict.fromkeys(backends, float("inf"))
     tokens = {}
     syncs = []
-    for backend in (engine, vllm):  # warm-up at this shape
+    for backend in backends.values():  # warm-up at this shape
         backend.generate_batch(reqs[:1], num_samples=2, stop_mode="sample")
     for _ in range(steps):
-        for name, backend in (("engine", engine), ("vllm", vllm)):  # alternate: background load hits both
+        for name, backend in backends.items():  # alternate: background load hits both
             start = time.perf_counter()
             rollouts = backend.generate_batch(reqs, num_samples=generations, stop_mode="sample")
             best[name] = min(best[name], time.perf_counter() - start)
             tokens[name] = int(rollouts.lengths.sum())
-        with torch.no_grad():
-            moved = {n: w + STEP_SCALE * w.abs().mean() * torch.randn_like(w) for n, w in original.items()}
-        syncs.append(vllm.load_weights(moved))
-    vllm.load_weights(original)  # leave vLLM with the checkpoint's weights
-    sync_s = sum(r.seconds for r in syncs) / len(syncs)
-    sync_mb = sum(r.megabytes for r in syncs) / len(syncs)
+        if vllm is not None:
+            with torch.no_grad():
+                moved = {n: w + STEP_SCALE * w.abs().mean() * torch.randn_like(w) for n, w in original.items()}
+            syncs.append(vllm.load_weights(moved))
+    if vllm is not None:
+        vllm.load_weights(original)  # leave vLLM with the checkpoint's weights
+    sync_s = sum(r.seconds for r in syncs) / max(len(syncs), 1)
+    sync_mb = sum(r.megabytes for r in syncs) / max(len(syncs), 1)
     rows = []
-    for name in ("engine", "vllm"):
+    for name in backends:
         rows.append({"backend": name, "rows": prompts * generations, "tokens_per_step": tokens[name],
                      "rollout_s": best[name], "tokens_per_s": tokens[name] / best[name],
                      "vs_engine": best["engine"] / best[name],
@@ -104,20 +112,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--gpu-memory-utilization", type=float, default=None,
                         help="vLLM's share of the GPU (the engine backend holds the model there too)")
+    parser.add_argument("--backends", choices=BACKENDS, default=BACKENDS[0],
+                        help="engine,vllm (default) or engine alone, which starts no vLLM")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     quiet_vllm_logs()
     path = str(build_checkpoint(args.preset, args.layers))
     engine = load_engine(path)
-    extra = {} if args.gpu_memory_utilization is None else {"gpu_memory_utilization": args.gpu_memory_utilization}
-    vllm = load_engine(path, backend="vllm", dtype=engine.model.dtype, **extra)
-    print(f"{engine}\n{vllm}\n{args.prompts} prompts x {args.generations} generations, {args.new_tokens} tokens "
+    vllm = None
+    if "vllm" in args.backends:
+        extra = {} if args.gpu_memory_utilization is None else {"gpu_memory_utilization": args.gpu_memory_utilization}
+        vllm = load_engine(path, backend="vllm", dtype=engine.model.dtype, **extra)
+    engines = "\n".join(repr(e) for e in (engine, vllm) if e is not None)
+    print(f"{engines}\n{args.prompts} prompts x {args.generations} generations, {args.new_tokens} tokens "
           f"each, best of {args.steps} steps", flush=True)
     rows = run(engine, vllm, args.prompts, args.generations, args.new_tokens, args.steps)
     print(table(rows), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
-    vllm.close()
+    if vllm is not None:
+        vllm.close()
     return rows
 
 
