@@ -52,6 +52,14 @@ def _short_config(smoke_dir: Path, out: Path, **changes) -> SFTConfig:
     return cfg
 
 
+@pytest.fixture(scope="module")
+def one_clip_micro_batches(smoke_dir, tmp_path_factory) -> Path:
+    """The short run with micro-batches of one clip on one process: the big batch's accumulated
+    twin (test_gradient_accumulation_equals_one_big_batch) and the two-process run's reference."""
+    return train(_short_config(smoke_dir, tmp_path_factory.mktemp("micro1") / "run", batch__micro_batch=1,
+                               save_every=100))
+
+
 @pytest.mark.slow
 def test_smoke_loss_falls_clearly(smoke_dir):
     rows = _losses(smoke_dir)
@@ -128,10 +136,9 @@ def test_resume_from_a_mid_run_checkpoint_reproduces_the_next_losses(smoke_dir, 
 
 
 @pytest.mark.slow
-def test_gradient_accumulation_equals_one_big_batch(smoke_dir, tmp_path):
+def test_gradient_accumulation_equals_one_big_batch(smoke_dir, one_clip_micro_batches, tmp_path):
     one = train(_short_config(smoke_dir, tmp_path / "one", batch__micro_batch=4, save_every=100))
-    two = train(_short_config(smoke_dir, tmp_path / "two", batch__micro_batch=1, save_every=100))
-    for x, y in zip(_losses(one), _losses(two), strict=True):
+    for x, y in zip(_losses(one), _losses(one_clip_micro_batches), strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5)
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4)
 
@@ -162,9 +169,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_accelerate_launch_two_processes_matches_one(smoke_dir, tmp_path):
+def test_accelerate_launch_two_processes_matches_one(smoke_dir, one_clip_micro_batches, tmp_path):
     """The same script under `accelerate launch` (DDP, gloo on CPU) trains the same global batches."""
-    one = train(_short_config(smoke_dir, tmp_path / "one", batch__micro_batch=1, save_every=100))
+    one = one_clip_micro_batches
     cfg = _short_config(smoke_dir, tmp_path / "two", batch__micro_batch=1, save_every=100)
     save_config(cfg, tmp_path / "two.json")
     # `accelerate launch --cpu --num_processes 2` silently runs ONE process on CPU; torchrun
