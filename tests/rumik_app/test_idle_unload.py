@@ -5,6 +5,9 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_idle_unload.py -q
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import httpx
 import pytest
 
@@ -20,6 +23,28 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SPEECH = {"model": "tiny", "input": "Hello again.", "voice": "Ira", "response_format": "pcm", "seed": 4,
           "max_seconds": 0.4}
+
+
+HELD_AT_STEP = 200  # decode steps: the first piece is out after ~16, a 30 s request takes ~3,000
+
+
+@contextlib.contextmanager
+def decoding_held(engine, release: threading.Event):
+    """Hold the decoding thread at its HELD_AT_STEP-th step until `release` is set (60 s at most), so
+    a request is still busy when the test acts, however fast the tiny model decodes."""
+    steps = [0]
+
+    def hold(*_):
+        steps[0] += 1
+        if steps[0] == HELD_AT_STEP:
+            release.wait(60)
+
+    handle = engine.model.stop_predictor.register_forward_hook(hold)
+    try:
+        yield
+    finally:
+        release.set()
+        handle.remove()
 
 
 def _server(tiny_checkpoint, idle_unload_s=None, **options):
@@ -49,11 +74,13 @@ def test_admin_unload_needs_the_admin_key_and_refuses_while_busy(tiny_checkpoint
         by_api_key = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
         assert by_api_key.status_code == 401 and "--admin-key" in by_api_key.json()["error"]["message"]
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
-            with stop_head_bias(engine, NEVER_STOP), \
+            release = threading.Event()
+            with stop_head_bias(engine, NEVER_STOP), decoding_held(engine, release), \
                     client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
-                next(resp.iter_raw())  # a request is decoding now, and cannot stop by itself before 30 s
+                next(resp.iter_raw())  # a request is decoding now, and is held before its end
                 refused = client.post("/v1/admin/unload", headers=ADMIN)
                 assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
+                release.set()
             wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
             done = client.post("/v1/admin/unload", headers=ADMIN)
             assert done.status_code == 200 and done.json() == {"loaded": False}
