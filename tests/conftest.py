@@ -80,6 +80,40 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, cores + cores // 2)
 
 
+# RUMIK_TEST_CPU_LOG=DIR: each worker appends one JSON line per test to DIR/<worker>.jsonl with its
+# wall seconds and the CPU seconds its process and its finished children spent in it (setup, call and
+# teardown; a shared fixture's cost lands on the test that built it or tore it down). Wall time under
+# xdist measures contention as much as work; CPU is what the suite's 2 cores must fit. Not counted:
+# processes that are not this worker's reaped children (Ray's actors, a server still running).
+CPU_LOG = os.environ.get("RUMIK_TEST_CPU_LOG")
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    import json
+    import time
+
+    start, (own, children) = time.perf_counter(), _cpu_seconds()
+    yield
+    wall, (own_after, children_after) = time.perf_counter() - start, _cpu_seconds()
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    row = {"test": item.nodeid, "wall_s": round(wall, 2), "cpu_s": round(own_after - own, 2),
+           "children_cpu_s": round(children_after - children, 2)}
+    os.makedirs(CPU_LOG, exist_ok=True)
+    with open(os.path.join(CPU_LOG, f"{worker}.jsonl"), "a", encoding="utf-8") as log:
+        log.write(json.dumps(row) + "\n")
+
+
 # Tiny models gain nothing from intra-op threads, and OpenMP spin-waits make them crawl
 # when another process holds the second core.
 torch.set_num_threads(1)
