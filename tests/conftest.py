@@ -50,6 +50,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 SHARED_SCOPES = {
     "vllm-engine": ("tests/vllm/test_backend.py", "tests/vllm/test_grpo.py", "tests/vllm/test_repetition_penalty.py",
                     "tests/vllm/test_serve.py", "tests/vllm/test_sockets.py"),
+    # Not a shared fixture but a shared machine: each starts a local Ray whose actors (3 each, every one
+    # importing torch and the judges) are niced, so two at once starve each other for the whole run.
+    "ray": ("tests/training/test_prepare_engines.py", "tests/benchmarks/test_prepare_throughput.py"),
 }
 
 
