@@ -20,6 +20,10 @@ os.environ.setdefault("RUMIK_CACHE", tempfile.mkdtemp(prefix="rumik-test-cache-"
 # the suite's exact oracles are fp32 on every machine, in-process and in the servers it spawns.
 # tests/rumik_app/test_quantize.py unpins it to test the machine-dependent default itself.
 os.environ.setdefault("RUMIK_CPU_DTYPE", "fp32")
+# Ray starts its workers at nice 15 so that a driver stays responsive; here the workers are the test's own
+# work, and niced under the other xdist workers' load they waited minutes for a core (a Ray run timed out
+# before its first shard). At 0 they share the cores fairly. Read by each raylet the tests start.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -50,8 +54,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 SHARED_SCOPES = {
     "vllm-engine": ("tests/vllm/test_backend.py", "tests/vllm/test_grpo.py", "tests/vllm/test_repetition_penalty.py",
                     "tests/vllm/test_serve.py", "tests/vllm/test_sockets.py"),
-    # Not a shared fixture but a shared machine: each starts a local Ray whose actors (3 each, every one
-    # importing torch and the judges) are niced, so two at once starve each other for the whole run.
+    # Not a shared fixture but a shared machine: each starts a local Ray of 3 actors, every one importing
+    # torch and the judges; two at once double that load and its memory for their whole run.
     "ray": ("tests/training/test_prepare_engines.py", "tests/benchmarks/test_prepare_throughput.py"),
 }
 
