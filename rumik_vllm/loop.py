@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+
+from rumik_app.environment import environment
 
 _END = object()
 
@@ -184,13 +185,6 @@ def compiler_off_in_new_processes(vllm_config):
     from vllm.config import CompilationMode
     from vllm.platforms import current_platform
 
-    saved = os.environ.get(COMPILE_OFF)
-    if current_platform.is_cpu() and vllm_config.compilation_config.mode == CompilationMode.NONE:
-        os.environ[COMPILE_OFF] = "1"
-    try:
+    eager = current_platform.is_cpu() and vllm_config.compilation_config.mode == CompilationMode.NONE
+    with environment({COMPILE_OFF: "1"} if eager else {}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop(COMPILE_OFF, None)
-        else:
-            os.environ[COMPILE_OFF] = saved

@@ -48,7 +48,8 @@ from tests.architecture import (
 
 # Importable without torch (checked in a fresh interpreter), and the commands whose --help must be.
 LIGHT_MODULES = ("rumik_app", "rumik_app.request", "rumik_app.settings", "rumik_app.prompt", "rumik_app.errors",
-                 "rumik_app.files", "rumik_app.sqlite", "rumik_app.asgi", "rumik_app.audio", "rumik_app.cli",
+                 "rumik_app.files", "rumik_app.environment", "rumik_app.sqlite", "rumik_app.asgi", "rumik_app.audio",
+                 "rumik_app.cli",
                  "rumik_app.cli_args", "rumik_app.text", "rumik_app.text.chunking", "rumik_app.text.ssml",
                  "rumik_app.model.tokens", "rumik_app.engine.serving", "rumik_app.engine.planning",
                  "rumik_app.engine.script", "rumik_app.serve.protocol", "rumik_app.serve.adapters",

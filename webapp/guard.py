@@ -76,6 +76,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from rumik_app.asgi import declared_length, header, read_body, replay, send_json
+from rumik_app.environment import environment
 from rumik_app.errors import RumikError
 
 MAX_BODY_BYTES = 1 << 20  # a form's JSON: the Evaluate tab's references for 200 clips fit many times over
@@ -153,15 +154,8 @@ def proxy_settings(proxies: str) -> Iterator[None]:
     """Around `Blocks.launch`: uvicorn believes X-Forwarded-For from `proxies` only ("" = from
     nobody). Gradio builds `uvicorn.Config` without `forwarded_allow_ips`, so uvicorn reads
     $FORWARDED_ALLOW_IPS there (default 127.0.0.1); it is set for the launch and restored after."""
-    before = os.environ.get(FORWARDED_ALLOW_IPS_ENV)
-    os.environ[FORWARDED_ALLOW_IPS_ENV] = proxies
-    try:
+    with environment({FORWARDED_ALLOW_IPS_ENV: proxies}):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(FORWARDED_ALLOW_IPS_ENV, None)
-        else:
-            os.environ[FORWARDED_ALLOW_IPS_ENV] = before
 
 
 def _host_name(value: str) -> str:

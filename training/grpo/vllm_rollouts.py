@@ -47,6 +47,7 @@ import torch
 
 from rumik_app.decode.rollouts import Rollouts
 from rumik_app.engine.loading import load_engine
+from rumik_app.environment import environment
 from rumik_app.errors import ConfigError
 from rumik_app.request import SynthesisRequest
 from training.grpo.policy import MergedWeights
@@ -147,22 +148,14 @@ def engine_environment(device: torch.device):
     """While vLLM starts: its processes see only `device`'s GPU (a DDP rank's own; a one-GPU
     vLLM engine uses the first visible one) and none of the launcher's process-group
     variables (they describe the training job, not vLLM's own world of one)."""
-    saved = {k: os.environ.get(k) for k in (*LAUNCHER_ENV, "CUDA_VISIBLE_DEVICES")}
-    for key in LAUNCHER_ENV:
-        os.environ.pop(key, None)
+    values: dict[str, str | None] = dict.fromkeys(LAUNCHER_ENV)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        visible = saved["CUDA_VISIBLE_DEVICES"]
-        os.environ["CUDA_VISIBLE_DEVICES"] = (visible.split(",") if visible else
-                                              [str(i) for i in range(torch.cuda.device_count())])[index]
-    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        values["CUDA_VISIBLE_DEVICES"] = (visible.split(",") if visible else
+                                          [str(i) for i in range(torch.cuda.device_count())])[index]
+    with environment(values):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class VLLMRollouts:
