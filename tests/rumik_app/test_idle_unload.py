@@ -10,6 +10,7 @@ import threading
 
 import httpx
 import pytest
+import torch
 
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
@@ -25,26 +26,44 @@ SPEECH = {"model": "tiny", "input": "Hello again.", "voice": "Ira", "response_fo
           "max_seconds": 0.4}
 
 
-HELD_AT_STEP = 200  # decode steps: the first piece is out after ~16, a 30 s request takes ~3,000
+HOLD_TIMEOUT_S = 60
+
+
+class DecodingHold:
+    """Holds the decoding thread at its next step once `hold()` is called, until `release()`
+    (HOLD_TIMEOUT_S at most), so a request is still busy when the test acts, however fast the
+    tiny model decodes. `</audio>` is masked meanwhile: the random model could sample it, and a
+    row that ended before the hold would leave nothing busy."""
+
+    def __init__(self):
+        self.asked, self.held, self.released = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(self) -> None:
+        """Ask for the hold and wait until the decoding thread is in it."""
+        self.asked.set()
+        assert self.held.wait(HOLD_TIMEOUT_S), "the request ended (or never decoded) before it could be held"
+
+    def release(self) -> None:
+        self.released.set()
+
+    def _step(self, *_) -> None:  # a forward hook on the stop head: it runs once per decode step
+        if self.asked.is_set() and not self.held.is_set():
+            self.held.set()
+            self.released.wait(HOLD_TIMEOUT_S)
 
 
 @contextlib.contextmanager
-def decoding_held(engine, release: threading.Event):
-    """Hold the decoding thread at its HELD_AT_STEP-th step until `release` is set (60 s at most), so
-    a request is still busy when the test acts, however fast the tiny model decodes."""
-    steps = [0]
-
-    def hold(*_):
-        steps[0] += 1
-        if steps[0] == HELD_AT_STEP:
-            release.wait(60)
-
-    handle = engine.model.stop_predictor.register_forward_hook(hold)
+def decoding_held(engine):
+    hold = DecodingHold()
+    step_logits = engine.head.step_logits
+    handle = engine.model.stop_predictor.register_forward_hook(hold._step)
+    engine.head.step_logits = lambda hidden, phase, allow_end: step_logits(hidden, phase, torch.zeros_like(allow_end))
     try:
-        yield
+        yield hold
     finally:
-        release.set()
+        hold.release()
         handle.remove()
+        del engine.head.step_logits  # the class's method again
 
 
 def _server(tiny_checkpoint, idle_unload_s=None, **options):
@@ -74,13 +93,14 @@ def test_admin_unload_needs_the_admin_key_and_refuses_while_busy(tiny_checkpoint
         by_api_key = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
         assert by_api_key.status_code == 401 and "--admin-key" in by_api_key.json()["error"]["message"]
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
-            release = threading.Event()
-            with stop_head_bias(engine, NEVER_STOP), decoding_held(engine, release), \
+            with stop_head_bias(engine, NEVER_STOP), decoding_held(engine) as hold, \
                     client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
-                next(resp.iter_raw())  # a request is decoding now, and is held before its end
+                next(resp.iter_raw())  # the request is decoding
+                hold.hold()  # and stays busy until released
+                assert server.health()["active"] == 1
                 refused = client.post("/v1/admin/unload", headers=ADMIN)
                 assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
-                release.set()
+                hold.release()
             wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
             done = client.post("/v1/admin/unload", headers=ADMIN)
             assert done.status_code == 200 and done.json() == {"loaded": False}
