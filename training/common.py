@@ -8,6 +8,7 @@
     ckpt = latest_checkpoint(out)        # OUT/checkpoints/step_00000500 or None
     extra = load_training_state(ckpt, optimizer, scheduler, model=model)   # extra["step"] == 500
     publish_checkpoint(ckpt, out)        # OUT itself becomes a loadable published checkpoint
+    path = run_on_main_process(lambda: prepare(out))   # one writer under a launcher; the others wait for it
 
 Configs live in `training.config`, the run loop and the resume policy in `training.trainer`.
 
@@ -29,6 +30,11 @@ weights and the optimizer state are DCP shards instead, in the folder's `dcp/` (
 `extra_dirs`), and training_state.pt holds the scheduler, the main process's RNG states and the
 extra state (`optimizer=None`, no full-precision weights). accelerate's FSDP/DeepSpeed
 optimizer shards are not saved.
+
+Processes (docs/training.md, "Launchers"): `launched_processes()` reads the launcher's world size
+before any process group exists; several processes without CUDA run as CPU ones (`cpu_processes`,
+so plain `torchrun` works without ACCELERATE_USE_CPU), and `check_world` refuses a run whose
+Accelerator sees another count, as each process would otherwise be a main one writing OUT.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from rumik_app.errors import CheckpointError
+from rumik_app.errors import CheckpointError, ConfigError, RumikError
 from rumik_app.files import atomic_write, replace_dir
 from training.config import OptimConfig, save_config
 
@@ -105,6 +111,77 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- processes
+
+# Where launchers put the number of processes they started: torchrun and accelerate launch
+# (WORLD_SIZE), and the MPI launchers accelerate also reads.
+LAUNCHER_WORLD_SIZE = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launched_processes() -> int:
+    """How many processes the launcher started (1 without a launcher); readable before any
+    process group exists."""
+    for name in LAUNCHER_WORLD_SIZE:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 1
+
+
+def cpu_processes() -> bool:
+    """Whether this run is several processes without a CUDA device: accelerate must then be
+    told `cpu=True`, or (without ACCELERATE_USE_CPU) it makes every rank a lone main process
+    and they all write the same checkpoints."""
+    return launched_processes() > 1 and not torch.cuda.is_available()
+
+
+def process_state():
+    """accelerate's `PartialState` (the process group, started once per process and shared with
+    every later `Accelerator`), on CPU processes when `cpu_processes()`."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=cpu_processes())
+
+
+def check_world(num_processes: int) -> None:
+    """ConfigError when accelerate runs another number of processes than the launcher started:
+    each would be a main process of its own, all writing OUT's files."""
+    launched = launched_processes()
+    if launched != num_processes:
+        raise ConfigError(f"the launcher started {launched} processes but accelerate sees {num_processes}: "
+                          "launch with torchrun or accelerate launch on one kind of device (CUDA, or CPU "
+                          "with ACCELERATE_USE_CPU=true), or run one process.")
+
+
+class MainProcessFailed(RumikError, RuntimeError):
+    """What `run_on_main_process` raises on the other processes when the main one failed."""
+
+
+def run_on_main_process(function: Callable[[], Any]) -> Any:
+    """`function()` on the main process only, its result handed to every process: one writer for
+    whatever it writes, and the others wait (the broadcast is their barrier) until it is written.
+    A failure on the main process is re-raised there, and is MainProcessFailed elsewhere."""
+    state = process_state()
+    if state.num_processes == 1:
+        return function()
+    from accelerate.utils import broadcast_object_list
+
+    outcome: list = [None]
+    failure: BaseException | None = None
+    if state.is_main_process:
+        try:
+            outcome = [("done", function())]
+        except BaseException as exc:  # noqa: BLE001  (the others must hear of it, then it propagates)
+            outcome, failure = [("failed", f"{type(exc).__name__}: {exc}")], exc
+    broadcast_object_list(outcome, from_process=0)
+    if failure is not None:
+        raise failure
+    kind, value = outcome[0]
+    if kind == "failed":
+        raise MainProcessFailed(f"the main process stopped before this one could start ({value}); "
+                                "fix what it reported and launch again.")
+    return value
 
 
 # ----------------------------------------------------------------------------- metrics

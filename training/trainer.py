@@ -70,12 +70,16 @@ from training.common import (
     METRICS_FILE,
     TRAIN_CONFIG,
     MetricsLogger,
+    check_world,
     clip_gradients,
+    cpu_processes,
     latest_checkpoint,
     list_checkpoints,
     load_training_state,
+    process_state,
     publish_checkpoint,
     read_metrics,
+    run_on_main_process,
     save_training_checkpoint,
     set_seed,
 )
@@ -109,7 +113,9 @@ class Trainer:
     def __init__(self, cfg: RunConfig, accelerator=None, config_dir: Path | None = None):
         from accelerate import Accelerator
 
-        self.acc = accelerator or Accelerator(**self.accelerator_kwargs(cfg))
+        process_state()  # before the Accelerator: on CPU processes it must know they are CPU ones
+        self.acc = accelerator or Accelerator(cpu=cpu_processes(), **self.accelerator_kwargs(cfg))
+        check_world(self.acc.num_processes)
         cfg.validate(self.acc.num_processes)
         self.cfg, self.out, self.config_dir = cfg, Path(cfg.out_dir), config_dir
         if cfg.torch_threads:
@@ -342,7 +348,10 @@ def train_command(trainer_class: type[Trainer], args: argparse.Namespace) -> Pat
     judge a smoke run; returns OUT (module docstring)."""
     with user_errors():
         start = time.perf_counter()
-        path = trainer_class.smoke_config(Path(args.out) if args.out else None) if args.smoke else Path(args.config)
+        if args.smoke:  # the main process prepares the smoke's data and config; the others wait for it
+            path = run_on_main_process(lambda: trainer_class.smoke_config(Path(args.out) if args.out else None))
+        else:
+            path = Path(args.config)
         cfg = load_config(trainer_class.config_class, path, args.overrides)
         if args.out:
             cfg.out_dir = args.out

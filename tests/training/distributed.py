@@ -4,8 +4,9 @@
     printed = run_in_one_launch([("training.sft", args_a), Copy(step_4, elsewhere), ("training.sft", args_b)])
     python -m tests.training.distributed PLAN.json     # what run_in_one_launch starts on each process
 
-`accelerate launch --cpu --num_processes 2` silently runs ONE process on CPU; torchrun with
-ACCELERATE_USE_CPU starts two gloo ranks that Accelerator picks up as MULTI_CPU.
+`accelerate launch --cpu --num_processes 2` silently runs ONE process on CPU; plain torchrun (the
+command a user types, without ACCELERATE_USE_CPU) starts two gloo ranks that the trainers run as
+MULTI_CPU (training.common.cpu_processes).
 
 A launch costs about 26 CPU seconds before the first step (two interpreters importing torch,
 transformers and accelerate, and the rendezvous), more than the tiny runs themselves, so a test
@@ -53,7 +54,7 @@ def set_args(*overrides: str) -> list[str]:
 
 
 def _launch(module: str, args: list[str]) -> tuple[list[str], dict]:
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+    env = {**{k: v for k, v in os.environ.items() if k != "ACCELERATE_USE_CPU"}, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", module,
             *args], env

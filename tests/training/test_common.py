@@ -14,8 +14,12 @@ from rumik_app.errors import CheckpointError, ConfigError
 from training.common import (
     CUBLAS_WORKSPACE,
     MetricsLogger,
+    check_world,
+    cpu_processes,
     latest_checkpoint,
+    launched_processes,
     load_training_state,
+    run_on_main_process,
     save_training_checkpoint,
     set_seed,
     wsd_lambda,
@@ -259,3 +263,20 @@ def test_a_pickle_planted_in_a_checkpoint_is_not_run_on_resume(tmp_path):
     with pytest.raises(CheckpointError, match="never unpickled"):
         load_training_state(ckpt, opt, None)
     assert not marker.exists()  # the payload never ran
+
+
+def test_the_launchers_world_is_read_before_a_process_group(monkeypatch):
+    """torchrun's WORLD_SIZE (or an MPI launcher's) is the world; several processes without CUDA are
+    CPU ones, and an Accelerator that sees another count is refused rather than run as lone mains."""
+    for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert launched_processes() == 1 and not cpu_processes()
+    check_world(1)
+    assert run_on_main_process(lambda: "made once") == "made once"  # one process: it just runs
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert launched_processes() == 4
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert launched_processes() == 2 and cpu_processes() == (not torch.cuda.is_available())
+    check_world(2)
+    with pytest.raises(ConfigError, match="the launcher started 2 processes but accelerate sees 1"):
+        check_world(1)

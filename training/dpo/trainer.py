@@ -6,7 +6,7 @@ phase (online iterative DPO; docs/ARCHITECTURE.md §14).
     python -m training.dpo --config ... --set loss.loss_type=ipo --set loss.routing=flat
     python -m training.dpo --smoke --out /tmp/dpo-smoke               # tiny model on CPU, under a minute
     accelerate launch --num_processes 8 -m training.dpo --config ... --out runs/dpo1
-    ACCELERATE_USE_CPU=true torchrun --standalone --nproc_per_node 2 -m training.dpo --smoke --out /tmp/ddp
+    torchrun --standalone --nproc_per_node 2 -m training.dpo --smoke --out /tmp/ddp   # CPU: two gloo ranks
 
 A run is `phases` phases of `dpo_steps_per_phase` optimiser steps; a trainer step is one
 optimiser step. The first step of a phase also:

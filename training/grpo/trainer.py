@@ -6,7 +6,7 @@
     python -m training.grpo --smoke --out /tmp/grpo-smoke             # tiny model on CPU, about a minute
     accelerate launch --num_processes 8 -m training.grpo --config ... --out runs/grpo1
     .venv/bin/accelerate launch --num_processes 8 -m training.grpo --config ... --set rollout.backend=vllm
-    ACCELERATE_USE_CPU=true torchrun --standalone --nproc_per_node 2 -m training.grpo --smoke --out /tmp/ddp
+    torchrun --standalone --nproc_per_node 2 -m training.grpo --smoke --out /tmp/ddp   # CPU: two gloo ranks
 
 One step (a "rollout batch"):
 1. Draw `prompts_per_step` prompts (domain and language weights, seeded by (seed, step));

@@ -60,6 +60,7 @@ ESPEAK_VOICE = {NEW_VOICE: "Zoya"}  # who lends it her espeak variant
 SMOKE_THREADS = 1
 DEFAULT_OUT = Path("runs/sft-smoke")
 SMOKE_CONFIG_FILE = "smoke_config.json"
+PREPARING = "smoke: preparing the espeak-ng data, a tiny checkpoint and the config under"
 SYNTH_TEXT = "नमस्ते, आप कैसे हैं?"  # spoken by NEW_VOICE from the trained OUT
 
 
@@ -142,8 +143,10 @@ def prepare_smoke_data(out: Path) -> tuple[Path, dict[str, Path]]:
 
 
 def prepare_smoke_run(out: Path) -> Path:
-    """Steps 1-3 and the config: returns OUT/smoke_config.json (an SFTConfig file)."""
+    """Steps 1-3 and the config: returns OUT/smoke_config.json (an SFTConfig file). Under a launcher
+    only the main process calls it (training.trainer.train_command), so one writer makes OUT's data."""
     torch.set_num_threads(SMOKE_THREADS)  # before the codec encodes: the data, too, is made on one thread
+    print(f"{PREPARING} {out}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     base, prepared = prepare_smoke_data(out)
     return atomic_write(out / SMOKE_CONFIG_FILE, json.dumps(smoke_config(out, base, prepared), indent=2) + "\n")

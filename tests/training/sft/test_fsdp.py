@@ -1,10 +1,12 @@
-"""training.sft with `distributed = "fsdp2"` (training.fsdp): two CPU processes over gloo, fp32.
+"""training.sft with `distributed = "fsdp2"` (training.fsdp) and DDP: two CPU processes over gloo, fp32.
 
 FSDP2 = DDP = one process on the SFT smoke's losses; DCP-sharded checkpoints that resume exactly
 on the same world size and reshard from 2 processes to 1; the final weights in the published format.
-Two launches make every two-process run: the FSDP2 run SIGKILLed at its step-4 checkpoint, then one
+Two plain torchrun launches make every two-process run: `--smoke` under FSDP2, which prepares the
+smoke's data on the main process only, SIGKILLed at its step-4 checkpoint; then one
 (tests.training.distributed.run_in_one_launch) that resumes it first, as a fresh process after a
-crash would, and then makes the whole DDP and FSDP2 runs.
+crash would, then makes the whole DDP and FSDP2 runs, and resumes a copy of the DDP run's step-4
+checkpoint.
 """
 
 import json
@@ -16,14 +18,14 @@ import torch
 
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from tests.training.distributed import kill_on_two_cpu_processes_when, run_in_one_launch, set_args
+from tests.training.distributed import Copy, kill_on_two_cpu_processes_when, run_in_one_launch, set_args
 from training.common import read_metrics
 from training.config import load_config
 from training.dpo.config import DPOConfig
 from training.grpo.config import SMOKE_CONFIG as GRPO_SMOKE
 from training.grpo.config import GRPOConfig
 from training.sft.config import SFTConfig
-from training.sft.smoke import prepare_smoke_run
+from training.sft.smoke import PREPARING, SMOKE_CONFIG_FILE
 from training.sft.trainer import SFTTrainer
 
 DPO_SMOKE = Path(__file__).resolve().parents[3] / "training" / "configs" / "dpo_smoke.json"
@@ -59,25 +61,55 @@ def _close(a: list[dict], b: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """The same 10 steps on one process, on two (DDP) and on two (FSDP2); and an FSDP2 run SIGKILLed
-    once its step-4 checkpoint is on disk, then resumed by the same command (module docstring)."""
+    """The same 10 steps on one process, on two (DDP) and on two (FSDP2); an FSDP2 `--smoke` run
+    SIGKILLed once its step-4 checkpoint is on disk, then resumed by the same config; a DDP run resumed
+    from a copy of the whole DDP run's step-4 checkpoint (module docstring)."""
     tmp = tmp_path_factory.mktemp("fsdp")
-    smoke = prepare_smoke_run(tmp / "smoke")
-    SFTTrainer(_config(smoke, tmp / "one")).train()
     killed = tmp / "killed"
     step4 = killed / "checkpoints" / "step_00000004"
-    kill_on_two_cpu_processes_when(*_two(smoke, killed, "distributed=fsdp2"), step4, tmp / "killed.log")
+    kill_on_two_cpu_processes_when("training.sft", ["--smoke", "--out", str(killed), *set_args(*SETS),
+                                                    *set_args("distributed=fsdp2")], step4, tmp / "killed.log")
+    smoke = killed / SMOKE_CONFIG_FILE  # the smoke's data and config, made by the killed launch's main process
     finished = (killed / "checkpoints" / f"step_{STEPS:08d}").exists()
+    SFTTrainer(_config(smoke, tmp / "one")).train()
     (tmp / "resumed1" / "checkpoints").mkdir(parents=True)  # the same checkpoint, for one process
     shutil.copytree(step4, tmp / "resumed1" / "checkpoints" / "step_00000004")
-    resumed, ddp, fsdp = run_in_one_launch([_two(smoke, killed, "distributed=fsdp2"), _two(smoke, tmp / "ddp"),
-                                            _two(smoke, tmp / "fsdp2", "distributed=fsdp2")])
+    ddp_step4 = tmp / "ddp" / "checkpoints" / "step_00000004"
+    resumed, ddp, fsdp, _, ddp_resumed = run_in_one_launch([
+        _two(smoke, killed, "distributed=fsdp2"), _two(smoke, tmp / "ddp"),
+        _two(smoke, tmp / "fsdp2", "distributed=fsdp2"),
+        Copy(ddp_step4, tmp / "ddp_resumed" / "checkpoints" / ddp_step4.name), _two(smoke, tmp / "ddp_resumed")])
     assert "training.sft: 2 processes (DDP over CPU processes)" in ddp
     assert "training.sft: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp
     assert "MiB of weights, grads and AdamW state per process" in fsdp
     assert fsdp.count(f"finished step {STEPS}/{STEPS}") == 1  # the main process prints
     return {"smoke": smoke, "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp,
-            "killed": killed, "finished_before_kill": finished, "resumed": resumed}
+            "killed": killed, "killed_log": (tmp / "killed.log").read_text(errors="replace"),
+            "finished_before_kill": finished, "resumed": resumed, "ddp_resumed": ddp_resumed}
+
+
+@pytest.mark.slow
+def test_smoke_under_torchrun_prepares_its_data_once(runs):
+    """`torchrun --nproc-per-node 2 -m training.sft --smoke`: the main process prepares the data, the
+    other waits for it, and both train it as one FSDP2 run to its step-4 checkpoint."""
+    log = runs["killed_log"]
+    assert log.count(PREPARING) == 1, log[-3000:]
+    assert log.count("training.sft: 2 processes (FSDP2 over CPU processes") == 1, log[-3000:]
+    assert (runs["killed"] / "checkpoints" / "step_00000004" / "dcp" / ".metadata").exists()
+
+
+@pytest.mark.slow
+def test_ddp_resumes_from_its_checkpoint_on_two_processes(runs):
+    """Both DDP processes reach the checkpoints (the main one writes them), and a run resumed from a
+    copy of step 4 repeats steps 5-10 bit for bit."""
+    assert [p.name for p in sorted((runs["ddp"] / "checkpoints").glob("step_*"))] == [
+        "step_00000004", "step_00000008", f"step_{STEPS:08d}"]
+    assert "resumed from" in runs["ddp_resumed"]
+    again, full = _rows(runs["tmp"] / "ddp_resumed"), _rows(runs["ddp"])
+    assert [r["step"] for r in again] == list(range(5, STEPS + 1))
+    for x, y in zip(again, full[4:], strict=True):
+        for key in ("loss", "grad_norm", "learning_rate"):
+            assert x[key] == y[key], (x["step"], key)
 
 
 @pytest.mark.slow

@@ -152,6 +152,15 @@ def test_a_voice_that_exists_and_a_bad_setting_are_refused(tmp_path):
         _create(tmp_path, name="Kabir", data=DataConfig(vad="webrtc"))
 
 
+def test_create_refuses_a_multi_process_launch(tmp_path, monkeypatch, capsys):
+    """Under torchrun each copy would write the same work folder and package: one message, status 2."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_:
+        voice_main(["create", "--smoke", "--out", str(tmp_path / "voices"), "--work", str(tmp_path / "work")])
+    assert exit_.value.code == 2 and "trains on one process" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "voices").exists()
+
+
 def test_create_needs_its_flags_or_smoke(capsys):
     with pytest.raises(SystemExit) as exit_:
         voice_main(["create", "Arjun", "--audio", "x"])
