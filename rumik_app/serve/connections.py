@@ -12,12 +12,15 @@ server offline without a key. `guarded_protocol` is uvicorn's own h11 protocol w
   kept-alive one, the next request's headers must be complete within `header_timeout_s`, or
   the connection is closed (trickling does not reset it; uvicorn's keep-alive timer does not
   survive the first byte). Bodies have their own deadline in `RequestGate`.
-- **A share per client address.** One address holds at most `max_per_client` connections; a
-  new one past that closes the address's oldest idle connection (no request in flight), or is
-  itself closed when all of them are busy. Peers in `trusted` (the operator's proxies, whose
-  connections carry many clients) are exempt.
-- **Idle connections make room.** When the server holds `max_connections`, a new connection
-  closes the oldest idle one anywhere, so idle sockets never push a real request into 503.
+- **A share per client address.** One address holds at most `max_per_client` connections, and
+  never more than half of `max_connections`; a new one past that closes the address's oldest
+  waiting connection, or is itself closed when all of them are busy. Peers in `trusted` (the
+  operator's proxies, whose connections carry many clients) are exempt.
+- **Waiting connections make room.** A connection is *waiting* when the server waits on its
+  client: no request in flight, or a request whose body has not all arrived (a stalled body is
+  its client's cost, not everyone's). A new connection that would bring the server to
+  `max_connections` closes the oldest waiting one anywhere, so the table stays *below* uvicorn's
+  limit and waiting sockets never push a real request into 503.
 
 The server always runs h11 (`build_server` names this class), also where httptools is
 installed (vLLM's environment): a speech server's request rate is low, and one protocol keeps
@@ -32,12 +35,14 @@ import ipaddress
 import logging
 from dataclasses import dataclass, field
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rumik_app.serve.protocol import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS_PER_CLIENT
 
 log = logging.getLogger(__name__)
 
+MAX_CLIENT_FRACTION = 0.5  # of the server's connections, the most one client address may hold
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,14 @@ class ConnectionPolicy:
     max_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     max_connections: int | None = None
     trusted: tuple[str, ...] = field(default=())
+
+    @property
+    def share(self) -> int:
+        """Connections one (untrusted) address may hold: `max_per_client`, at most a fraction of
+        the whole table (0: no share)."""
+        if not self.max_per_client or self.max_connections is None:
+            return self.max_per_client
+        return min(self.max_per_client, max(1, int(self.max_connections * MAX_CLIENT_FRACTION)))
 
     @functools.cached_property
     def _networks(self) -> tuple:
@@ -84,15 +97,18 @@ class ConnectionTable:
     def admit(self, conn: GuardedH11Protocol) -> bool:
         """Add `conn`, closing idle ones to make room; False: it was refused (and closed)."""
         address = conn.client[0] if conn.client else None
-        if self.policy.max_per_client and not self.policy.is_trusted(address):
+        share = self.policy.share
+        if share and not self.policy.is_trusted(address):
             mine = self.by_address.get(address, {})
-            if len(mine) >= self.policy.max_per_client and not self._close_oldest_idle(mine):
+            if len(mine) >= share and not self._close_oldest_waiting(mine):
                 self.closed_for_room += 1
-                conn.transport.close()
+                conn.drop()
                 return False
         limit = self.policy.max_connections
-        if limit is not None and len(self.everyone) >= limit:
-            self._close_oldest_idle(self.everyone)  # none idle: uvicorn's limit answers 503
+        # uvicorn answers 503 once a request finds `limit` connections open, its own included:
+        # with this one added the table must stay below that.
+        while limit is not None and len(self.everyone) + 1 >= limit and self._close_oldest_waiting(self.everyone):
+            pass  # none waiting: every connection is being served, and uvicorn's limit answers 503
         self.everyone[conn] = None
         self.by_address.setdefault(address, {})[conn] = None
         return True
@@ -106,12 +122,14 @@ class ConnectionTable:
             if not mine:
                 del self.by_address[address]
 
-    def _close_oldest_idle(self, conns: dict[GuardedH11Protocol, None]) -> bool:
-        victim = next((conn for conn in conns if conn.idle), None)
+    def _close_oldest_waiting(self, conns: dict[GuardedH11Protocol, None]) -> bool:
+        """Close the oldest idle connection in `conns`, else the oldest whose body is stalled."""
+        victim = next((conn for conn in conns if conn.idle), None) or next(
+            (conn for conn in conns if conn.receiving_body), None)
         if victim is None:
             return False
         self.closed_for_room += 1
-        victim.close_idle()
+        victim.drop()
         return True
 
 
@@ -136,6 +154,11 @@ class GuardedH11Protocol(H11Protocol):
         """No request in flight: waiting for (the rest of) a request's headers."""
         return self.cycle is None or self.cycle.response_complete
 
+    @property
+    def receiving_body(self) -> bool:
+        """A request is in flight and its client still owes part of its body."""
+        return self.cycle is not None and self.conn.their_state is h11.SEND_BODY
+
     def handle_events(self) -> None:
         before = self.cycle
         super().handle_events()
@@ -152,9 +175,13 @@ class GuardedH11Protocol(H11Protocol):
             self._arm_header_deadline()  # before super(): a pipelined request disarms it again
         super().on_response_complete()
 
-    def close_idle(self) -> None:
+    def drop(self) -> None:
+        """Close now, and stop counting this connection here and against uvicorn's limit (under
+        uvloop a closed transport reports its loss a loop turn or more later, and until then a
+        new request would find the server full)."""
         self._disarm_header_deadline()
         self.table.remove(self)
+        self.connections.discard(self)
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -171,7 +198,7 @@ class GuardedH11Protocol(H11Protocol):
         self.header_timer = None
         if self.idle and not self.transport.is_closing():
             self.table.closed_slow += 1
-            self.close_idle()
+            self.drop()
 
 
 def guarded_protocol(policy: ConnectionPolicy) -> type[GuardedH11Protocol]:

@@ -113,7 +113,8 @@ class RequestGate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refused = self._check_headers(scope)
-        if refused is None and scope["method"] in ("POST", "PUT", "PATCH") and not self._streamed(scope):
+        has_body = scope["method"] in ("POST", "PUT", "PATCH")
+        if refused is None and has_body and not self._streamed(scope):
             try:
                 async with asyncio.timeout(self.body_timeout):
                     body = await read_body(receive, self._body_cap(scope))
@@ -122,11 +123,14 @@ class RequestGate:
             else:
                 refused = self._too_large(scope) if body is None else None
                 receive = receive if body is None else replay(body, receive)
+                has_body = body is None  # what is left unread
         if refused is not None:
             self.metrics.error(refused.code)
             self.metrics.request_done(refused.status, "none")
+            # Refused before its body was read: close rather than keep a connection that owes bytes.
+            headers = {"Connection": "close", **refused.headers} if has_body else refused.headers
             return await send_json(send, refused.status, refused.body(silk=scope["path"].startswith(SILK_PREFIX)),
-                                   refused.headers)
+                                   headers)
         await self.app(scope, receive, send)
 
     async def _websocket(self, scope, receive, send) -> None:

@@ -53,10 +53,11 @@ def _address(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def open_sockets(url: str, count: int, first_bytes: bytes = b"") -> list[socket.socket]:
+def open_sockets(url: str, count: int, first_bytes: bytes = b"", source: str | None = None) -> list[socket.socket]:
+    """`count` connections (from the loopback address `source`, e.g. 127.0.0.2, another client)."""
     sockets = []
     for _ in range(count):
-        sock = socket.create_connection(_address(url), timeout=10)
+        sock = socket.create_connection(_address(url), timeout=10, source_address=(source, 0) if source else None)
         if first_bytes:
             sock.sendall(first_bytes)
         sockets.append(sock)
@@ -140,6 +141,47 @@ def test_one_address_idle_connections_make_room_for_its_next_request(server):
     finally:
         for sock in sockets:
             sock.close()
+
+
+OTHER_CLIENTS = ("127.0.0.2", "127.0.0.3")
+STALLED_BODY = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"model\":").encode()
+READ_S = 1.0  # for the server to read what the sockets sent (well inside the 5 s deadlines)
+
+
+@pytest.mark.parametrize("first_bytes", [b"", STALLED_BODY], ids=["idle", "stalled body"])
+def test_other_addresses_waiting_sockets_do_not_push_a_request_into_503(server, first_bytes):
+    """Two other addresses each open a full per-address share (together more than the server
+    holds): the room made for a request from 127.0.0.1 stays below uvicorn's limit."""
+    sockets = [sock for source in OTHER_CLIENTS for sock in open_sockets(server, PER_CLIENT, first_bytes, source)]
+    try:
+        time.sleep(READ_S)
+        assert speak(server).status_code == 200
+        assert httpx.get(server + "/health", timeout=10).status_code == 200
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_a_share_is_at_most_half_the_table():
+    from rumik_app.serve.connections import ConnectionPolicy
+
+    assert ConnectionPolicy(max_per_client=64, max_connections=44).share == 22
+    assert ConnectionPolicy(max_per_client=8, max_connections=44).share == 8
+    assert ConnectionPolicy(max_per_client=64).share == 64 and ConnectionPolicy(max_per_client=0).share == 0
+
+
+@pytest.mark.parametrize("head, status", [
+    ("Authorization: Bearer wrong\r\nContent-Length: 200", 401),
+    (f"Authorization: Bearer {KEY}\r\nContent-Length: 10000000", 413),
+], ids=["no key", "too large"])
+def test_an_answer_before_the_body_closes_the_connection(server, head, status):
+    with socket.create_connection(_address(server), timeout=CLOSE_WAIT_S) as sock:
+        sock.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n{head}\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(4096):  # ends when the server closes, without waiting for the body
+            answer += chunk
+    assert answer.startswith(f"HTTP/1.1 {status}".encode()) and b"connection: close" in answer.lower()
 
 
 def closed_by_server_soon(sock: socket.socket) -> bool:
