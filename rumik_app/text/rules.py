@@ -34,8 +34,10 @@ _AMPM = rf"(?P<ampm>{_AMPM_BODY})"
 _SCALE_VALUES = {"lakh": 10**5, "lakhs": 10**5, "l": 10**5, "crore": 10**7, "crores": 10**7, "cr": 10**7,
                  "thousand": 10**3, "k": 10**3, "million": 10**6, "mn": 10**6, "billion": 10**9, "bn": 10**9}
 _WESTERN_SCALES = {"million", "mn", "billion", "bn"}
-_YEAR_CUES = re.compile(r"(?:\b(?:in|since|year|from|till|until|by|of|before|after|circa|c\.)\s+)$", re.I)
-_ERA_AFTER = re.compile(r"^\s*(?:AD|BC|BCE|CE)\b")
+_YEAR_CUE_WORDS = ("in", "since", "year", "from", "till", "until", "by", "of", "before", "after", "circa", "c.")
+_YEAR_CUES = re.compile(r"\b(?:" + "|".join(map(re.escape, _YEAR_CUE_WORDS)) + r")$", re.I)
+_LONGEST_CUE = max(map(len, _YEAR_CUE_WORDS))
+_ERA_AFTER = re.compile(r"\s*(?:AD|BC|BCE|CE)\b")  # matched at a number's end (`match(text, pos)`)
 _ORDINAL_SUFFIXES: dict[str, tuple[str, str | None]] = {  # typed suffix -> (form, Dravidian suffix kind)
     **{s: ("m", None) for s in ("st", "nd", "rd", "th", "ST", "ND", "RD", "TH")},
     **{s: ("m", None) for s in ("ला", "रा", "था", "ठा", "वाँ", "वां", "वा", "લો", "જો", "થો", "ઠ્ઠો", "મો",
@@ -366,10 +368,23 @@ def _cardinal(m: re.Match, language: str, text: str) -> str:
         _amount(typed)
     except ValueError:  # "1,2,3": a list, not one number
         return re.sub(r"\d+", lambda d: nw.cardinal(int(d.group(0)), language), typed)
-    year_ok = not frac and (language != "en" or _YEAR_CUES.search(text[:m.start()]) is not None
-                            or _ERA_AFTER.match(text[m.end():]) is not None)
+    year_ok = not frac and (language != "en" or _after_year_cue(text, m.start())
+                            or _ERA_AFTER.match(text, m.end()) is not None)
     words = _number_words(typed + (f".{frac}" if frac else ""), language, year_ok=year_ok)
     return _spaced(_signed(m.group("neg"), words, language), m, text)
+
+
+def _after_year_cue(text: str, start: int) -> bool:
+    """Whether a year cue ("in", "since", ... and whitespace) ends at `start`. It looks back over
+    that whitespace and one cue's length only, never the whole text before the number, so a pass
+    stays linear in its text however many numbers it holds."""
+    end = start
+    while end > 0 and text[end - 1].isspace():  # runs before different numbers never overlap
+        end -= 1
+    if end == start:
+        return False
+    window = text[max(0, end - _LONGEST_CUE - 1):end]  # one character more: the cue's word boundary
+    return _YEAR_CUES.search(window) is not None
 
 
 def _spaced(words: str, m: re.Match, text: str) -> str:

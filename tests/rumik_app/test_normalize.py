@@ -324,3 +324,26 @@ def test_request_module_stays_light():
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_each_number_looks_back_over_its_own_neighbourhood_so_the_work_is_linear(monkeypatch):
+    """A lexicon can turn a short request into thousands of numbers ("a" -> "9 9 … 9"). English
+    reads a number as a year after a cue ("in", "since"); that check gave the regex the whole
+    text before each number, quadratic in the text (a 50,000-character "9 9 …" took minutes of
+    CPU). It now looks at the whitespace and one cue before the number, with the same readings."""
+    from rumik_app.text import rules
+
+    given: list[int] = []
+    cues = rules._YEAR_CUES
+
+    class Recording:
+        def search(self, string: str, *args):
+            given.append(len(string))
+            return cues.search(string, *args)
+
+    monkeypatch.setattr(rules, "_YEAR_CUES", Recording())
+    assert normalize_text("9 " * 5_000, "en") == "nine " * 5_000
+    assert 0 < len(given) <= 5_000 and sum(given) <= 8 * len(given)  # a few characters per number
+    assert normalize_text("born in \n 1947, since 1990 and 1990 AD, within 1947", "en") == (
+        "born in \n nineteen forty seven, since nineteen ninety and nineteen ninety AD, within one thousand nine "
+        "hundred and forty seven")
