@@ -74,6 +74,8 @@ EMPTY = ("break", *INLINE)  # no text, no children
 TEXT_ONLY = ("say-as", "sub")  # text, no children
 SSML_NS = "http://www.w3.org/2001/10/synthesis"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
+# Both are used with `match` only (anchored at the start): searched, `\s*` at every position of a
+# run of spaces rescans the rest of the run, quadratic in the document.
 _START = re.compile(r"\s*(?:<\?xml[^>]*\?>\s*)?<speak[\s>/]")
 _XML_DECL = re.compile(r"\s*<\?xml[^>]*\?>")
 _TIME = re.compile(r"(\d{1,6}(?:\.\d+)?)\s*(ms|s)")
@@ -129,7 +131,8 @@ def _parse(text: str) -> Element:
     if len(text) > MAX_SSML_BYTES:  # characters first: a 5 MB string is refused without encoding it
         raise too_big
     check_characters(text)
-    raw = _XML_DECL.sub("", text, count=1).strip().encode("utf-8")
+    declaration = _XML_DECL.match(text)  # only at the start, where XML allows one
+    raw = text[declaration.end() if declaration else 0:].strip().encode("utf-8")
     if len(raw) > MAX_SSML_BYTES:
         raise too_big
     root, depth, count = None, 0, 0
@@ -198,6 +201,7 @@ class _Builder:
         self.pieces: list[str | SayAs] = []  # text of the open segment; say-as rendered at flush
         self.scope = SsmlSegment("")
         self.breaks, self.paused, self.spoken = 0, 0.0, False
+        self.stopped = 0  # how many segments there were when the last one was given its stop
 
     def visit(self, element: Element, outer: SsmlSegment) -> None:
         tag = _name(element.tag)
@@ -275,8 +279,9 @@ class _Builder:
         """Mark a sentence end (a stop is placed at flush); after a child's segment, stop that one."""
         if self.spoken:
             self.pieces.append(_MARK)
-        elif self.segments:
+        elif self.segments and self.stopped < len(self.segments):  # stopping it again changes nothing
             self.segments[-1] = replace(self.segments[-1], text=_place_stops(self.segments[-1].text + _MARK))
+            self.stopped = len(self.segments)
         self.pieces.append(" ")
 
     def flush(self, pause: float = 0.0) -> None:
@@ -329,13 +334,14 @@ def _finish(raw: list[SsmlSegment]) -> list[SsmlSegment]:
 def _place_stops(text: str) -> str:
     """Each _MARK -> a stop after the last spoken character before it (before trailing spaces and
     sound tags), unless there is a terminal mark already or nothing was said."""
-    parts, last = text.split(_MARK), -1  # last: the latest part with spoken text
+    parts, last, end = text.split(_MARK), -1, 0  # last: the latest part with spoken text; end: its spoken end
     for k in range(1, len(parts)):
-        last = k - 1 if _spoken_end(parts[k - 1]) else last
-        end = _spoken_end(parts[last]) if last >= 0 else 0
+        if found := _spoken_end(parts[k - 1]):  # each part scanned once, when its mark is reached
+            last, end = k - 1, found
         if end and parts[last][end - 1] not in SENTENCE_END:
             stop = _STOP.get(dominant_script(parts[last][max(0, end - 80):end]), ".")
             parts[last] = parts[last][:end] + stop + parts[last][end:]
+            end += len(stop)
     return "".join(parts)
 
 

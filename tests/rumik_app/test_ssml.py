@@ -473,3 +473,28 @@ def test_comments_ignored_cdata_checked():
 def test_largest_legal_documents_parse(doc):  # how fast: benchmarks/text_bounds.py
     segments = parse_ssml(doc)
     assert all("\x00" not in segment.text for segment in segments)
+
+
+def test_whitespace_costs_one_pass_and_a_declaration_is_read_only_at_the_start(monkeypatch):
+    """64 KB of spaces cost seconds of CPU: the XML declaration's pattern was searched (at each
+    space `\\s*` rescanned the rest of the run), and each <p/> walked back again over the spaces
+    after the last spoken word. Now the declaration is matched at the start only (where XML allows
+    one) and each stretch of text is walked back once."""
+    from rumik_app.text import ssml
+
+    walked: list[int] = []
+    spoken_end = ssml._spoken_end
+
+    def recording(text: str) -> int:
+        end = spoken_end(text)
+        walked.append(len(text) - end)
+        return end
+
+    monkeypatch.setattr(ssml, "_spoken_end", recording)
+    spaces = " " * (MAX_SSML_BYTES - 8_000)
+    assert parse_ssml(speak("a" + spaces + "<p/>" * 990)) == [Seg("a.")]
+    assert parse_ssml(speak("a" + spaces + '<break time="1s"/>' + "<p/>" * 990)) == [Seg("a.", pause_after_s=1.0)]
+    assert parse_ssml('<?xml version="1.0"?>' + spaces + speak("a")) == [Seg("a")]
+    assert "not well-formed" in refused(" " * (MAX_SSML_BYTES - 1))
+    assert "not well-formed" in refused(speak('a<?xml version="1.0"?>'))  # was cut out anywhere
+    assert sum(walked) <= 3 * len(spaces)  # once per document, not once per <p/>
