@@ -34,7 +34,8 @@ optimizer shards are not saved.
 Processes (docs/training.md, "Launchers"): `launched_processes()` reads the launcher's world size
 before any process group exists; several processes without CUDA run as CPU ones (`cpu_processes`,
 so plain `torchrun` works without ACCELERATE_USE_CPU), and `check_world` refuses a run whose
-Accelerator sees another count, as each process would otherwise be a main one writing OUT.
+Accelerator sees another count, as each process would otherwise be a main one writing OUT;
+`one_process_only` refuses a launch of a single-process command (voice create, prepare).
 """
 
 from __future__ import annotations
@@ -152,6 +153,14 @@ def check_world(num_processes: int) -> None:
         raise ConfigError(f"the launcher started {launched} processes but accelerate sees {num_processes}: "
                           "launch with torchrun or accelerate launch on one kind of device (CUDA, or CPU "
                           "with ACCELERATE_USE_CPU=true), or run one process.")
+
+
+def one_process_only(command: str) -> None:
+    """ConfigError when a single-process command is launched as several processes: each copy would
+    write the same output folder."""
+    if launched_processes() > 1:
+        raise ConfigError(f"{command} runs on one process: run it without torchrun or accelerate launch "
+                          f"(the launcher started {launched_processes()}).")
 
 
 class MainProcessFailed(RumikError, RuntimeError):

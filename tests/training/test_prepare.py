@@ -107,3 +107,12 @@ def test_resume_keeps_finished_shards(tmp_path, tiny_checkpoint):
 def test_missing_manifest_is_one_clear_error(tmp_path):
     with pytest.raises(PrepareError, match="--manifest"):
         prepare(tmp_path / "nope.jsonl", "tiny", tmp_path / "out")
+
+
+def test_a_multi_process_launch_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """Under torchrun each copy would write the same shards: one message, status 2, no folder."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--manifest", str(tmp_path / "m.jsonl"), "--model", "tiny", "--out", str(tmp_path / "data")])
+    assert exit_.value.code == 2 and "rumik prepare runs on one process" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()

@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--shard-size and --batch-size must be at least 1")
     if args.workers < 1 or (args.encoders is not None and args.encoders < 1):
         parser.error("--workers and --encoders must be at least 1")
+    from training.common import one_process_only  # imports torch: after parsing, so --help stays instant
+
     with user_errors():  # PrepareError, ConfigError, CheckpointError, ...: one `error: ...` line, exit status 2
+        one_process_only("rumik prepare")  # it scales with Ray (--engine ray), not a launcher
         config = load_config(PrepareConfig, args.config, args.overrides)
         report = prepare(args.manifest, args.model, args.out, args.shard_size, args.batch_size, args.device,
                          tuple(args.new_speakers), args.min_seconds, args.max_seconds, config=config,

@@ -85,14 +85,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def create_command(args: argparse.Namespace) -> dict:
-    from rumik_app.errors import ConfigError
-    from training.common import launched_processes
+    from training.common import one_process_only
     from training.config import load_config
     from training.voice.create import create_voice, run_smoke
     from training.voice.voice_config import VoiceConfig
 
-    if launched_processes() > 1:  # each copy would write the same work folder and package
-        raise ConfigError("rumik voice create trains on one process: run it without torchrun or accelerate launch.")
+    one_process_only("rumik voice create")
     out = Path(args.out)
     if args.smoke:
         summary = run_smoke(out, Path(args.work) if args.work else None, args.overrides, args.model)

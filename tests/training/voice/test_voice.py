@@ -157,7 +157,7 @@ def test_create_refuses_a_multi_process_launch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as exit_:
         voice_main(["create", "--smoke", "--out", str(tmp_path / "voices"), "--work", str(tmp_path / "work")])
-    assert exit_.value.code == 2 and "trains on one process" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "rumik voice create runs on one process" in capsys.readouterr().err
     assert not (tmp_path / "work").exists() and not (tmp_path / "voices").exists()
 
 
