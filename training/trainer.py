@@ -46,7 +46,9 @@ Command line (`python -m training.sft`, `training.grpo` and `training.dpo`): the
 parsed by training.cli (`--config FILE` or `--smoke`, `--set KEY=VALUE` (repeatable), `--out
 OUT`, `--resume`), before torch is imported; `train_command` runs them. A user error (bad config
 or override, missing data, a changed run without --resume, a missing checkpoint) prints one
-`error: ...` line and exits with status 2.
+`error: ...` line and exits with status 2. Under a launcher (torchrun, accelerate launch) the
+main process alone prepares `--smoke`'s data and writes every shared file; the others wait at a
+barrier (training.common, "processes"; docs/training.md, "Launchers").
 """
 
 from __future__ import annotations
