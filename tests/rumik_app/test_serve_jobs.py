@@ -184,6 +184,25 @@ def test_without_a_data_dir_jobs_are_off_with_the_flag_to_turn_them_on(engine):
         assert answer.status_code == 501 and "--data-dir" in answer.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("damage", ["garbage", "folder"])
+def test_a_damaged_job_store_turns_off_jobs_and_the_server_still_speaks(engine, tmp_path, damage):
+    store_path = tmp_path / "jobs" / "jobs.sqlite3"
+    store_path.parent.mkdir()
+    if damage == "folder":
+        store_path.mkdir()
+    else:
+        store_path.write_bytes(b"this is not a database " * 200)
+    with _server(engine, tmp_path) as srv:
+        answer = create(srv.url, KEY_A)
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "jobs_unavailable"
+        assert str(store_path) in error["message"] and "move the file aside" in error["message"]
+        speech = httpx.post(srv.url + "/v1/audio/speech", json={**JOB, "max_seconds": 0.3}, headers=auth(KEY_A),
+                            timeout=60)
+        assert speech.status_code == 200 and len(speech.content) > 0
+    assert store_path.exists()  # left as it was, for its owner to look at
+
+
 def test_the_store_sweeps_old_jobs_and_orphans_and_drops_damaged_chunks(tmp_path):
     store = JobStore(tmp_path)
     spec = {"chunks": [], "rate": 24_000}

@@ -50,6 +50,7 @@ from rumik_app.serve.errors import ApiError, engine_error
 from rumik_app.serve.jobs.store import (
     ACTIVE,
     CANCELLED,
+    DB_NAME,
     DONE,
     FAILED,
     FINAL,
@@ -69,6 +70,8 @@ DEFAULT_LIMITS = JobLimits()
 KEEPALIVE_S = 15.0  # an idle events stream sends a comment this often (proxies close silent ones)
 JOBS_OFF = ("Long jobs are off on this server: start it with --data-dir DIR, where jobs are kept (they survive "
             "restarts).")
+JOBS_BROKEN = ("Long jobs are off: the job store {path} could not be opened ({reason}). The rest of the server "
+               "works; move the file aside (or restore it from a backup) and restart to turn jobs back on.")
 
 
 def not_found(job_id: str) -> ApiError:
@@ -116,6 +119,7 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._tick = asyncio.Event()  # set (and replaced) on every change: watchers wake
         self._loops: list[asyncio.Task] = []
+        self.broken: str | None = None  # why the store could not be opened: jobs are off, the server runs
 
     @property
     def rows(self) -> int:
@@ -128,9 +132,16 @@ class JobRunner:
         """Open the store, remove expired jobs, resume unfinished ones (from their first unstored chunk)."""
         if self.root is None:
             return
-        self.store = await asyncio.to_thread(JobStore, self.root)
-        removed = await asyncio.to_thread(self.store.sweep, self.limits.retention_s)
-        for record in await asyncio.to_thread(self.store.unfinished):
+        try:
+            store = await asyncio.to_thread(JobStore, self.root)
+            removed = await asyncio.to_thread(store.sweep, self.limits.retention_s)
+            unfinished = await asyncio.to_thread(store.unfinished)
+        except (sqlite3.Error, OSError) as exc:  # one broken store turns off its feature, not the server
+            self.broken = JOBS_BROKEN.format(path=self.root / DB_NAME, reason=exc)
+            log.error("jobs: %s", self.broken)
+            return
+        self.store = store
+        for record in unfinished:
             try:
                 chunks = [SynthesisRequest(**values) for values in record.spec["chunks"]]
             except Exception as exc:  # noqa: BLE001 - a spec this version cannot read fails alone
@@ -159,6 +170,8 @@ class JobRunner:
 
     def check_enabled(self) -> JobStore:
         """The store; ApiError 501 (naming --data-dir) when jobs are off."""
+        if self.broken is not None:
+            raise ApiError(503, self.broken, code="jobs_unavailable")
         if self.store is None:
             raise ApiError(501, JOBS_OFF, code="jobs_disabled")
         return self.store
