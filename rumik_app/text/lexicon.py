@@ -27,14 +27,17 @@ describes each); the JSON format's object is also `lexicon_from_dict` / `lexicon
 
 Bounds (PromptError, field "lexicon", naming the limit and the fix): MAX_ENTRIES per lexicon,
 MAX_GRAPHEME_CHARS, MAX_ALIAS_CHARS, MAX_LEXICON_BYTES per document or file (checked before
-parsing), MAX_LEXICONS per request, and MAX_SPOKEN_CHARS for the text with its aliases.
+parsing), MAX_LEXICONS per request, and the text with its aliases (`apply_lexicons`'
+max_chars: the caller's spoken bound, MAX_SPOKEN_CHARS by default), checked as aliases are added.
+Each lexicon's match table is built on its first use and lives as long as the lexicon
+(docs/say-it-right.md).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import unicodedata
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -55,7 +58,7 @@ MAX_SPOKEN_CHARS = 4 * MAX_TEXT_CHARS  # the text with its aliases (as LIBRARY_L
 DEFAULT_NAME = "lexicon"
 JSON_KEYS = ("grapheme", "alias", "languages", "case_sensitive", "whole_word")
 _CLUSTER = regex.compile(r"\X")
-_END = ""  # the trie key of the entries ending at a node (no cluster is empty)
+_SEP = "\x00"  # joins a key's clusters: a grapheme holds no control character, so keys cannot collide
 
 
 def _error(message: str) -> PromptError:
@@ -227,14 +230,17 @@ def apply_lexicons(text: str, lexicons: Sequence[Lexicon], language: str | None 
                    max_chars: int = MAX_SPOKEN_CHARS) -> str:
     """`text` with each matched grapheme replaced by its alias (see the module docstring), inline
     tags untouched. language: the request's code or name; None: the text's script decides
-    scoped entries. PromptError when lexicons are invalid or the result exceeds `max_chars`."""
+    scoped entries. max_chars: the caller's bound on the spoken text, checked as aliases are
+    added, so a text that would grow past it stops growing there. PromptError when lexicons are
+    invalid or the result exceeds `max_chars`."""
     lexicons = check_lexicons(lexicons)
     if not text or not any(lex.entries for lex in lexicons):
         return text
     text = unicodedata.normalize("NFC", text)
+    tables = tuple(_table(lex) for lex in lexicons)
     code = get_language(language).code if language else None
-    scoped = any(e.languages for lex in lexicons for e in lex.entries)
-    matcher = _matcher(lexicons, code if scoped else None, _main_script(text) if scoped and not code else None)
+    scoped = any(table.scoped for table in tables)
+    matcher = _Matcher(tables, code, _main_script(text) if scoped and not code else None)
     out: list[str] = []
     budget, position = max(max_chars - len(text), 0), 0  # what the aliases may add
     for tag in [*TAG_PATTERN.finditer(text), None]:
@@ -267,35 +273,64 @@ def _in_scope(entry: LexiconEntry, code: str | None, script: str | None) -> bool
     return any(LANGUAGE_BY_CODE[c].script == script for c in entry.languages)
 
 
-@functools.lru_cache(maxsize=16)
-def _matcher(lexicons: tuple[Lexicon, ...], code: str | None, script: str | None) -> _Matcher:
-    return _Matcher(e for lex in lexicons for e in lex.entries if _in_scope(e, code, script))
-
-
 def _is_word(ch: str) -> bool:
     category = unicodedata.category(ch)
     return category[0] in "LMN" or category == "Pc" or ch in "\u200c\u200d"
 
 
-class _Matcher:
-    """A trie over case-folded grapheme clusters; a node's entries in priority order."""
+class _Table:
+    """One lexicon's entries by key (its grapheme's case-folded clusters joined by _SEP), a key's
+    entries in the lexicon's order, and per first cluster the cluster counts of its keys, longest
+    first. A dict keyed by grapheme is about the size of the lexicon's text (a trie of one dict per
+    character was a thousand times it)."""
 
-    def __init__(self, entries: Iterable[LexiconEntry]):
-        self.root: dict = {}
-        for entry in entries:
-            node = self.root
-            for cluster in _CLUSTER.findall(entry.grapheme):
-                node = node.setdefault(cluster.casefold(), {})
-            node.setdefault(_END, []).append(entry)
+    __slots__ = ("entries", "counts", "scoped")
+
+    def __init__(self, lexicon: Lexicon):
+        entries: dict[str, list[LexiconEntry]] = {}
+        counts: dict[str, set[int]] = {}
+        for entry in lexicon.entries:
+            keys = [cluster.casefold() for cluster in _CLUSTER.findall(entry.grapheme)]
+            entries.setdefault(_SEP.join(keys), []).append(entry)
+            counts.setdefault(keys[0], set()).add(len(keys))
+        self.entries = {key: tuple(found) for key, found in entries.items()}
+        self.counts = {first: tuple(sorted(found, reverse=True)) for first, found in counts.items()}
+        self.scoped = any(entry.languages for entry in lexicon.entries)
+
+
+# Each lexicon's table lives as long as the lexicon (weakly keyed, found by equality): a stored
+# lexicon's goes when its owner deletes it, an uploaded one's with the request that read it. No
+# table is shared between lexicons, so neither their order in a request nor another key's lexicons
+# make a new one.
+_TABLES: weakref.WeakKeyDictionary[Lexicon, _Table] = weakref.WeakKeyDictionary()
+
+
+def _table(lexicon: Lexicon) -> _Table:
+    """The lexicon's table, built on its first use."""
+    table = _TABLES.get(lexicon)
+    if table is None:
+        table = _TABLES[lexicon] = _Table(lexicon)
+    return table
+
+
+class _Matcher:
+    """A request's tables in its lexicons' order (the order breaks ties) and the scope that
+    decides which language-scoped entries apply."""
+
+    def __init__(self, tables: Sequence[_Table], code: str | None, script: str | None):
+        self.tables, self.code, self.script = tables, code, script
 
     def apply(self, text: str, out: list[str], budget: int) -> int:
         """Append `text` with aliases to `out`; returns how much more the result may grow (< 0: too much)."""
         clusters = _CLUSTER.findall(text)
         keys = [c.casefold() for c in clusters]
+        folded = _SEP.join(keys)  # keys of spans are slices of it, as the tables' keys are joined
+        key_starts = list(itertools.accumulate((len(k) + 1 for k in keys), initial=0))
         starts = list(itertools.accumulate(map(len, clusters), initial=0))
         i = 0
         while i < len(clusters):
-            found = self._longest(text, keys, starts, i) if keys[i] in self.root else None
+            counts = self._counts(keys[i])
+            found = self._longest(text, folded, key_starts, starts, i, counts) if counts else None
             if found is None:
                 out.append(clusters[i])
                 i += 1
@@ -308,20 +343,31 @@ class _Matcher:
             i = j
         return budget
 
-    def _longest(self, text: str, keys: list[str], starts: list[int], i: int) -> tuple[LexiconEntry, int] | None:
+    def _counts(self, first: str) -> Sequence[int]:
+        """The cluster counts of the entries starting with cluster `first`, longest first."""
+        found = [counts for table in self.tables if (counts := table.counts.get(first))]
+        if len(found) <= 1:
+            return found[0] if found else ()
+        return sorted(set().union(*found), reverse=True)
+
+    def _longest(self, text: str, folded: str, key_starts: list[int], starts: list[int], i: int,
+                 counts: Sequence[int]) -> tuple[LexiconEntry, int] | None:
         """The entry matching at cluster i, longest first, and the cluster after it; None if none."""
-        node, ends = self.root, []
-        for j in range(i, len(keys)):
-            if (node := node.get(keys[j])) is None:
-                break
-            if _END in node:
-                ends.append((j + 1, node[_END]))
-        for j, entries in reversed(ends):
-            a, b = starts[i], starts[j]
-            for entry in entries:
-                if entry.case_sensitive and text[a:b] != entry.grapheme:
-                    continue
-                if entry.whole_word and ((a > 0 and _is_word(text[a - 1])) or (b < len(text) and _is_word(text[b]))):
-                    continue
-                return entry, j
+        for count in counts:
+            j = i + count
+            if j >= len(starts):
+                continue
+            key, a, b = folded[key_starts[i]:key_starts[j] - 1], starts[i], starts[j]
+            for table in self.tables:
+                for entry in table.entries.get(key, ()):
+                    if self._fits(entry, text, a, b):
+                        return entry, j
         return None
+
+    def _fits(self, entry: LexiconEntry, text: str, a: int, b: int) -> bool:
+        """Whether `entry`, whose key matches text[a:b], applies there: scope, case and word edges."""
+        if not _in_scope(entry, self.code, self.script):
+            return False
+        if entry.case_sensitive and text[a:b] != entry.grapheme:
+            return False
+        return not (entry.whole_word and ((a > 0 and _is_word(text[a - 1])) or (b < len(text) and _is_word(text[b]))))

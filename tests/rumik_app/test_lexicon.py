@@ -10,6 +10,7 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_lexicon.py -q
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import random
 import tracemalloc
@@ -209,24 +210,58 @@ def test_an_alias_with_numbers_is_read_as_words():
     assert normalize_text(say("Open 24x7", E("24x7", "24 by 7")), "en") == "Open twenty four by seven"
 
 
-def test_thousands_of_entries_build_one_trie_once_and_scan_the_text_once(monkeypatch):
-    """The trie is built once per lexicon set (cached), and the scan looks up at most one trie
-    walk per grapheme cluster, so the work is linear in the text whatever the entry count.
+def test_thousands_of_entries_build_one_table_once_and_scan_the_text_once(monkeypatch):
+    """A lexicon's table is built once (kept with the lexicon), and the scan looks up at most one
+    table walk per grapheme cluster, so the work is linear in the text whatever the entry count.
     The time it takes is benchmarks/text_bounds.py's to measure, not a test's."""
     rng = random.Random(38)
     words = list(dict.fromkeys("".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 9)))
                                 for _ in range(8_000)))[:MAX_ENTRIES]
     big = lex(*(E(w, w.upper() + " 1") for w in words))
     text = " ".join(rng.choice(words) for _ in range(1_000))[:4_000]
-    walks = []
-    longest = lexicon_module._Matcher._longest
+    walks, builds = [], []
+    longest, build = lexicon_module._Matcher._longest, lexicon_module._Table.__init__
     monkeypatch.setattr(lexicon_module._Matcher, "_longest", lambda self, *a: walks.append(1) or longest(self, *a))
-    lexicon_module._matcher.cache_clear()
+    monkeypatch.setattr(lexicon_module._Table, "__init__", lambda self, *a: builds.append(1) or build(self, *a))
     first = apply_lexicons(text, [big], "en")
     again = apply_lexicons(text, [big], "en")
     assert first == again and first != text and len(words) == MAX_ENTRIES
-    assert lexicon_module._matcher.cache_info()[:2] == (1, 1)  # (hits, misses): built once, reused
+    assert len(builds) == 1  # built once, reused
     assert 0 < len(walks) <= 2 * len(text)  # one walk per matched-start cluster, both calls
+
+
+def _long_words(count: int, seed: int) -> Lexicon:
+    """`count` distinct 100-letter words (the longest graphemes), each said as "x"."""
+    rng = random.Random(seed)
+    words = {"".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(MAX_GRAPHEME_CHARS))
+             for _ in range(count)}
+    return lex(*(E(word, "x") for word in words), name=f"long-{seed}")
+
+
+def test_a_lexicons_table_is_about_its_size_built_once_in_any_order_and_goes_with_it():
+    """Lexicons of long words cost memory in proportion to their text, once per lexicon: a request
+    naming them in another order (or another key's request) builds nothing, and a deleted lexicon
+    takes its table with it. A trie of one dict per letter took ~110 MB per 5,000 such words and
+    was built again, and kept, for every order (16 sets shared by every key: gigabytes)."""
+    first, second = _long_words(2_000, 1), _long_words(2_000, 2)
+    text = f"say {first.entries[7].grapheme} and {second.entries[3].grapheme} now"
+    chars = sum(len(e.grapheme) + len(e.alias) for lexicon in (first, second) for e in lexicon.entries)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert apply_lexicons(text, [first, second], "en") == "say x and x now"
+        grown = tracemalloc.get_traced_memory()[0] - before
+        assert apply_lexicons(text, [second, first], "en") == "say x and x now"
+        assert apply_lexicons(text, [second], "en") == f"say {first.entries[7].grapheme} and x now"
+        regrown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 8 * chars, f"{grown:,} bytes of tables for {chars:,} characters of lexicons"
+    assert regrown - grown < chars // 10  # one table per lexicon, whatever the order
+    held = len(lexicon_module._TABLES)
+    del first, second
+    gc.collect()
+    assert len(lexicon_module._TABLES) == held - 2  # deleted lexicons leave nothing behind
 
 
 def test_lexicons_are_hashable_and_survive_a_dict_round_trip():
