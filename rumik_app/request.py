@@ -53,7 +53,7 @@ from rumik_app.settings import (
     wire_name,
 )
 from rumik_app.text.languages import LANGUAGES, get_language
-from rumik_app.text.lexicon import Lexicon, apply_lexicons, check_lexicons
+from rumik_app.text.lexicon import MAX_SPOKEN_CHARS, Lexicon, apply_lexicons, check_lexicons
 from rumik_app.text.normalize import normalize_text
 
 DEFAULT_MODEL = "rumik-ai/rumik-oss-1"  # hub id of the released checkpoint
@@ -351,12 +351,13 @@ class SynthesisRequest(SamplingSettings):
         "(on the wire the ids of stored lexicons; on the command line files, .pls, .tsv or .json, repeatable)",
         wire="lexicon", flag="--lexicon", by_reference=True)
 
-    def spoken_text(self, max_chars: int = MAX_TEXT_CHARS) -> str:
+    def spoken_text(self, max_chars: int = MAX_TEXT_CHARS, max_spoken_chars: int = MAX_SPOKEN_CHARS) -> str:
         """The text the model reads: validated (the limit applies to the text as typed), then
-        its lexicons' aliases applied (`rumik_app.text.lexicon`), then normalised unless
-        `normalize` is False. Raises PromptError on bad text."""
+        its lexicons' aliases applied (`rumik_app.text.lexicon`; PromptError as soon as they grow
+        it past `max_spoken_chars`, before any normalising), then normalised unless `normalize`
+        is False. Raises PromptError on bad text."""
         text = validate_text(self.text, max_chars=max_chars)
-        text = apply_lexicons(text, self.lexicons, self.language) if self.lexicons else text
+        text = apply_lexicons(text, self.lexicons, self.language, max_spoken_chars) if self.lexicons else text
         return normalize_text(text, self.language) if self.normalize else text
 
     def prompt(self, max_chars: int = MAX_TEXT_CHARS, **kwargs) -> str:

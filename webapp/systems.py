@@ -120,7 +120,7 @@ class LoadedSystem:
         if self.engine is not None:
             self.engine.plan(req, limits)
         else:
-            limits.check_spoken(req.text, req.spoken_text(limits.max_chars))
+            limits.check_spoken(req.text, req.spoken_text(limits.max_chars, limits.max_spoken_chars))
 
     def prompt_text(self, req: SynthesisRequest) -> str:
         """The exact string the model receives (`[BOS]` + §3 prompt); PromptError on bad input."""

@@ -27,7 +27,7 @@ def plan_request(req: SynthesisRequest, layout: TokenLayout,
                  limits: RequestLimits = LIBRARY_LIMITS) -> list[SynthesisRequest]:
     """The chunk requests of `req` (see the module docstring). limits: a front end's bounds
     (PromptError past them): typed and spoken characters, and audio seconds over the chunks."""
-    text = req.spoken_text(limits.max_chars)
+    text = req.spoken_text(limits.max_chars, limits.max_spoken_chars)
     limits.check_spoken(req.text, text)
     chunks = _chunks(req, text, layout.tokens_per_second)
     limits.check_budget([c.max_new_tokens for c in chunks], layout.tokens_per_second)

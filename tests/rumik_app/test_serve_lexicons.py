@@ -5,6 +5,8 @@ Run: .venv/bin/python -m pytest tests/rumik_app/test_serve_lexicons.py -q
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -89,6 +91,51 @@ def test_pls_in_and_out_and_replace_and_delete(server):
 def test_bad_lexicons_get_one_clear_400(server, body, status):
     resp = httpx.post(server.url + "/v1/lexicons", json=body, headers=auth(KEY_A), timeout=10)
     assert resp.status_code == status and resp.json()["error"]["message"] and "Traceback" not in resp.text
+
+
+def test_aliases_that_grow_past_the_routes_bound_stop_there_before_any_number_is_read(server):
+    """A 200-byte request whose lexicon says "a" as 150 nines read as 30,000 spoken characters
+    (the route's bound is 8,192) and was normalised whole, minutes of CPU on the server's shared
+    threads, before the bound refused it. The aliases now stop at the route's bound."""
+    nines = {"name": "nines", "entries": [{"grapheme": "a", "alias": " ".join(["9"] * 150)}]}
+    made = httpx.post(server.url + "/v1/lexicons", json=nines, headers=auth(KEY_A), timeout=10)
+    assert made.status_code == 201, made.text
+    refused = speak(server, KEY_A, " ".join(["a"] * 100), lexicon=[made.json()["id"]])
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "lexicon"
+    assert "grows past 8,192 characters (the limit); shorten the text or the aliases" in refused.text
+    assert speak(server, KEY_B, "Pay by UPI.").status_code == 200  # the server is free for others
+
+
+def test_stored_lexicons_cost_their_size_once_in_any_order_and_nothing_once_deleted(server):
+    """Two lexicons of 1,000 100-letter words, named in both orders: one match table each, about
+    their size (a trie per order took ~40 MB here and kept it after the lexicons were deleted)."""
+    import gc
+    import random
+    import tracemalloc
+
+    from rumik_app.text import lexicon as lexicon_module
+
+    rng = random.Random(48)
+    bodies = [{"name": f"long-{k}", "entries": [
+        {"grapheme": "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(100)), "alias": "x"}
+        for _ in range(1_000)]} for k in range(2)]
+    ids = [httpx.post(server.url + "/v1/lexicons", json=body, headers=auth(KEY_A), timeout=10).json()["id"]
+           for body in bodies]
+    text = f"say {bodies[0]['entries'][5]['grapheme']} now"
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for order in (ids, ids[::-1], ids):
+            assert speak(server, KEY_A, text, lexicon=order).content == speak(server, KEY_A, "say x now").content
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 8 * sum(len(json.dumps(body)) for body in bodies), f"{grown:,} bytes"  # once, any order
+    held = len(lexicon_module._TABLES)
+    for lexicon_id in ids:
+        assert httpx.delete(server.url + f"/v1/lexicons/{lexicon_id}", headers=auth(KEY_A), timeout=10).is_success
+    gc.collect()
+    assert len(lexicon_module._TABLES) == held - 2  # deleted: their tables are gone too
 
 
 def test_a_full_quota_and_a_huge_upload_are_refused(server):
