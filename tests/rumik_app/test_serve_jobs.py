@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from rumik_app.engine.local import TTSEngine
@@ -27,6 +28,8 @@ KEY_A, KEY_B = "jobs-key-a-0123456789abcdef", "jobs-key-b-0123456789abcdef"
 CHAPTER = " ".join(f"This is sentence number {i} of a chapter that keeps on going." for i in range(18))
 JOB = {"model": "tiny", "input": CHAPTER, "voice": "Ira", "response_format": "pcm", "seed": 11, "max_seconds": 0.5}
 WAIT_S = 120.0
+ABANDONED_DOWNLOADS = 4
+FFMPEG_GONE_S = 30.0  # generous: the route kills an abandoned download's ffmpeg at the hang-up
 
 
 def auth(key: str) -> dict:
@@ -103,6 +106,23 @@ def test_a_job_in_another_format_and_rate_equals_the_speech_route_byte_for_byte(
         speech = httpx.post(server.url + "/v1/audio/speech", json={**JOB, "seed": 15, **changes}, headers=auth(KEY_A),
                             timeout=60)
         assert audio(server.url, KEY_A, job["id"]) == speech.content, changes
+
+
+def ffmpeg_children() -> list:
+    return [proc for proc in psutil.Process().children(recursive=True) if proc.name() == "ffmpeg"]
+
+
+def test_aac_downloads_abandoned_after_their_first_bytes_leave_no_ffmpeg(server, monkeypatch):
+    job = create(server.url, KEY_A, seed=21, response_format="aac").json()
+    assert wait_done(server.url, KEY_A, job["id"])["status"] == "done"
+    noise = np.random.default_rng(0).uniform(-0.5, 0.5, 24_000 * 60).astype(np.float32)
+    # the stored audio, read as ten minutes of noise: each download outlasts its client's hang-up
+    monkeypatch.setattr(runner_of(server), "audio", lambda record: (noise for _ in range(10)))
+    for _ in range(ABANDONED_DOWNLOADS):
+        with httpx.stream("GET", f"{server.url}/v1/audio/jobs/{job['id']}/audio", headers=auth(KEY_A),
+                          timeout=60) as answer:
+            assert answer.status_code == 200 and next(answer.iter_raw())  # the first bytes, then a hang-up
+    wait_for(lambda: not ffmpeg_children(), FFMPEG_GONE_S, "the abandoned downloads' ffmpeg processes to end")
 
 
 def test_another_key_cannot_see_list_fetch_or_cancel_a_job(server):

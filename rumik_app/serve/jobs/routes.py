@@ -25,9 +25,10 @@ The work, the bounds and what survives a restart: `rumik_app.serve.jobs.runner` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -161,15 +162,19 @@ def _files_present(runner: JobRunner, record: JobRecord) -> bool:
     return all(runner.store.chunk_path(record, index).is_file() for index in range(record.chunks_total))
 
 
-def _encoded(runner: JobRunner, record: JobRecord, encoder) -> Iterator[bytes]:
-    """The encoded file, a chunk at a time (a blocking iterator: Starlette runs it on its threads)."""
+async def _encoded(runner: JobRunner, record: JobRecord, encoder) -> AsyncIterator[bytes]:
+    """The encoded file, a chunk at a time: reads and encoding run on threads, and the encoder
+    (an AAC encoder's ffmpeg) is closed when the response ends, at once when the client hangs up."""
+    blocks = runner.audio(record)
     try:
         if data := encoder.header():
             yield data
-        for block in runner.audio(record):
-            if block.size and (data := encoder.encode(block)):
+        while (block := await asyncio.to_thread(next, blocks, None)) is not None:
+            if block.size and (data := await asyncio.to_thread(encoder.encode, block)):
                 yield data
-        if data := encoder.finish():
+        if data := await asyncio.to_thread(encoder.finish):
             yield data
     finally:
         encoder.close()
+        with contextlib.suppress(ValueError):  # a read still running on its thread: it ends with the files
+            blocks.close()
