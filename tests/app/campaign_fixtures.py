@@ -1,5 +1,6 @@
 """Helpers for the campaign tests: a small prompt file (two IndicEmo prompts and a NoVA one),
-`folder:` systems of short synthetic clips (no synthesis needed), and a ready campaign.
+`folder:` systems of short synthetic clips (no synthesis needed), a ready campaign, and a page's
+clips fetched as its players fetch them (a play counts only for a fetched clip).
 
 Not a test module; imported by tests/app/test_campaign*.py.
 """
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import numpy as np
 
 from rumik_app.audio import SAMPLE_RATE, write_wav
@@ -70,3 +73,11 @@ def pair_answers(queues, entry_id: str, preference: str = "A", a: int = 4, b: in
     if tagged:
         answers.update(heard=[heard[0], heard[2]], where=[heard[1], heard[3]])
     return answers
+
+
+def fetch_clips(client, url: str, clips: list[str]) -> None:
+    """GET each served clip of a page through Gradio's file route, with the client's session
+    cookies, as the page's players do; the campaign server records each complete fetch."""
+    for clip in clips:
+        response = httpx.get(f"{url.rstrip('/')}/gradio_api/file={quote(clip)}", cookies=client.cookies, timeout=60)
+        response.raise_for_status()

@@ -1,7 +1,9 @@
-"""Crowd mode without a server: only links the server signed let a participant in, each id
-starts a bounded number of times, the campaign takes a bounded number of ids (also under
-concurrent starts), session tokens are bound to one campaign and one session, and the
-completion code is given only once the queue is done.
+"""Crowd mode without a server: only links the server signed let a participant in, and only
+until they expire, each id starts a bounded number of times, the campaign takes a bounded
+number of ids (also under concurrent starts), an address starts a bounded number of new ids
+from the study link, places of failed or unfinished participants are given back after the time
+limit, session tokens are bound to one campaign and one session and expire with the place, and
+the completion code is given only once the queue is done.
 
 Run: python -m pytest -n0 tests/app/test_campaign_crowd.py -q
 """
@@ -12,16 +14,17 @@ import json
 import re
 import stat
 import threading
+import time
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
 from webapp.campaign.data.crowd import (
     BAD_LINK,
+    LINK_DAYS,
     MAX_SESSIONS_PER_ID,
     PROLIFIC_COMPLETE_URL,
     CrowdError,
-    CrowdGate,
     CrowdLinks,
     ParticipantStore,
     completion_code,
@@ -29,6 +32,7 @@ from webapp.campaign.data.crowd import (
     load_crowd_secret,
     prolific_completion_url,
 )
+from webapp.campaign.data.crowd_gate import CrowdGate, StartLimit
 from webapp.campaign.data.store import CampaignStore
 from webapp.storage import DataLayout
 
@@ -64,24 +68,45 @@ def test_a_signed_participant_link_admits_exactly_its_id(links, pid):
     q = query(link)
     assert link.startswith(BASE + "?PROLIFIC_PID=") and q["PROLIFIC_PID"] == pid
     assert re.fullmatch(r"[0-9a-f]{32}", q["sig"])
-    assert links.verify(q["PROLIFIC_PID"], sig=q["sig"]) == pid
+    assert links.verify(q["PROLIFIC_PID"], sig=q["sig"], expires=q["expires"]) == pid
     with refused():  # the same signature for another id
-        links.verify("A9Z9Z9Z9Z9Z9Z9", sig=q["sig"])
+        links.verify("A9Z9Z9Z9Z9Z9Z9", sig=q["sig"], expires=q["expires"])
+    with refused():  # or with another expiry: the expiry is signed with the id
+        links.verify(pid, sig=q["sig"], expires=str(int(q["expires"]) + 86400))
 
 
 def test_forged_or_foreign_signatures_are_refused(links):
-    sig = query(links.participant_link(BASE, MTURK_ID))["sig"]
+    q = query(links.participant_link(BASE, MTURK_ID))
+    sig, expires = q["sig"], q["expires"]
     flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
     for bad in [flipped, sig.upper(), sig[:-1], sig + "0", "", "x" * 10_000, None, ["a"], 7]:
         with pytest.raises(CrowdError) as err:
-            links.verify(MTURK_ID, sig=bad) if bad is not None else links.verify(MTURK_ID)
+            links.verify(MTURK_ID, sig=bad, expires=expires) if bad is not None else links.verify(MTURK_ID)
         assert str(err.value) == BAD_LINK and err.value.reason == "link"
+    for bad_expiry in [None, "", "0" + expires, "1e12", "9" * 13, "-1", 12345, expires + "\n"]:
+        with refused():
+            links.verify(MTURK_ID, sig=sig, expires=bad_expiry)
     other_campaign = CrowdLinks(SECRET, "other")
     with refused():
-        other_campaign.verify(MTURK_ID, sig=sig)
+        other_campaign.verify(MTURK_ID, sig=sig, expires=expires)
     other_server = CrowdLinks(bytes(32), "pilot")
     with refused():
-        other_server.verify(MTURK_ID, sig=sig)
+        other_server.verify(MTURK_ID, sig=sig, expires=expires)
+
+
+def test_links_expire(links):
+    """A genuine link is refused once its (signed) expiry has passed, with its own message."""
+    q = query(links.participant_link(BASE, MTURK_ID, expires_at=2_000_000_000))
+    assert links.verify(MTURK_ID, sig=q["sig"], expires=q["expires"], now=1_999_999_999) == MTURK_ID
+    with pytest.raises(CrowdError, match="expired") as err:
+        links.verify(MTURK_ID, sig=q["sig"], expires=q["expires"], now=2_000_000_000)
+    assert err.value.reason == "expired"
+    study = query(links.study_link(BASE, expires_at=2_000_000_000))
+    assert links.verify(PROLIFIC_ID, study=study["study"], expires=study["expires"], now=1.9e9) == PROLIFIC_ID
+    with pytest.raises(CrowdError, match="expired"):
+        links.verify(PROLIFIC_ID, study=study["study"], expires=study["expires"], now=2.1e9)
+    default = int(query(links.participant_link(BASE, MTURK_ID))["expires"])  # LINK_DAYS from now
+    assert abs(default - (time.time() + LINK_DAYS * 86400)) < 60
 
 
 @pytest.mark.parametrize("pid", ["", "a" * 65, "a b", "a/b", "ä" * 3, "x\n", "<script>", None, 12])
@@ -94,18 +119,20 @@ def test_participant_ids_are_checked_before_any_work(links, pid):
 
 def test_the_study_link_carries_prolific_placeholders_and_admits_only_prolific_shaped_ids(links):
     link = links.study_link(BASE)
-    assert "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}&study=" in link
-    token = query(link)["study"]
-    assert links.verify(PROLIFIC_ID, study=token) == PROLIFIC_ID
+    assert "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}&expires=" in link
+    token, expires = query(link)["study"], query(link)["expires"]
+    assert links.verify(PROLIFIC_ID, study=token, expires=expires) == PROLIFIC_ID
     for pid in [MTURK_ID, PROLIFIC_ID[:-1], PROLIFIC_ID + "0", "g" * 24, "{{%PROLIFIC_PID%}}"]:
         with refused():
-            links.verify(pid, study=token)
+            links.verify(pid, study=token, expires=expires)
     with refused():
-        CrowdLinks(SECRET, "other").verify(PROLIFIC_ID, study=token)
+        CrowdLinks(SECRET, "other").verify(PROLIFIC_ID, study=token, expires=expires)
     with refused():
-        links.verify(PROLIFIC_ID, study=token[:-1] + ("0" if token[-1] != "0" else "1"))
+        links.verify(PROLIFIC_ID, study=token[:-1] + ("0" if token[-1] != "0" else "1"), expires=expires)
+    with refused():
+        links.verify(PROLIFIC_ID, study=token, expires=str(int(expires) + 1))
     with refused():  # a participant link's signature is not a study token, nor the other way round
-        links.verify(PROLIFIC_ID, sig=token)
+        links.verify(PROLIFIC_ID, sig=token, expires=expires)
 
 
 def test_links_keep_an_existing_query_and_fragment(links):
@@ -145,8 +172,8 @@ def test_the_secret_is_created_once_private_and_reused(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{64}\n", path.read_text())
     assert load_crowd_secret(path) == first
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp files left
-    link = CrowdLinks.for_layout(layout, "pilot").participant_link(BASE, MTURK_ID)
-    assert CrowdLinks(first, "pilot").verify(MTURK_ID, sig=query(link)["sig"]) == MTURK_ID
+    q = query(CrowdLinks.for_layout(layout, "pilot").participant_link(BASE, MTURK_ID))
+    assert CrowdLinks(first, "pilot").verify(MTURK_ID, sig=q["sig"], expires=q["expires"]) == MTURK_ID
 
 
 def test_concurrent_first_use_agrees_on_one_secret(tmp_path):
@@ -325,13 +352,86 @@ def test_the_gate_refuses_forged_reused_and_foreign_entries(tmp_path, links):
 
 def test_the_gate_admits_any_prolific_id_through_the_study_link_within_bounds(tmp_path, links):
     gate = gate_for(tmp_path, links, max_participants=2)
-    token = query(links.study_link(BASE))["study"]
+    study = query(links.study_link(BASE))
+    token, expires = study["study"], study["expires"]
     ids = [f"{k:024x}" for k in range(3)]
-    for pid in ids[:2]:
-        s = gate.enter({"PROLIFIC_PID": pid, "STUDY_ID": "a" * 24, "SESSION_ID": "b" * 24, "study": token})
+    for k, pid in enumerate(ids[:2]):
+        s = gate.enter({"PROLIFIC_PID": pid, "STUDY_ID": "a" * 24, "SESSION_ID": "b" * 24, "study": token,
+                        "expires": expires}, address=f"198.51.100.{k}")
         assert s.participant_id == pid
     with pytest.raises(CrowdError) as err:
-        gate.enter({"PROLIFIC_PID": ids[2], "study": token})
+        gate.enter({"PROLIFIC_PID": ids[2], "study": token, "expires": expires}, address="198.51.100.9")
     assert err.value.reason == "full"
     with refused():
-        gate.enter({"PROLIFIC_PID": MTURK_ID, "study": token})
+        gate.enter({"PROLIFIC_PID": MTURK_ID, "study": token, "expires": expires})
+
+
+# ---------------------------------------------------------------- places: per-address starts, reclaimed places
+def test_study_starts_are_counted_per_address_in_a_window():
+    now = [0.0]
+    limit = StartLimit(per_address=2, window_s=3600, clock=lambda: now[0])
+    limit.take("198.51.100.1")
+    limit.take("198.51.100.1")
+    with pytest.raises(CrowdError, match="network address") as err:
+        limit.take("198.51.100.1")
+    assert err.value.reason == "busy"
+    limit.take("198.51.100.2")  # another address has its own share
+    now[0] = 3600.0  # the window has passed
+    limit.take("198.51.100.1")
+
+
+def test_the_gate_counts_only_new_study_ids_against_the_address(tmp_path, links):
+    gate = CrowdGate(links, ParticipantStore(tmp_path / "ratings.sqlite"), 5, "K7M2Q9XH",
+                     starts=StartLimit(per_address=1))
+    study = query(links.study_link(BASE))
+    gate.enter({**study, "PROLIFIC_PID": PROLIFIC_ID}, address="198.51.100.1")
+    gate.enter({**study, "PROLIFIC_PID": PROLIFIC_ID}, address="198.51.100.1")  # a reload: no new id
+    with pytest.raises(CrowdError) as err:
+        gate.enter({**study, "PROLIFIC_PID": "0" * 24}, address="198.51.100.1")
+    assert err.value.reason == "busy"
+    for k in range(2):  # signed participant links admit one id each: not counted
+        gate.enter(query(links.participant_link(BASE, f"worker{k}")), address="198.51.100.1")
+
+
+def test_late_and_failed_places_are_given_back_with_their_slots(tmp_path, links):
+    db = tmp_path / "ratings.sqlite"
+    now = [time.time()]
+    campaigns = CampaignStore(db)
+    gate = CrowdGate(links, ParticipantStore(db), 2, "K7M2Q9XH", campaign_store=campaigns, time_limit_s=600,
+                     clock=lambda: now[0])
+    late, deaf = (gate.enter(query(links.participant_link(BASE, pid))) for pid in ("late01", "deaf01"))
+    for session in (late, deaf):
+        campaigns.claim_slot("pilot", session.rater, 2)
+    with pytest.raises(CrowdError) as err:
+        gate.enter(query(links.participant_link(BASE, "real01")))
+    assert err.value.reason == "full"
+    campaigns.record_qualification("pilot", deaf.rater, False, ["000"])
+    assert gate.reclaim() == ["deaf01"] and campaigns.slots("pilot") == {0: late.rater}
+    real = gate.enter(query(links.participant_link(BASE, "real01")))
+    assert gate.resume(late.token).participant_id == "late01"
+    now[0] += 601  # past the time limit, unfinished: the session ends and the place goes back
+    with pytest.raises(CrowdError, match="ran out") as err:
+        gate.resume(late.token)
+    assert err.value.reason == "released" and campaigns.slots("pilot") == {}
+    with pytest.raises(CrowdError) as err:  # a released id cannot start again
+        gate.enter(query(links.participant_link(BASE, "late01")))
+    assert err.value.reason == "released"
+    rows = {p["participant_id"]: p for p in gate.store.participants("pilot")}
+    assert rows["late01"]["release_reason"] == "timed out" and rows["deaf01"]["release_reason"] == "hearing check"
+    assert rows["real01"]["released_at"] is not None  # real01 started before the clock moved too
+    with pytest.raises(CrowdError, match="ran out"):
+        gate.resume(real.token)
+    gate.enter(query(links.participant_link(BASE, "next01")))  # both places free again
+
+
+def test_a_finished_participant_keeps_the_place_and_the_code(tmp_path, links):
+    now = [time.time()]
+    gate = CrowdGate(links, ParticipantStore(tmp_path / "ratings.sqlite"), 1, "K7M2Q9XH", time_limit_s=600,
+                     clock=lambda: now[0])
+    session = gate.enter(query(links.participant_link(BASE, MTURK_ID)))
+    assert gate.finish(session.token, remaining=0) == "K7M2Q9XH"
+    now[0] += 10_000
+    assert gate.reclaim() == [] and gate.resume(session.token).completion_code == "K7M2Q9XH"
+    with pytest.raises(CrowdError) as err:
+        gate.enter(query(links.participant_link(BASE, "worker9")))
+    assert err.value.reason == "full"

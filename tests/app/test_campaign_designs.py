@@ -3,8 +3,10 @@
 through the campaign server's API as three raters (one good, one careless, one who fails the
 trapping questions or the hidden reference), read the results and export. Screening must remove
 exactly the planted raters, with the rule named; bad input is refused; the balance rules hold;
-the MUSHRA anchor is a 3.5 kHz low-pass; crowd mode refuses forged and reused links and shows
-the completion code only once the queue is done.
+the MUSHRA anchor is a 3.5 kHz low-pass; crowd mode refuses forged, reused and expired links
+and shows the completion code only once the queue is done; a play counts only for audio the
+page fetched, and a submit no sooner than its clips last; study-link starts are bounded per
+address, and places of failed or late participants go to others.
 
 Run: .venv/bin/python -m pytest tests/app/test_campaign_designs.py -q
 """
@@ -14,9 +16,12 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from urllib.parse import parse_qsl, quote, urlsplit
 
+import httpx
 import numpy as np
 import pytest
 from gradio_client import Client
@@ -24,13 +29,14 @@ from gradio_client.exceptions import AppError
 from scipy.signal import welch
 
 from evaluation.audio_io import load_audio
-from tests.app.campaign_fixtures import folder_system, write_prompts
+from tests.app.campaign_fixtures import fetch_clips, folder_system, write_prompts
 from tests.app.conftest import free_port
 from webapp.access import AdminGate
 from webapp.campaign.cli import main
 from webapp.campaign.data import store as campaign_store
 from webapp.campaign.data.conditions import Condition
 from webapp.campaign.data.crowd import CrowdLinks
+from webapp.campaign.data.crowd_gate import TIME_LIMIT_S
 from webapp.campaign.data.definition import Campaign, raters_path
 from webapp.campaign.data.raters import RatersFile
 from webapp.campaign.data.store import CampaignStore
@@ -46,17 +52,21 @@ PLANTED = {"mos": {"careless": "gold", "trapper": "trap"}, "smos": {"careless": 
 
 
 class FakeClock:
-    """now_iso for the stores: 4 s later at every call, so a rater's time per trial exceeds the
-    clips' 0.3 s and P.808's speed rule passes the planted raters for the right reason only."""
+    """now_iso for the stores: `step` (4 s) later at every call, so a rater's time per trial exceeds
+    the clips' 0.3 s and P.808's speed rule passes the planted raters for the right reason only."""
 
     def __init__(self):
-        self.t = 1.7e9
+        self.t, self.step = 1.7e9, 4.0
 
     def __call__(self) -> str:
         from datetime import datetime, timezone
 
-        self.t += 4.0
+        self.t += self.step
         return datetime.fromtimestamp(self.t, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def query(link: str) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(link).query))
 
 
 def create(tmp: Path, design: str, slots: int = 3) -> tuple[DataLayout, Campaign]:
@@ -97,15 +107,25 @@ def answers(design: str, trial, rater: str) -> list:
     return [high - (1 if cond.endswith("sys0") else 0) - trial.position % 2]  # varied, and sys1 above sys0
 
 
-def rate_all(client: Client, campaign: Campaign, rater: str, token: str = "") -> dict:
-    """Rate the rater's whole queue through the API; returns the last page."""
+def hearing_answers(campaign: Campaign, rater: str) -> list[str]:
+    """The digits of the hearing-check clips dealt to `rater` (their login or crowd rater name)."""
+    extras = campaign.extra_clips()
+    drawn = CampaignStore(campaign.layout.database).hearing_draws(campaign.name)[rater]
+    return [extras[key]["answer"] for key in drawn]
+
+
+def rate_all(client: Client, campaign: Campaign, rater: str, token: str = "", url: str = "",
+             who: str | None = None) -> dict:
+    """Rate the rater's whole queue through the API, fetching each page's clips from `url` as its
+    players do before reporting them played; returns the last page. `who`: the rater name the
+    server knows them by (default `rater`, their login)."""
     plan = plan_of(campaign)
     page = client.predict(token, api_name="/campaign_item")
     if page["mode"] == "qualify":
-        digits = [r["answer"] for k, r in sorted(campaign.extra_clips().items()) if r["role"] == "qualification"]
-        page = client.predict(token, digits, api_name="/campaign_qualify")
+        page = client.predict(token, hearing_answers(campaign, who or rater), api_name="/campaign_qualify")
     while page["mode"] == "trial":
         trial = plan.entries()[page["entry"]]
+        fetch_clips(client, url, page["clips"])
         for i in range(len(trial.stimuli)):
             client.predict(token, trial.entry_id, i, api_name="/campaign_played")
         scores = answers(campaign.design, trial, rater)
@@ -140,7 +160,7 @@ def test_each_design_end_to_end_through_the_server(design, tmp_path, clock):
     try:
         for name in names:
             client = Client(url, auth=(name, passwords[name]), verbose=False, download_files=False)
-            last = rate_all(client, campaign, name)
+            last = rate_all(client, campaign, name, url=url)
             assert last["mode"] == "done" and last["done"] == last["total"] > 0 and last["code"] is None
         admin = Client(url, auth=("admin", ADMIN), verbose=False, download_files=False)
         progress, markdown, _chart = admin.predict(api_name="/campaign_results")
@@ -182,6 +202,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(tmp_path, clock):
         good = [50] * len(trial.stimuli)
         with pytest.raises(AppError, match="Play every clip"):
             asha.predict("", trial.entry_id, {"score": good}, api_name="/campaign_submit")
+        fetch_clips(asha, url, page["clips"])
         for i in range(len(trial.stimuli)):
             asha.predict("", trial.entry_id, i, api_name="/campaign_played")
         for bad in ([101] + good[1:], [-1] + good[1:], good[:-1], ["x"] + good[1:], [50.5] + good[1:],
@@ -202,33 +223,128 @@ def test_bad_input_is_refused_and_nothing_is_stored(tmp_path, clock):
         demo.close()
 
 
+def start(client: Client, participant: str, link: dict, saved: str = "") -> str:
+    """/campaign_start as the page calls it, with the query parameters of a participant or study link."""
+    return client.predict(participant, link.get("sig", ""), link.get("expires", ""), link.get("study", ""), "", "",
+                          saved, api_name="/campaign_start")
+
+
 def test_crowd_mode_refuses_forged_and_reused_links_and_shows_the_code_only_at_the_end(tmp_path, clock):
     layout, campaign = create(tmp_path, "smos", slots=2)
     demo, url = serve(layout, campaign, CrowdOptions(completion_code="RUMIK2026", max_sessions=1))
     links = CrowdLinks.for_layout(layout, campaign.name)
     try:
         client = Client(url, verbose=False, download_files=False)
-        link = links.participant_link(url, "worker01")
-        sig = link.split("sig=")[1]
+        link = query(links.participant_link(url, "worker01"))
         with pytest.raises(AppError, match="not valid"):
-            client.predict("worker01", "0" * len(sig), "", "", "", "", api_name="/campaign_start")
+            start(client, "worker01", {**link, "sig": "0" * len(link["sig"])})
         with pytest.raises(AppError, match="not valid"):
-            client.predict("worker02", sig, "", "", "", "", api_name="/campaign_start")  # worker01's signature
-        token = client.predict("worker01", sig, "", "", "", "", api_name="/campaign_start")
+            start(client, "worker02", link)  # worker01's signature
+        token = start(client, "worker01", link)
         # A reload of the tab sends the token it kept: the same session, no new one counted (max 1 here).
-        assert client.predict("worker01", sig, "", "", "", token, api_name="/campaign_start") == token
+        assert start(client, "worker01", link, saved=token) == token
         with pytest.raises(AppError, match="used already"):  # a new start of the same link (no kept token)
-            client.predict("worker01", sig, "", "", "", "", api_name="/campaign_start")
+            start(client, "worker01", link)
         with pytest.raises(AppError, match="not valid"):
             client.predict(token[:-1] + ("0" if token[-1] != "0" else "1"), api_name="/campaign_item")
         first = client.predict(token, api_name="/campaign_item")
         assert first["mode"] == "trial" and "RUMIK2026" not in str(first)
-        last = rate_all(client, campaign, "good", token)
+        last = rate_all(client, campaign, "good", token, url=url, who=links.rater_name("worker01"))
         assert last["mode"] == "done" and last["code"] == "RUMIK2026"
+        with pytest.raises(AppError, match="expired"):  # a genuine link past its expiry
+            start(client, "worker03", query(links.participant_link(url, "worker03", expires_at=int(time.time()) - 1)))
     finally:
         demo.close()
     rows = CampaignStore(layout.database).rows(campaign.name)
     assert {r["rater"] for r in rows} == {links.rater_name("worker01")}
+
+
+@pytest.mark.parametrize("design", ["mos", "mushra"])
+def test_a_play_counts_only_for_fetched_audio_and_a_submit_waits_for_the_clips(design, tmp_path, clock):
+    """A participant who reports every clip played without fetching its audio (or only its first
+    bytes), or who submits sooner than the page's clips last, stores nothing and gets no code."""
+    layout, campaign = create(tmp_path, design, slots=1)
+    demo, url = serve(layout, campaign, CrowdOptions(completion_code="RUMIK2026"))
+    links = CrowdLinks.for_layout(layout, campaign.name)
+    store = CampaignStore(layout.database)
+    clock.step = 0.0  # the store's clock stands still until the test moves it
+    try:
+        client = Client(url, verbose=False, download_files=False)
+        token = start(client, "worker01", query(links.participant_link(url, "worker01")))
+        rater = links.rater_name("worker01")
+        page = client.predict(token, api_name="/campaign_item")
+        if page["mode"] == "qualify":
+            page = client.predict(token, hearing_answers(campaign, rater), api_name="/campaign_qualify")
+        trial = plan_of(campaign).entries()[page["entry"]]
+        answer = {"score": [50] * len(trial.stimuli)} if design == "mushra" else {"score": 4}
+        for i in range(len(trial.stimuli)):
+            with pytest.raises(AppError, match="has not loaded"):
+                client.predict(token, trial.entry_id, i, api_name="/campaign_played")
+        first_clip = f"{url.rstrip('/')}/gradio_api/file={quote(page['clips'][0])}"
+        head = httpx.get(first_clip, headers={"Range": "bytes=0-99"}, timeout=60)
+        assert head.status_code == 206 and len(head.content) == 100
+        with pytest.raises(AppError, match="has not loaded"):  # the first bytes are not the clip
+            client.predict(token, trial.entry_id, 0, api_name="/campaign_played")
+        with pytest.raises(AppError, match="Play every clip"):
+            client.predict(token, trial.entry_id, answer, api_name="/campaign_submit")
+        assert store.played(campaign.name, trial.entry_id) == set() and store.rows(campaign.name) == []
+        fetch_clips(client, url, page["clips"])
+        for i in range(len(trial.stimuli)):
+            client.predict(token, trial.entry_id, i, api_name="/campaign_played")
+        with pytest.raises(AppError, match="Listen to every clip"):  # no time passed since the page was shown
+            client.predict(token, trial.entry_id, answer, api_name="/campaign_submit")
+        assert store.rows(campaign.name) == []
+        clock.t += 60.0
+        client.predict(token, trial.entry_id, answer, api_name="/campaign_submit")
+        assert {r["entry_id"] for r in store.rows(campaign.name)} == {trial.entry_id}
+    finally:
+        demo.close()
+
+
+def test_study_starts_are_bounded_per_address_and_places_come_back(tmp_path, clock):
+    """Made-up ids from the study link: an address starts only its share; a place held by an id
+    that fails the hearing check, or does not finish in time, goes to a real participant; each
+    participant hears their own hearing-check clips."""
+    layout, campaign = create(tmp_path, "mos", slots=2)
+    demo, url = serve(layout, campaign, CrowdOptions(completion_code="RUMIK2026", study_starts_per_address=2))
+    links = CrowdLinks.for_layout(layout, campaign.name)
+    store, study = CampaignStore(layout.database), query(links.study_link(url))
+    made_up, real, late = [f"{k:024x}" for k in (1, 2, 3)], "5f8a1b2c3d4e5f6a7b8c9d0e", "A1B2C3D4E5F6G7"
+    try:
+        client = Client(url, verbose=False, download_files=False)
+        first, second = start(client, made_up[0], study), start(client, made_up[1], study)  # both places taken
+        with pytest.raises(AppError, match="network address"):
+            start(client, made_up[2], study)
+        real_link = query(links.participant_link(url, real))
+        with pytest.raises(AppError, match="full"):
+            start(client, real, real_link)
+        assert [client.predict(t, api_name="/campaign_item")["mode"] for t in (first, second)] == ["qualify"] * 2
+        draws = store.hearing_draws(campaign.name)
+        keys = [draws[links.rater_name(pid)] for pid in made_up[:2]]
+        assert len(keys[0]) == len(keys[1]) == 3 and set(keys[0]).isdisjoint(keys[1])
+        with pytest.raises(AppError, match="hearing check"):
+            client.predict(first, ["000", "000", "000"], api_name="/campaign_qualify")
+        real_token = start(client, real, real_link)  # the failed id's place and slot went back
+        assert client.predict(real_token, api_name="/campaign_item")["mode"] == "qualify"
+        assert links.rater_name(made_up[0]) not in store.slots(campaign.name).values()
+        with pytest.raises(AppError, match="ran out"):
+            start(client, made_up[0], study)
+        page = client.predict(second, hearing_answers(campaign, links.rater_name(made_up[1])),
+                              api_name="/campaign_qualify")
+        assert page["mode"] == "trial" and set(store.slots(campaign.name).values()) == {links.rater_name(made_up[1])}
+        late_link = query(links.participant_link(url, late))
+        with pytest.raises(AppError, match="full"):  # the real participant and the second made-up id hold both
+            start(client, late, late_link)
+        demo.crowd_gate.clock = lambda: time.time() + TIME_LIMIT_S + 60  # nobody finished in time
+        with pytest.raises(AppError, match="ran out"):
+            client.predict(second, api_name="/campaign_item")
+        late_token = start(client, late, late_link)
+        assert client.predict(late_token, api_name="/campaign_item")["mode"] == "qualify"
+        page = client.predict(late_token, hearing_answers(campaign, links.rater_name(late)),
+                              api_name="/campaign_qualify")
+        assert page["mode"] == "trial" and set(store.slots(campaign.name).values()) == {links.rater_name(late)}
+    finally:
+        demo.close()
 
 
 def planned(design: str, k: int, slots: int, seed: int) -> SimpleNamespace:

@@ -1,8 +1,8 @@
 """A design is one module: a toy design (a 3-point preference, "A better / same / B better") is
 written as one new file in `webapp/campaign/designs/` of a copy of the packages, no other file
 edited, and a fresh interpreter creates a campaign with it through the command line, serves it,
-has two raters rate their queues through the campaign server's API (every clip played, a bad
-answer refused), and gets its results and export.
+has two raters rate their queues through the campaign server's API (every clip fetched and
+played, a bad answer refused), and gets its results and export.
 
 Run: .venv/bin/python -m pytest tests/app/test_campaign_toy_design.py -q
 """
@@ -89,6 +89,8 @@ TOY = textwrap.dedent('''
 # Run in the copy: the command line, the server and its API, the results and the export.
 RUN = textwrap.dedent('''
     import contextlib, csv, io, json, socket, sys
+    from urllib.parse import quote
+    import httpx
     from datetime import datetime, timezone
     from pathlib import Path
     from gradio_client import Client
@@ -127,6 +129,9 @@ RUN = textwrap.dedent('''
             page = client.predict("", api_name="/campaign_item")
             while page["mode"] == "trial":
                 answer = answers[page["done"]]
+                for clip in page["clips"]:  # fetched as the page's players do: a play counts only then
+                    httpx.get(url.rstrip("/") + "/gradio_api/file=" + quote(clip), cookies=client.cookies,
+                              timeout=60).raise_for_status()
                 for i in range(len(page["clips"])):
                     client.predict("", page["entry"], i, api_name="/campaign_played")
                 for bad in ({"score": 2}, {"score": "A better"}, {}) if page["done"] == 0 else ():

@@ -23,6 +23,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from evaluation.report import markdown_table
@@ -32,7 +33,8 @@ from webapp.access import ADMIN_PASSWORD_ENV, AdminGate
 from webapp.campaign.analysis.judges import compute_judges, judges_markdown, judges_path
 from webapp.campaign.clips.generate import DEFAULT_BATCH, missing_clips
 from webapp.campaign.data.conditions import build_conditions, parse_settings, setting_kinds
-from webapp.campaign.data.crowd import MAX_SESSIONS_PER_ID, CrowdLinks
+from webapp.campaign.data.crowd import LINK_DAYS, MAX_SESSIONS_PER_ID, CrowdLinks
+from webapp.campaign.data.crowd_gate import STUDY_STARTS_PER_ADDRESS, TIME_LIMIT_S
 from webapp.campaign.data.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.data.raters import RatersFile
 from webapp.campaign.data.store import CampaignStore
@@ -171,7 +173,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from webapp.campaign.server.app import CrowdOptions, build_campaign_app, launch_campaign
 
     admin = AdminGate.from_sources(args.admin_password)
-    crowd = CrowdOptions(args.completion_code, args.max_participants, args.max_sessions) if args.crowd else None
+    crowd = CrowdOptions(args.completion_code, args.max_participants, args.max_sessions, args.time_limit_minutes * 60,
+                         args.study_starts_per_address) if args.crowd else None
     demo = build_campaign_app(args.data_dir, args.name, crowd=crowd)
     if crowd is not None:
         print(f"campaign {args.name}: crowd mode (no logins; start links: `python -m webapp.campaign links --name "
@@ -260,11 +263,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     s.add_argument("--max-participants", type=int, default=None, help="crowd: participants (default: rater slots)")
     s.add_argument("--max-sessions", type=int, default=MAX_SESSIONS_PER_ID,
                    help="crowd: starts per participant id, reloads included (default %(default)s)")
+    s.add_argument("--time-limit-minutes", type=float, default=TIME_LIMIT_S / 60,
+                   help="crowd: a participant's time from starting to the completion code; after it an unfinished "
+                        "participant's place goes to someone else (default %(default)s; at least Prolific's maximum "
+                        "time allowed)")
+    s.add_argument("--study-starts-per-address", type=int, default=STUDY_STARTS_PER_ADDRESS,
+                   help="crowd: new participant ids one network address may start from the study link an hour "
+                        "(default %(default)s)")
     k = command("links", "crowd mode: the signed start link of each participant id, or the one Prolific study link")
     k.add_argument("--name", required=True)
     k.add_argument("--base-url", required=True, help="the campaign server's public address, e.g. https://rate.example.org/")
     k.add_argument("--participant", action="append", default=[], metavar="ID", help="a participant id (repeatable)")
     k.add_argument("--study", action="store_true", help="the Prolific study link (Prolific fills in the id)")
+    k.add_argument("--valid-days", type=float, default=LINK_DAYS,
+                   help="the links admit participants for this many days (default %(default)s)")
     args = p.parse_args(argv)
     if args.command == "serve":
         try:
@@ -296,10 +308,13 @@ def cmd_links(args: argparse.Namespace) -> int:
     links = CrowdLinks.for_layout(layout, campaign.name)
     if not args.participant and not args.study:
         raise CampaignError("Give --participant ID (repeatable) or --study.")
+    expires_at = int(time.time() + args.valid_days * 86400)
     if args.study:
-        print(f"study link (give it to Prolific only: it admits any Prolific id): {links.study_link(args.base_url)}")
+        print("study link (give it to Prolific only: it admits any Prolific id until "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(expires_at))}): "
+              f"{links.study_link(args.base_url, expires_at)}")
     for pid in args.participant:
-        print(f"{pid}\t{links.participant_link(args.base_url, pid)}")
+        print(f"{pid}\t{links.participant_link(args.base_url, pid, expires_at)}")
     return 0
 
 

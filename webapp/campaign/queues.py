@@ -8,6 +8,7 @@ Library module behind the campaign server (`webapp.campaign.server`; no command 
     queues.qualification_clips("asha")           # the hearing check first ([] once passed, or none)
     queues.submit_qualification("asha", ["381", "705", "264"])   # True: passed; a fail ends the session
     shown = queues.next_trial("asha")            # ShownTrial (clips copied to the served folder) or None: done
+    queues.clip_fetched(shown.clips[0].name)     # the served copy was sent (server.fetches)
     queues.played("asha", shown.entry_id, 0)     # the page reports each clip it played
     queues.submit("asha", shown.entry_id, {"score": 4})          # True: stored; False: stored before
     queues.progress()                            # per slot: rater, done, total (the admin view)
@@ -17,14 +18,20 @@ token, never a form field. An entry that is not in that rater's queue is refused
 AccessDenied, the same answer whether it belongs to another rater or to nobody. Answers are
 checked against the design's questions before anything is stored, and where the design says
 so (`Design.must_play`) a trial is accepted only once the page has played each of its clips
-(P.808's and BS.1534's must-play; the server records each play). Clips reach the page as copies
-under random names in the served folder, made when the trial is shown, so a URL says nothing
-about the system and cannot be guessed by anyone else.
+(P.808's and BS.1534's must-play) and no sooner than the clips' length after it was shown. A
+play counts only for a clip whose audio was fetched for this rater: clips reach the page as
+copies under random names in the served folder, made when the trial is shown (so a URL says
+nothing about the system and cannot be guessed by anyone else), and the server records when
+such a copy was sent to its end (`server.fetches`); a play reported without that is refused.
+The hearing check's clips are drawn per rater, one of each level's pool.
 """
 
 from __future__ import annotations
 
+import secrets
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +41,10 @@ import soundfile as sf
 
 from rumik_app.audio import write_wav
 from webapp.access import AccessDenied
-from webapp.campaign.clips.extras import qualification_keys
+from webapp.campaign.clips.extras import qualification_pool
 from webapp.campaign.data.definition import Campaign, CampaignError, PromptView
 from webapp.campaign.data.raters import is_admin
-from webapp.campaign.data.store import CampaignStore, NotYourItem
+from webapp.campaign.data.store import CampaignStore, NotFetched, NotYourItem
 from webapp.campaign.designs import design_of, plan_of
 from webapp.campaign.trials.plan import Trial
 from webapp.common import UserError
@@ -48,6 +55,9 @@ NOT_YOURS = "That item is not in your queue (sign in as yourself; reload the pag
 QUALIFICATION_PASS = 2  # digits-in-noise trials of the 3 that must be heard right
 FAILED_QUALIFICATION = ("Thank you for your time. This test needs a quiet place and headphones, and the hearing check "
                         "did not pass, so it ends here; you will not be asked to rate clips.")
+NOT_FETCHED = "Clip {n} has not loaded on this page; wait until it has loaded, then play it."
+TOO_SOON = "Listen to every clip to its end before you submit ({seconds:.0f} s of audio on this page)."
+MAX_SHOWN_CLIPS = 50_000  # served clip names remembered for their fetch (the oldest forgotten first)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ class RaterQueues:
         self.design = design_of(campaign)
         self.entries = plan.entries()
         self.clips = campaign.clip_by_key()
+        self._shown: OrderedDict[str, tuple[str, str, int]] = OrderedDict()  # served name -> rater, entry, stimulus
+        self._shown_lock = threading.Lock()
 
     # ------------------------------------------------------------------ rater side
     def slot_for(self, rater: str) -> int:
@@ -110,14 +122,25 @@ class RaterQueues:
             raise UserError(FAILED_QUALIFICATION)
         if state:
             return []
-        return [self._publish(key) for key in qualification_keys(self.campaign)]
+        return [self._publish(key) for key in self._hearing_keys(rater)]
+
+    def _hearing_keys(self, rater: str) -> list[str]:
+        """The rater's hearing-check clips, dealt once and kept: of each level's pool, a clip dealt
+        least often so far (ties at random), so raters who start one after the other never share a
+        clip while the pool lasts, and one rater's answers do not pass another's check."""
+
+        def deal(uses) -> list[str]:
+            return [min(level, key=lambda key: (uses[key], secrets.randbelow(1 << 30)))
+                    for level in qualification_pool(self.campaign)]
+
+        return self.store.hearing_draw(self.campaign.name, rater, deal)
 
     def submit_qualification(self, rater: str, answers: list[str]) -> bool:
         """Check the digits heard; the first result is final. UserError (the polite end) on a fail."""
         self.slot_for(rater)  # the admin, a removed login or a full campaign: refused as everywhere
         if not self.needs_qualification():
             return True
-        keys = qualification_keys(self.campaign)
+        keys = self._hearing_keys(rater)
         if self.store.qualification(self.campaign.name, rater) is None:
             if not isinstance(answers, list) or len(answers) != len(keys):
                 raise UserError(f"Type the digits you heard in each of the {len(keys)} clips.")
@@ -151,9 +174,31 @@ class RaterQueues:
         keys = [*trial.stimuli, *([reference_key] if reference_key else [])]
         published = self._publish_padded(keys) if self.design.pad_clips else [self._publish(k) for k in keys]
         clips, reference = published[:len(trial.stimuli)], (published[-1] if reference_key else None)
+        self._remember_shown(rater, trial.entry_id, clips)
         self.store.mark_shown(self.campaign.name, trial.entry_id, rater, restart=self.design.clock_restarts)
         return ShownTrial(trial.entry_id, trial, len(rated), len(queue), tuple(clips), reference,
                           self.campaign.prompt_view(trial.prompt_id))
+
+    def _remember_shown(self, rater: str, entry_id: str, clips: list[Path]) -> None:
+        with self._shown_lock:
+            for stimulus, path in enumerate(clips):
+                self._shown[path.name] = (rater, entry_id, stimulus)
+            while len(self._shown) > MAX_SHOWN_CLIPS:
+                self._shown.popitem(last=False)
+
+    def is_shown_clip(self, name: str) -> bool:
+        """Whether `name` is a served clip of a trial page (the fetch watch records only those)."""
+        with self._shown_lock:
+            return name in self._shown
+
+    def clip_fetched(self, name: str) -> None:
+        """The served clip `name` was sent to its end: that stimulus of that page counts as fetched
+        for the rater it was shown to (nothing for a name that is not a shown trial clip)."""
+        with self._shown_lock:
+            shown = self._shown.get(name)
+        if shown is not None:
+            rater, entry_id, stimulus = shown
+            self.store.mark_fetched(self.campaign.name, entry_id, stimulus, rater)
 
     def _publish(self, key: str) -> Path:
         return self._served().copy(self.campaign.clip_file(self.clips[key]))
@@ -191,6 +236,8 @@ class RaterQueues:
             self.store.mark_played(self.campaign.name, trial, stimulus, rater)
         except NotYourItem:
             raise AccessDenied(NOT_YOURS) from None
+        except NotFetched:
+            raise UserError(NOT_FETCHED.format(n=stimulus + 1)) from None
 
     def submit(self, rater: str, entry_id: str, answers: object) -> bool:
         """Store the rater's answers (`Design.questions`) for one of their trials; False if stored before."""
@@ -202,10 +249,23 @@ class RaterQueues:
             if unplayed:
                 raise UserError("Play every clip before you submit (not played yet: "
                                 + ", ".join(str(i + 1) for i in unplayed) + ").")
+            self._require_listening_time(trial)
         try:
             return self.store.submit(self.campaign.name, trial, rater, self.design.rows(trial, values, self.clips))
         except NotYourItem:
             raise AccessDenied(NOT_YOURS) from None
+
+    def listening_seconds(self, trial: Trial) -> float:
+        """The audio a page of `trial` plays, in seconds: each clip once (padded clips as the longest)."""
+        durations = [float(self.clips[key].get("duration") or 0.0) for key in trial.stimuli]
+        return max(durations, default=0.0) * len(durations) if self.design.pad_clips else sum(durations)
+
+    def _require_listening_time(self, trial: Trial) -> None:
+        """UserError when less time passed since the page was shown than its clips last."""
+        needed = self.listening_seconds(trial)
+        elapsed = self.store.seconds_since_shown(self.campaign.name, trial.entry_id)
+        if elapsed is None or elapsed < needed:
+            raise UserError(TOO_SOON.format(seconds=needed))
 
     # ------------------------------------------------------------------ admin side
     def progress(self) -> list[dict]:

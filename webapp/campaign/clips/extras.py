@@ -42,6 +42,9 @@ from webapp.campaign.trials.plan import TRAP, clip_key
 QUALIFICATION_PROMPT = "qualification"
 QUALIFICATION_ROLE = "qualification"
 TRAP_POOL = 4  # distinct trapping clips per campaign (each asks for its own answer)
+# Hearing-check clips per difficulty level: each rater is dealt one of them per level
+# (`RaterQueues.qualification_clips`), so one participant's clips and answers do not pass another's check.
+HEARING_POOL = 6
 Spec = Mapping[str, object]
 
 
@@ -58,18 +61,24 @@ def trap_specs(prompt_ids: Sequence[str], seed: int, labels: Mapping[int, str]) 
     return want
 
 
-def qualification_specs(seed: int) -> dict[str, dict]:
-    """The hearing check's digits-in-noise clips (`stimuli.qualification_set`), easiest first."""
-    return {clip_key(QUALIFICATION_PROMPT, f"qual:{n}"): {"role": QUALIFICATION_ROLE, "derive": "digits",
-                                                         "prompt": QUALIFICATION_PROMPT, "digits": digits,
-                                                         "snr_db": snr}
-            for n, (digits, snr) in enumerate(stimuli.qualification_set(seed))}
+def qualification_specs(seed: int, pool: int = HEARING_POOL) -> dict[str, dict]:
+    """The hearing check's digits-in-noise clips (`stimuli.qualification_set`): `pool` sets of one
+    clip per level, easiest level first. Clip `qual:<n>` is of level n % levels, and the first set
+    is the one campaigns made before the pool had, so their clips are kept."""
+    levels = len(stimuli.QUALIFICATION_SNRS_DB)
+    sets = [stimuli.qualification_set(seed if k == 0 else f"{seed}:hearing:{k}") for k in range(pool)]
+    return {clip_key(QUALIFICATION_PROMPT, f"qual:{k * levels + level}"): {
+        "role": QUALIFICATION_ROLE, "derive": "digits", "prompt": QUALIFICATION_PROMPT, "digits": digits,
+        "snr_db": snr} for k, trials in enumerate(sets) for level, (digits, snr) in enumerate(trials)}
 
 
-def qualification_keys(campaign: Campaign) -> list[str]:
-    """The hearing check's clip keys in play order."""
-    return sorted((k for k, r in campaign.extra_clips().items() if r.get("role") == QUALIFICATION_ROLE),
+def qualification_pool(campaign: Campaign) -> list[list[str]]:
+    """The hearing check's clip keys per level, easiest level first (one of each is dealt to a rater)."""
+    levels = len(stimuli.QUALIFICATION_SNRS_DB)
+    keys = sorted((k for k, r in campaign.extra_clips().items() if r.get("role") == QUALIFICATION_ROLE),
                   key=lambda k: int(k.rsplit(":", 1)[1]))
+    pool = [[k for k in keys if int(k.rsplit(":", 1)[1]) % levels == level] for level in range(levels)]
+    return [keys for keys in pool if keys]
 
 
 def kept_extras(campaign: Campaign) -> dict[str, dict]:

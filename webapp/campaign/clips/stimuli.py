@@ -190,7 +190,7 @@ def digits_in_noise(digits: str, snr_db: float, sample_rate: int, seed: int, spe
     return mix.astype(np.float32)
 
 
-def qualification_set(seed: int, snrs_db: tuple[float, ...] = QUALIFICATION_SNRS_DB) -> list[tuple[str, float]]:
+def qualification_set(seed: int | str, snrs_db: tuple[float, ...] = QUALIFICATION_SNRS_DB) -> list[tuple[str, float]]:
     """The hearing check's trials: one (digits, snr_db) per SNR, easiest first; DIGITS_PER_TRIAL
     digits each, no digit repeated within a trial (as in the digit-triplet test)."""
     rng = random.Random(seed)

@@ -4,15 +4,13 @@ completion codes. No login: a signed link lets a participant in, and each id get
 Library module (the server and the CLI call it)::
 
     links = CrowdLinks(load_crowd_secret(crowd_secret_path(layout)), "pilot")
-    links.participant_link("https://host/crowd/pilot", "A1B2C3D4E5F6G7")  # one id, signed (MTurk, pilots)
-    links.study_link("https://host/crowd/pilot")       # the one URL pasted into a Prolific study
+    links.participant_link("https://host/crowd/pilot", "A1B2C3D4E5F6G7")  # one id, signed, valid 30 days
+    links.study_link("https://host/crowd/pilot")       # the one URL pasted into a Prolific study (30 days)
     code = completion_code(campaign.folder, configured=args.completion_code)   # "K7M2Q9XH"
-    gate = CrowdGate(links, ParticipantStore(layout.database), max_participants=campaign.rater_slots,
-                     completion_code=code)
-    session = gate.enter(request.query_params)         # CrowdError: refused (bad link, full, used, finished)
-    session = gate.resume(session.token)               # later requests: the token the page keeps
-    code = gate.finish(session.token, remaining=0)     # only once the queue is done
+    ParticipantStore(layout.database).start("pilot", "A1B2C3D4E5F6G7", max_participants=24)   # session 1
     prolific_completion_url(code)                      # where the last page sends a Prolific participant
+
+`webapp.campaign.data.crowd_gate.CrowdGate` puts these together for the server.
 
 Trust model. The server secret (`campaigns/crowd_secret`: 32 random bytes as hex, mode 0600,
 created once; `DataLayout` keeps campaigns/ private, so it is never served) keys every HMAC.
@@ -20,17 +18,22 @@ Each campaign gets its own key derived from it, so nothing signed for one campai
 token, session token, rater name) is valid in another. Signatures are HMAC-SHA256 truncated to
 128 bits, compared in constant time; inputs are length- and character-checked before any work.
 
-- A participant link (`?PROLIFIC_PID=<id>&sig=<mac>`) admits exactly that id.
-- A study link (`?PROLIFIC_PID={{%PROLIFIC_PID%}}&...&study=<mac>`) is filled in by Prolific, so
-  it cannot be signed per id: it admits ANY id in Prolific's format (24 hex digits). Whoever holds
-  a study link can start as any id they make up; the bounds (participants per campaign,
-  sessions per id) are what limit the damage, and the admin reviews submissions on Prolific.
+- A participant link (`?PROLIFIC_PID=<id>&expires=<unix s>&sig=<mac>`) admits exactly that id
+  until it expires (the expiry is signed with the id).
+- A study link (`?PROLIFIC_PID={{%PROLIFIC_PID%}}&...&expires=<unix s>&study=<mac>`) is filled
+  in by Prolific, so it cannot be signed per id: it admits ANY id in Prolific's format (24 hex
+  digits) until it expires. Whoever holds a study link can start as any id they make up, so what
+  such a start can take is bounded (`crowd_gate`): an address starts a few new ids an hour, and
+  a place is given back when its holder fails the hearing check or has not finished within the
+  time limit: a made-up id holds a place for that long at most, and a real participant then
+  gets it.
 
 Bounds (`ParticipantStore.start`, one `BEGIN IMMEDIATE` transaction, so concurrent starts are
 serialised): a new id is refused once the campaign has `max_participants` ids (default: its
 rater slots, one queue each); an id may start `max_sessions` times (default 2: the first visit
 and one reload or reopened tab); a finished id never starts again. A new session supersedes the
-older ones: their tokens are refused from then on (`CrowdGate.resume`).
+older ones: their tokens are refused from then on (`CrowdGate.resume`). A released place
+(`release`: kept in `campaign_participant_releases`) counts no more, and its id never starts again.
 
 Completion code: Prolific gives a study one code that the researcher also types into Prolific,
 so a campaign has one code, configured (`--completion-code`, 4-32 of A-Z 0-9) or generated once
@@ -48,8 +51,7 @@ import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 from rumik_app.errors import RumikError
@@ -70,18 +72,21 @@ RATER_HEX = 12  # crowd-<12 hex>: 48 bits, no collision in any realistic campaig
 RATER_PREFIX = "crowd-"
 MAX_ID_CHARS = 64
 MAX_SESSION_DIGITS = 6
+MAX_EXPIRY_DIGITS = 12  # unix seconds
 MAX_TOKEN_CHARS = MAX_ID_CHARS + MAX_SESSION_DIGITS + SIG_HEX + 2
 PARTICIPANT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Prolific (24 hex), MTurk worker ids (A + 12-20 alnum), ...
 PROLIFIC_ID = re.compile(r"[0-9a-fA-F]{24}")
 HEX_SIG = re.compile(r"[0-9a-f]{%d}" % SIG_HEX)
+EXPIRY = re.compile(r"[1-9][0-9]{0,%d}" % (MAX_EXPIRY_DIGITS - 1))
 COMPLETION_CODE = re.compile(r"[A-Z0-9]{4,32}")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # A-Z 0-9 without look-alikes (I/1, O/0)
 CODE_LENGTH = 8
 MAX_SESSIONS_PER_ID = 2  # the first visit plus one reload or reopened tab
+LINK_DAYS = 30  # how long a link made without an explicit expiry admits its participants
 
 # URL parameters: Prolific's names (https://docs.prolific.com, "the study object"), ours for signatures.
 ID_PARAM, STUDY_ID_PARAM, SESSION_ID_PARAM = "PROLIFIC_PID", "STUDY_ID", "SESSION_ID"
-SIG_PARAM, STUDY_PARAM = "sig", "study"
+SIG_PARAM, STUDY_PARAM, EXPIRES_PARAM = "sig", "study", "expires"
 PROLIFIC_PLACEHOLDERS = {ID_PARAM: "{{%PROLIFIC_PID%}}", STUDY_ID_PARAM: "{{%STUDY_ID%}}",
                          SESSION_ID_PARAM: "{{%SESSION_ID%}}"}
 PROLIFIC_COMPLETE_URL = "https://app.prolific.com/submissions/complete"
@@ -91,6 +96,9 @@ FULL = "This test is full; thank you for your interest. Return the study on your
 USED = "This link was used already; it cannot start the test again. Contact the researcher through your study page."
 FINISHED = "You have finished this test already; your completion code is on your study page's last step."
 SUPERSEDED = "This test was opened again in another tab or window; continue there and close this one."
+EXPIRED = "This link has expired; ask the researcher for a new one through your study page."
+TIMED_OUT = ("The time for this test ran out (or the hearing check did not pass), so your place went to someone "
+             "else; return the study on your study page.")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS campaign_participants (
@@ -106,14 +114,29 @@ CREATE TABLE IF NOT EXISTS campaign_participants (
     session_id TEXT,
     PRIMARY KEY (campaign, participant_id)
 );
+CREATE TABLE IF NOT EXISTS campaign_participant_releases (
+    campaign TEXT NOT NULL,
+    participant_id TEXT NOT NULL,
+    released_at TEXT NOT NULL,
+    reason TEXT NOT NULL CHECK (reason IN ('timed out', 'hearing check')),
+    PRIMARY KEY (campaign, participant_id)
+);
 """
+
+
+RELEASED = "SELECT 1 FROM campaign_participant_releases WHERE campaign = ? AND participant_id = ?"
+PARTICIPANT_ROWS = ("SELECT p.*, r.released_at, r.reason AS release_reason FROM campaign_participants AS p "
+                    "LEFT JOIN campaign_participant_releases AS r ON r.campaign = p.campaign AND "
+                    "r.participant_id = p.participant_id WHERE p.campaign = ?")
 
 
 class CrowdError(RumikError, PermissionError):
     """A crowd participant who may not go on; the message (shown to them) names what to do.
 
-    reason: "link" (forged, foreign or malformed link or token), "full", "used", "finished",
-    "superseded" (an older tab), "unfinished" (asked for the code too early) or "config"."""
+    reason: "link" (forged, foreign or malformed link or token), "expired" (a link past its
+    expiry), "full", "used", "finished", "superseded" (an older tab), "released" (the place was
+    given back), "busy" (too many study starts from one address), "unfinished" (asked for the code
+    too early) or "config"."""
 
     def __init__(self, message: str, reason: str = "link"):
         super().__init__(message)
@@ -188,6 +211,14 @@ def add_query(base_url: str, params: list[tuple[str, str]]) -> str:
     return base + sep + "&".join(f"{k}={v}" for k, v in params) + hash_ + fragment
 
 
+def expiry(expires_at: int | None) -> str:
+    """A link's expiry as signed and sent: unix seconds, default LINK_DAYS from now."""
+    value = int(time.time()) + LINK_DAYS * 86400 if expires_at is None else int(expires_at)
+    if not EXPIRY.fullmatch(str(value)):
+        raise ValueError(f"expiry {expires_at!r} is not a time in unix seconds")
+    return str(value)
+
+
 class CrowdLinks:
     """Signing and checking for one campaign (a key derived from the server secret and its name)."""
 
@@ -210,33 +241,43 @@ class CrowdLinks:
         return isinstance(given, str) and bool(HEX_SIG.fullmatch(given)) and hmac.compare_digest(given, expected)
 
     # ------------------------------------------------------------------ links
-    def participant_link(self, base_url: str, participant_id: str) -> str:
-        """`BASE?PROLIFIC_PID=<id>&sig=<mac>`: admits exactly this id (Prolific, MTurk or own ids)."""
-        pid = check_participant_id(participant_id)
-        return add_query(base_url, [(ID_PARAM, pid), (SIG_PARAM, self._mac("participant", pid))])
+    def participant_link(self, base_url: str, participant_id: str, expires_at: int | None = None) -> str:
+        """`BASE?PROLIFIC_PID=<id>&expires=<unix s>&sig=<mac>`: admits exactly this id (Prolific,
+        MTurk or own ids) until `expires_at` (default: LINK_DAYS from now)."""
+        pid, expires = check_participant_id(participant_id), expiry(expires_at)
+        return add_query(base_url, [(ID_PARAM, pid), (EXPIRES_PARAM, expires),
+                                    (SIG_PARAM, self._mac("participant", pid, expires))])
 
-    def study_link(self, base_url: str) -> str:
+    def study_link(self, base_url: str, expires_at: int | None = None) -> str:
         """The one study URL for Prolific, which fills in the id, study and session placeholders.
 
-        It admits ANY id in Prolific's format (24 hex digits): whoever holds this link can start
-        as an id of their choice, so only the bounds (participants per campaign, sessions per
-        id) limit its use. Give it to Prolific only; use `participant_link` elsewhere."""
+        Until `expires_at` (default: LINK_DAYS from now) it admits ANY id in Prolific's format (24
+        hex digits): whoever holds this link can start as an id of their choice, bounded per
+        address and in time (module docstring). Give it to Prolific only; use `participant_link`
+        elsewhere."""
+        expires = expiry(expires_at)
         params = [(k, v) for k, v in PROLIFIC_PLACEHOLDERS.items()]
-        return add_query(base_url, [*params, (STUDY_PARAM, self._mac("study"))])
+        return add_query(base_url, [*params, (EXPIRES_PARAM, expires), (STUDY_PARAM, self._mac("study", expires))])
 
-    def verify(self, participant_id: object, sig: object = None, study: object = None) -> str:
+    def verify(self, participant_id: object, sig: object = None, study: object = None, expires: object = None,
+               now: float | None = None) -> str:
         """The checked participant id, or CrowdError(BAD_LINK). With `sig`: it must sign this id
-        in this campaign. Else with `study`: the study token must be this campaign's and the id
-        must be Prolific-shaped. Neither: refused."""
+        and `expires` in this campaign. Else with `study`: the study token must sign `expires` in
+        this campaign and the id must be Prolific-shaped. Neither: refused. A genuine link past
+        its expiry (unix seconds; `now`: time.time()) is CrowdError(EXPIRED, reason "expired")."""
         pid = check_participant_id(participant_id)
+        if not isinstance(expires, str) or not EXPIRY.fullmatch(expires):
+            raise CrowdError(BAD_LINK)
         if sig is not None:
-            ok = self._same(sig, self._mac("participant", pid))
+            ok = self._same(sig, self._mac("participant", pid, expires))
         elif study is not None:
-            ok = bool(PROLIFIC_ID.fullmatch(pid)) and self._same(study, self._mac("study"))
+            ok = bool(PROLIFIC_ID.fullmatch(pid)) and self._same(study, self._mac("study", expires))
         else:
             ok = False
         if not ok:
             raise CrowdError(BAD_LINK)
+        if int(expires) <= (time.time() if now is None else now):
+            raise CrowdError(EXPIRED, reason="expired")
         return pid
 
     # ------------------------------------------------------------------ after the start
@@ -274,19 +315,24 @@ class ParticipantStore(SQLiteStore):
 
     def start(self, campaign: str, participant_id: str, max_participants: int,
               max_sessions: int = MAX_SESSIONS_PER_ID, *, rater: str | None = None, study_id: object = None,
-              session_id: object = None) -> int:
+              session_id: object = None, at: str | None = None) -> int:
         """Record a start of a checked participant id; returns its session number (1, 2, ...).
 
         One `BEGIN IMMEDIATE` transaction: a new id is refused (reason "full") once the campaign
-        has `max_participants` ids; a known id is refused once finished ("finished") or after
-        `max_sessions` starts ("used"). study_id/session_id: Prolific's, kept when id-shaped."""
+        has `max_participants` ids holding a place (released ones do not); a known id is refused
+        once released ("released"), finished ("finished") or after `max_sessions` starts ("used").
+        study_id/session_id: Prolific's, kept when id-shaped. `at`: the time (ISO; default now)."""
         pid = check_participant_id(participant_id)
-        study, session, now = optional_id(study_id), optional_id(session_id), now_iso()
+        study, session, now = optional_id(study_id), optional_id(session_id), at or now_iso()
         with self._transaction() as con:
             row = con.execute("SELECT sessions, completed_at FROM campaign_participants "
                               "WHERE campaign = ? AND participant_id = ?", (campaign, pid)).fetchone()
+            if row is not None and con.execute(RELEASED, (campaign, pid)).fetchone():
+                raise CrowdError(TIMED_OUT, reason="released")
             if row is None:
-                (count,) = con.execute("SELECT COUNT(*) FROM campaign_participants WHERE campaign = ?",
+                (count,) = con.execute("SELECT COUNT(*) FROM campaign_participants AS p WHERE campaign = ? AND NOT "
+                                       "EXISTS (SELECT 1 FROM campaign_participant_releases AS r WHERE "
+                                       "r.campaign = p.campaign AND r.participant_id = p.participant_id)",
                                        (campaign,)).fetchone()
                 if count >= max_participants:
                     raise CrowdError(FULL, reason="full")
@@ -304,11 +350,28 @@ class ParticipantStore(SQLiteStore):
             return sessions + 1
 
     def participant(self, campaign: str, participant_id: str) -> dict | None:
+        """The participant's row (`participants`' keys), or None if the id never started."""
         with self._connect() as con:
-            cur = con.execute("SELECT * FROM campaign_participants WHERE campaign = ? AND participant_id = ?",
-                              (campaign, participant_id))
+            cur = con.execute(PARTICIPANT_ROWS + " AND p.participant_id = ?", (campaign, participant_id))
             row = cur.fetchone()
             return None if row is None else dict(zip([d[0] for d in cur.description], row, strict=True))
+
+    def unfinished_since(self, campaign: str, started_before: str) -> list[dict]:
+        """Participants holding a place, unfinished, who first started before `started_before` (ISO)."""
+        return [p for p in self.participants(campaign) if p["completed_at"] is None and p["released_at"] is None
+                and p["started_at"] < started_before]
+
+    def release(self, campaign: str, participant_id: str, reason: str) -> bool:
+        """Give the participant's place back (reason "timed out" or "hearing check"); False if it
+        was released before or the id finished meanwhile (checked in the same transaction)."""
+        with self._transaction() as con:
+            row = con.execute("SELECT completed_at FROM campaign_participants WHERE campaign = ? AND "
+                              "participant_id = ?", (campaign, participant_id)).fetchone()
+            if row is None or row[0] is not None:
+                return False
+            cur = con.execute("INSERT OR IGNORE INTO campaign_participant_releases VALUES (?, ?, ?, ?)",
+                              (campaign, participant_id, now_iso(), reason))
+            return cur.rowcount == 1
 
     def complete(self, campaign: str, participant_id: str, code: str) -> str:
         """Mark the participant finished; returns the code recorded at the first call (idempotent:
@@ -325,10 +388,10 @@ class ParticipantStore(SQLiteStore):
 
     def participants(self, campaign: str) -> list[dict]:
         """Every participant of a campaign, oldest first: participant_id, rater, sessions,
-        started_at, last_started_at, completed_at, completion_code, study_id, session_id."""
+        started_at, last_started_at, completed_at, completion_code, study_id, session_id,
+        released_at and release_reason (None while the place is held)."""
         with self._connect() as con:
-            cur = con.execute("SELECT * FROM campaign_participants WHERE campaign = ? "
-                              "ORDER BY started_at, participant_id", (campaign,))
+            cur = con.execute(PARTICIPANT_ROWS + " ORDER BY p.started_at, p.participant_id", (campaign,))
             names = [d[0] for d in cur.description]
             return [{k: v for k, v in zip(names, row, strict=True) if k != "campaign"} for row in cur.fetchall()]
 
@@ -378,58 +441,6 @@ def default_max_participants(rater_slots: int) -> int:
     return int(rater_slots)
 
 
-# ---------------------------------------------------------------------------- the gate
-@dataclass(frozen=True)
-class CrowdSession:
-    participant_id: str
-    rater: str  # crowd-<12 hex>: the name their queue and ratings go under
-    session_no: int
-    token: str  # what the page keeps (CrowdLinks.session_token)
-    completion_code: str | None = None  # set once they finished
-
-
-class CrowdGate:
-    """Links, participants table and bounds together: what the crowd pages call."""
-
-    def __init__(self, links: CrowdLinks, store: ParticipantStore, max_participants: int, completion_code: str,
-                 max_sessions: int = MAX_SESSIONS_PER_ID):
-        self.links, self.store = links, store
-        self.max_participants, self.max_sessions = max_participants, max_sessions
-        self.code = check_completion_code(completion_code)
-
-    @property
-    def campaign(self) -> str:
-        return self.links.campaign
-
-    def enter(self, query: Mapping[str, str]) -> CrowdSession:
-        """Start from a link's query parameters; CrowdError (shown to the participant) if refused."""
-        pid = self.links.verify(query.get(ID_PARAM), query.get(SIG_PARAM), query.get(STUDY_PARAM))
-        rater = self.links.rater_name(pid)
-        n = self.store.start(self.campaign, pid, self.max_participants, self.max_sessions, rater=rater,
-                             study_id=query.get(STUDY_ID_PARAM), session_id=query.get(SESSION_ID_PARAM))
-        return CrowdSession(pid, rater, n, self.links.session_token(pid, n))
-
-    def resume(self, token: object) -> CrowdSession:
-        """The session of a kept token; CrowdError if forged, from another campaign, or superseded
-        by a newer start of the same id (reason "superseded")."""
-        pid, n = self.links.verify_token(token)
-        row = self.store.participant(self.campaign, pid)
-        if row is None:
-            raise CrowdError(BAD_LINK)
-        if int(row["sessions"]) != n:
-            raise CrowdError(SUPERSEDED, reason="superseded")
-        return CrowdSession(pid, self.links.rater_name(pid), n, str(token), row["completion_code"])
-
-    def finish(self, token: object, remaining: int) -> str:
-        """The completion code, recorded, once the participant's queue is done (`remaining` = items
-        left in it); CrowdError(reason "unfinished") before."""
-        session = self.resume(token)
-        if remaining > 0:
-            raise CrowdError(f"{remaining} items are left; rate them to get your completion code.",
-                             reason="unfinished")
-        return self.store.complete(self.campaign, session.participant_id, self.code)
-
-
-__all__ = ["CrowdError", "CrowdGate", "CrowdLinks", "CrowdSession", "ParticipantStore", "MAX_SESSIONS_PER_ID",
+__all__ = ["CrowdError", "CrowdLinks", "ParticipantStore", "MAX_SESSIONS_PER_ID",
            "completion_code", "check_completion_code", "crowd_secret_path", "default_max_participants",
            "load_crowd_secret", "prolific_completion_url"]

@@ -1,13 +1,15 @@
 """The campaign tables in the app's ratings database, one store for every design: who holds which
-rater slot, when a trial was shown, which clips its page played, each rater's hearing check, and
-every acknowledged rating, one row per rated stimulus.
+rater slot, when a trial was shown, which clips its page fetched and played, each rater's hearing
+check (the clips drawn for them and their answers), and every acknowledged rating, one row per
+rated stimulus.
 
 Library module (no command line)::
 
     store = CampaignStore(layout.database)               # the same file as webapp.ratings
     slot = store.claim_slot("pilot", "asha", n_slots=6)   # her slot (the lowest free one the first time)
     store.mark_shown("pilot", trial.entry_id, "asha")
-    store.mark_played("pilot", trial, 0, "asha")
+    store.mark_fetched("pilot", trial.entry_id, 0, "asha")   # the served copy was sent to the end
+    store.mark_played("pilot", trial, 0, "asha")         # NotFetched unless it was fetched for her
     stored = store.submit("pilot", trial, "asha", rows)   # rows from the design; False: rated before
     store.stored_rows("pilot")                            # every stored row (the columns below)
     CampaignStore(path, layout=design).rows("pilot")      # the same, in the design's own table layout
@@ -31,7 +33,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Protocol
 
@@ -89,6 +92,21 @@ CREATE TABLE IF NOT EXISTS campaign_plays (
     played_at TEXT NOT NULL,
     PRIMARY KEY (campaign, entry_id, stimulus)
 );
+CREATE TABLE IF NOT EXISTS campaign_fetches (
+    campaign TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    stimulus INTEGER NOT NULL,
+    rater TEXT NOT NULL,
+    fetched_at TEXT NOT NULL,
+    PRIMARY KEY (campaign, entry_id, stimulus, rater)
+);
+CREATE TABLE IF NOT EXISTS campaign_hearing_draws (
+    campaign TEXT NOT NULL,
+    rater TEXT NOT NULL,
+    clip_keys TEXT NOT NULL CHECK (json_valid(clip_keys)),
+    drawn_at TEXT NOT NULL,
+    PRIMARY KEY (campaign, rater)
+);
 CREATE TABLE IF NOT EXISTS campaign_qualification (
     campaign TEXT NOT NULL,
     rater TEXT NOT NULL,
@@ -112,6 +130,10 @@ PAIR_DESIGN = "ab"  # the design of every row of the pair table (it held no othe
 
 class NotYourItem(RumikError, PermissionError):
     """The entry belongs to another rater's queue (or to no queue of this campaign)."""
+
+
+class NotFetched(RumikError, PermissionError):
+    """A play reported for a clip whose audio was never sent to that rater's page."""
 
 
 class TrialLike(Protocol):
@@ -190,7 +212,7 @@ class CampaignStore(SQLiteStore):
                 (ratings,) = con.execute("SELECT COUNT(DISTINCT entry_id) FROM campaign_scores WHERE campaign = ? "
                                          "AND rater = ?", (campaign, rater)).fetchone()
                 if drop_ratings:
-                    for table in ("campaign_scores", "campaign_plays", "campaign_views"):
+                    for table in ("campaign_scores", "campaign_plays", "campaign_fetches", "campaign_views"):
                         con.execute(f"DELETE FROM {table} WHERE campaign = ? AND rater = ?", (campaign, rater))
                 con.execute("DELETE FROM campaign_slots WHERE campaign = ? AND slot = ?", (campaign, slot))
                 released.append({"campaign": campaign, "slot": int(slot), "ratings": int(ratings)})
@@ -212,10 +234,34 @@ class CampaignStore(SQLiteStore):
             con.execute(f"INSERT INTO campaign_views VALUES (?, ?, ?, ?) ON CONFLICT (campaign, entry_id) "
                         f"{on_conflict}", (campaign, entry_id, rater, now_iso()))
 
+    def seconds_since_shown(self, campaign: str, entry_id: str) -> float | None:
+        """Seconds from the trial's recorded showing (`mark_shown`) to now; None if never shown."""
+        with self._connect() as con:
+            row = con.execute("SELECT shown_at FROM campaign_views WHERE campaign = ? AND entry_id = ?",
+                              (campaign, entry_id)).fetchone()
+        return seconds_between(row[0] if row else None, now_iso())
+
+    def mark_fetched(self, campaign: str, entry_id: str, stimulus: int, rater: str) -> None:
+        """Remember that the audio of stimulus `stimulus`, as shown to `rater`, was sent to the end."""
+        with self._transaction() as con:
+            con.execute("INSERT OR IGNORE INTO campaign_fetches VALUES (?, ?, ?, ?, ?)",
+                        (campaign, entry_id, stimulus, rater, now_iso()))
+
+    def fetched(self, campaign: str, entry_id: str, rater: str) -> set[int]:
+        with self._connect() as con:
+            return {int(r[0]) for r in con.execute(
+                "SELECT stimulus FROM campaign_fetches WHERE campaign = ? AND entry_id = ? AND rater = ?",
+                (campaign, entry_id, rater))}
+
     def mark_played(self, campaign: str, trial: TrialLike, stimulus: int, rater: str) -> None:
-        """Remember that the rater started stimulus `stimulus` of their trial (the must-play rule)."""
+        """Remember that the rater started stimulus `stimulus` of their trial (the must-play rule).
+        A play counts only once the clip's audio was fetched for this rater (`mark_fetched`): a
+        page cannot play what it never received, so a report alone is NotFetched."""
         with self._transaction() as con:
             self._owned(con, campaign, trial, rater)
+            if con.execute("SELECT 1 FROM campaign_fetches WHERE campaign = ? AND entry_id = ? AND stimulus = ? "
+                           "AND rater = ?", (campaign, trial.entry_id, stimulus, rater)).fetchone() is None:
+                raise NotFetched(f"stimulus {stimulus} of {trial.entry_id} was never fetched by {rater}")
             con.execute("INSERT OR IGNORE INTO campaign_plays VALUES (?, ?, ?, ?, ?)",
                         (campaign, trial.entry_id, stimulus, rater, now_iso()))
 
@@ -238,6 +284,30 @@ class CampaignStore(SQLiteStore):
                         (campaign, rater, int(passed), json.dumps(answers, ensure_ascii=False), now_iso()))
             return bool(con.execute("SELECT passed FROM campaign_qualification WHERE campaign = ? AND rater = ?",
                                      (campaign, rater)).fetchone()[0])
+
+    def hearing_draw(self, campaign: str, rater: str, choose: Callable[[Counter], list[str]]) -> list[str]:
+        """The hearing-check clips dealt to `rater`: the first time `choose(uses)` (uses: how many
+        raters of the campaign were dealt each clip so far), stored in the same transaction, so
+        concurrent first draws are counted one after the other; the stored draw after (a reload
+        shows the same clips, and answers are checked against them)."""
+        with self._transaction() as con:
+            row = con.execute("SELECT clip_keys FROM campaign_hearing_draws WHERE campaign = ? AND rater = ?",
+                              (campaign, rater)).fetchone()
+            if row is not None:
+                return list(json.loads(row[0]))
+            uses = Counter(key for (keys,) in con.execute(
+                "SELECT clip_keys FROM campaign_hearing_draws WHERE campaign = ?", (campaign,))
+                for key in json.loads(keys))
+            drawn = list(choose(uses))
+            con.execute("INSERT INTO campaign_hearing_draws VALUES (?, ?, ?, ?)",
+                        (campaign, rater, json.dumps(drawn), now_iso()))
+        return drawn
+
+    def hearing_draws(self, campaign: str) -> dict[str, list[str]]:
+        """{rater: the hearing-check clip keys dealt to them}."""
+        with self._connect() as con:
+            return {r: list(json.loads(k)) for r, k in con.execute(
+                "SELECT rater, clip_keys FROM campaign_hearing_draws WHERE campaign = ?", (campaign,))}
 
     def qualifications(self, campaign: str) -> dict[str, bool]:
         with self._connect() as con:

@@ -16,10 +16,11 @@ the admin view only (none in crowd mode: results come from `python -m webapp.cam
 API (login mode: the session cookie of a login, `gradio_client.Client(url, auth=(user, password))`;
 crowd mode: the token /campaign_start returns, passed first to every call; login mode passes ""):
 
-    /campaign_start      crowd mode: participant id, sig, study, STUDY_ID, SESSION_ID, kept token -> token
+    /campaign_start      crowd mode: participant id, sig, expires, study, STUDY_ID, SESSION_ID, kept token -> token
     /campaign_item       token -> the current page (`server.handlers`): the hearing check, a trial, the end
     /campaign_qualify    token, digits heard in each check clip -> the first trial (or the polite end)
-    /campaign_played     token, entry id, clip index: the page started playing that clip
+    /campaign_played     token, entry id, clip index: the page started playing that clip (refused unless
+                         the clip's audio was fetched for this rater: `server.fetches`)
     /campaign_submit     token, entry id, answers ({question: value or [value per clip]}) -> the next page
     /campaign_results    admin: progress per rater slot, results (markdown), the design's charts
     /campaign_judges     admin, designs with audio judges: compute them now (DNSMOS, speaker similarity,
@@ -35,24 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from webapp.access import AdminGate, throttled_auth
 from webapp.campaign.clips.stimuli import QUALIFICATION_SNRS_DB
 from webapp.campaign.data.crowd import (
     MAX_SESSIONS_PER_ID,
-    CrowdGate,
     CrowdLinks,
     ParticipantStore,
     completion_code,
     default_max_participants,
     prolific_completion_url,
 )
+from webapp.campaign.data.crowd_gate import STUDY_STARTS_PER_ADDRESS, TIME_LIMIT_S, CrowdGate, StartLimit
 from webapp.campaign.data.definition import Campaign, CampaignError, raters_path
 from webapp.campaign.data.raters import ADMIN_USER, CampaignLogin, ExpiringSessions, RatersFile
 from webapp.campaign.data.store import CampaignStore
 from webapp.campaign.designs import design_of, registry
 from webapp.campaign.designs.record import Design
 from webapp.campaign.queues import RaterQueues
+from webapp.campaign.server.fetches import ClipFetchWatch
 from webapp.campaign.server.handlers import AdminHandlers, Identity, RatingHandlers
 from webapp.campaign.server.page import RatingPage, who_markdown
 from webapp.guard import QueueFairness, VisitorGuard, proxy_settings, trusted_proxies
@@ -68,7 +71,7 @@ PRIVATE = {"api_visibility": "private"}
 # The token is kept in the tab's sessionStorage, so a reload resumes the session instead of starting one.
 TOKEN_KEY = "rumik-crowd-token"
 START_JS = """() => { const p = new URLSearchParams(window.location.search);
-  return ["PROLIFIC_PID", "sig", "study", "STUDY_ID", "SESSION_ID"].map((k) => p.get(k) || "")
+  return ["PROLIFIC_PID", "sig", "expires", "study", "STUDY_ID", "SESSION_ID"].map((k) => p.get(k) || "")
     .concat([window.sessionStorage.getItem("%s") || ""]); }""" % TOKEN_KEY
 KEEP_JS = """(token) => { if (token) { window.sessionStorage.setItem("%s", token); } return token; }""" % TOKEN_KEY
 
@@ -80,12 +83,16 @@ class CrowdOptions:
     completion_code: str | None = None  # the study's code as set in Prolific (else one generated per campaign)
     max_participants: int | None = None  # default: one per rater slot
     max_sessions: int = MAX_SESSIONS_PER_ID
+    time_limit_s: float = TIME_LIMIT_S  # first start to completion code; the place is given back after
+    study_starts_per_address: int = STUDY_STARTS_PER_ADDRESS  # new ids per client address an hour (study link)
 
 
-def crowd_gate(layout: DataLayout, campaign: Campaign, options: CrowdOptions) -> CrowdGate:
+def crowd_gate(layout: DataLayout, campaign: Campaign, options: CrowdOptions, store: CampaignStore) -> CrowdGate:
     return CrowdGate(CrowdLinks.for_layout(layout, campaign.name), ParticipantStore(layout.database),
                      options.max_participants or default_max_participants(campaign.rater_slots),
-                     completion_code(campaign.folder, options.completion_code), options.max_sessions)
+                     completion_code(campaign.folder, options.completion_code), options.max_sessions,
+                     campaign_store=store, time_limit_s=options.time_limit_s,
+                     starts=StartLimit(options.study_starts_per_address))
 
 
 def _admin_panel(design: Design, admin: AdminHandlers) -> gr.Column:
@@ -138,7 +145,7 @@ def _rating_events(demo: gr.Blocks, page: RatingPage, handlers: RatingHandlers, 
         return show(handlers.submit(token_value, entry_id, answers, request))
 
     if crowd:
-        link = [gr.Textbox(visible=False) for _ in range(6)]
+        link = [gr.Textbox(visible=False) for _ in range(7)]
         started = demo.load(handlers.start, inputs=link, outputs=token, js=START_JS, api_name="campaign_start")
         started.success(None, inputs=token, outputs=None, js=KEEP_JS).success(load_page, inputs=token,
                                                                                outputs=outputs, **PRIVATE)
@@ -174,7 +181,7 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
         raise CampaignError(f"Crowd mode (--crowd) serves the {takers} designs; a {design.title} campaign needs "
                             "rater logins.")
     store = CampaignStore(layout.database, layout=design)
-    gate = crowd_gate(layout, campaign, crowd) if crowd is not None else None
+    gate = crowd_gate(layout, campaign, crowd, store) if crowd is not None else None
     has_login = None if gate is not None else RatersFile(raters_path(layout)).has
     queues = RaterQueues(campaign, store, served, has_login=has_login)
     handlers = RatingHandlers(campaign, queues, Identity(gate))
@@ -191,7 +198,7 @@ def build_campaign_app(data_dir: str | Path, name: str, served: ServedFolder | N
         admin_view = _admin_panel(design, AdminHandlers(campaign, queues, store, served)) if gate is None else None
         _rating_events(demo, page, handlers, admin_view, who, crowd=gate is not None)
     demo.campaign, demo.campaign_store, demo.data_layout, demo.served_folder = campaign, store, layout, served
-    demo.crowd_gate = gate
+    demo.crowd_gate, demo.rater_queues = gate, queues
     return demo
 
 
@@ -209,6 +216,8 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_MAX_SIZE, api_open=False)
     QueueFairness().install(demo)
     app_kwargs = VisitorGuard.options(host, allowed_hosts, share)
+    # Inside the guard: a trial clip sent to its page is what makes its play count (server.fetches).
+    app_kwargs["middleware"].append(Middleware(ClipFetchWatch, queues=demo.rater_queues))
 
     @contextlib.asynccontextmanager
     async def sessions_end(app):  # Gradio's session table, replaced by one whose sessions expire

@@ -31,20 +31,22 @@ from webapp.access import AccessDenied
 from webapp.audio_judges import AudioJudges
 from webapp.campaign.analysis.judges import compute_judges
 from webapp.campaign.data.crowd import (
+    EXPIRES_PARAM,
     ID_PARAM,
     SESSION_ID_PARAM,
     SIG_PARAM,
     STUDY_ID_PARAM,
     STUDY_PARAM,
     CrowdError,
-    CrowdGate,
 )
+from webapp.campaign.data.crowd_gate import CrowdGate
 from webapp.campaign.data.definition import Campaign, CampaignError
 from webapp.campaign.data.raters import is_admin
 from webapp.campaign.data.store import CampaignStore
 from webapp.campaign.queues import RaterQueues, ShownTrial
 from webapp.campaign.reports import clip_ratings, export_campaign, judges_section, results_for
 from webapp.common import UserError, user_errors
+from webapp.guard import address_key
 from webapp.storage import ServedFolder
 
 STORED, STORED_BEFORE = "✓ Stored.", "Already stored (submitted before); here is your next page."
@@ -79,10 +81,12 @@ class RatingHandlers:
         self.campaign, self.queues, self.identity = campaign, queues, identity
         self.design = queues.design
 
-    def start(self, participant, sig=None, study=None, study_id=None, session_id=None, saved=None) -> str:
+    def start(self, participant, sig=None, expires=None, study=None, study_id=None, session_id=None, saved=None,
+              request: gr.Request = None) -> str:
         """Crowd mode: check the link, count the session, return the page's token. `saved`: the
         token this browser tab kept (a reload): still the participant's current session, it is
-        reused, so a reload costs no session."""
+        reused, so a reload costs no session. A new id from the study link counts against the
+        client's address (`CrowdGate.enter`)."""
         with visitor_errors("Starting the test"):
             if self.identity.gate is None:
                 raise UserError("This server runs with logins; there is nothing to start.")
@@ -91,9 +95,11 @@ class RatingHandlers:
                     session = self.identity.gate.resume(saved)
                     if session.participant_id == participant:
                         return session.token
-            query = {ID_PARAM: participant, SIG_PARAM: sig or None, STUDY_PARAM: study or None,
-                     STUDY_ID_PARAM: study_id or None, SESSION_ID_PARAM: session_id or None}
-            return self.identity.gate.enter(query).token
+            query = {ID_PARAM: participant, SIG_PARAM: sig or None, EXPIRES_PARAM: expires or None,
+                     STUDY_PARAM: study or None, STUDY_ID_PARAM: study_id or None,
+                     SESSION_ID_PARAM: session_id or None}
+            client = getattr(request, "client", None)
+            return self.identity.gate.enter(query, address_key(getattr(client, "host", None))).token
 
     def page(self, token=None, request: gr.Request = None) -> dict:
         """The page for the current state: hearing check, next trial, or the end."""
