@@ -55,9 +55,11 @@ from rumik_app.voices.package import (
     ADAPTER_FILE,
     PEFT_CONFIG_FILE,
     VOICE_FILE,
+    BaseShapes,
     VoiceError,
     VoicePackage,
     base_fingerprint,
+    base_shapes,
     check_voice_name,
     read_package,
 )
@@ -88,13 +90,16 @@ class VoiceLibrary:
     """The voice packages in `folder` (created if missing); see the module docstring.
 
     base_fingerprint: the served checkpoint's (`package.base_fingerprint`); None serves packages
-    of any base (tools that only list or move packages). builtin: the checkpoint's own voices,
-    which no library voice may be named."""
+    of any base (tools that only list or move packages). base: its layers and module shapes
+    (`package.base_shapes`), which every adapter must fit (a fingerprint alone can be copied into
+    any voice.json); None checks only the adapter's own consistency. builtin: the checkpoint's
+    own voices, which no library voice may be named."""
 
     def __init__(self, folder: str | os.PathLike, base_fingerprint: str | None = None,
-                 max_packages: int = MAX_PACKAGES, builtin: Sequence[str] = VOICES):
+                 max_packages: int = MAX_PACKAGES, builtin: Sequence[str] = VOICES, base: BaseShapes | None = None):
         self.folder = Path(folder)
         self.base_fingerprint = base_fingerprint
+        self.base = base
         self.max_packages = max_packages
         self.builtin = tuple(builtin)
         try:
@@ -277,7 +282,7 @@ class VoiceLibrary:
             return f"{name!r} is not a package folder (a file or a link); put each voice in a folder of its own."
         try:
             check_voice_name(name, self.builtin)
-            package = read_package(path)
+            package = read_package(path, self.base)
         except VoiceError as exc:
             return f"voice {name!r}: {exc}"
         except OSError as exc:
@@ -292,7 +297,7 @@ class VoiceLibrary:
         return package
 
     def _check_staged(self, staging: Path) -> VoicePackage:
-        package = read_package(staging)
+        package = read_package(staging, self.base)
         check_voice_name(package.name, self.builtin)
         if self.base_fingerprint is not None and package.base_fingerprint != self.base_fingerprint:
             raise VoiceError(other_base_message(package.name, package.base_fingerprint, self.base_fingerprint))
@@ -373,7 +378,7 @@ def open_library(folder: str | os.PathLike, checkpoint_dir: str | os.PathLike,
                  builtin: Sequence[str] = VOICES) -> VoiceLibrary:
     """The library at `folder` for the checkpoint in `checkpoint_dir` (its fingerprint), logging
     what it serves and what it does not."""
-    library = VoiceLibrary(folder, base_fingerprint(checkpoint_dir), builtin=builtin)
+    library = VoiceLibrary(folder, base_fingerprint(checkpoint_dir), builtin=builtin, base=base_shapes(checkpoint_dir))
     log.info("voice library %s: %d voices%s", library.folder, len(library.names()),
              f", {len(library.problems)} not served (see above)" if library.problems else "")
     return library

@@ -55,7 +55,9 @@ MAX_HEADER_BYTES = 4 * 2**20
 MAX_CONSENT_BYTES = 50 * 2**20
 MAX_STATEMENT_CHARS = 4000
 CONSENT_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".m4a", ".pdf", ".txt", ".png", ".jpg")
-ADAPTER_DTYPES = ("F32", "F16", "BF16")
+ADAPTER_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}  # safetensors dtype -> bytes per element
+BASE_KEY = re.compile(r"model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.weight")
+MAX_BASE_HEADER_BYTES = 64 * 2**20  # a checkpoint's safetensors header (the operator's own files)
 KEY_PATTERN = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight")
 
 
@@ -255,20 +257,43 @@ def _check_offsets(path: Path, table: dict, data_bytes: int) -> None:
                          "truncated or altered. Re-import the voice.")
 
 
-def check_adapter_table(table: Mapping[str, dict], lora: LoraSpec, num_layers: int | None = None) -> int:
+@dataclass(frozen=True)
+class BaseShapes:
+    """What an adapter must fit: the served checkpoint's layers and each target module's weight
+    shape (out, in), read from its safetensors headers (`base_shapes`)."""
+
+    num_layers: int
+    modules: Mapping[str, tuple[int, int]]
+
+
+def base_shapes(checkpoint_dir: str | os.PathLike) -> BaseShapes:
+    """The checkpoint's BaseShapes, from the headers of its `model*.safetensors` (no tensor data)."""
+    layers, modules = set(), {}
+    for path in sorted(Path(checkpoint_dir).glob("model*.safetensors")):
+        with path.open("rb") as handle:
+            length = struct.unpack("<Q", handle.read(8))[0]
+            if length > MAX_BASE_HEADER_BYTES:
+                raise VoiceError(f"{path} has a {length:,}-byte header: not a checkpoint this server can read.")
+            table = json.loads(handle.read(length))
+        for name, entry in table.items():
+            if (match := BASE_KEY.fullmatch(name)) and match.group(2) in TARGET_MODULES:
+                layers.add(int(match.group(1)))
+                modules[match.group(2)] = tuple(entry["shape"])
+    return BaseShapes(len(layers), modules)
+
+
+def check_adapter_table(table: Mapping[str, dict], lora: LoraSpec, base: BaseShapes | None = None) -> int:
     """The adapter's number of layers; VoiceError unless every key is a LoRA matrix of a target
-    module, A and B pair up with rank r, and every layer has every target module."""
+    module whose bytes match its shape and dtype, A and B pair up with rank r, every layer has
+    every target module, and (given the served checkpoint's `base`) the layers and each matrix's
+    outer dimension match it: what passes here loads."""
     seen: dict[tuple[int, str], dict[str, list[int]]] = {}
     for name, entry in table.items():
         match = KEY_PATTERN.fullmatch(name)
         if not match or match.group(3) not in lora.target_modules or match.group(3) not in TARGET_MODULES:
             raise VoiceError(f"Adapter tensor {name[:80]!r} is not a LoRA matrix of {', '.join(lora.target_modules)}.")
-        if not isinstance(entry, dict) or entry.get("dtype") not in ADAPTER_DTYPES:
-            raise VoiceError(f"Adapter tensor {name[:80]!r} must be float32, float16 or bfloat16.")
-        shape = entry.get("shape")
-        if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)):
-            raise VoiceError(f"Adapter tensor {name[:80]!r} must be a matrix.")
-        seen.setdefault((int(match.group(1)), match.group(3)), {})[match.group(4)] = shape
+        seen.setdefault((int(match.group(1)), match.group(3)), {})[match.group(4)] = _matrix_shape(name, entry)
+    num_layers = base.num_layers if base is not None else None
     layers = sorted({layer for layer, _ in seen})
     count = len(layers)
     if not seen or layers != list(range(count)) or (num_layers is not None and count != num_layers):
@@ -278,18 +303,38 @@ def check_adapter_table(table: Mapping[str, dict], lora: LoraSpec, num_layers: i
         a, b = pair.get("A"), pair.get("B")
         if a is None or b is None or a[0] != lora.rank or b[1] != lora.rank:
             raise VoiceError(f"Layer {layer} {module}: lora_A must be [r, in] and lora_B [out, r], r = {lora.rank}.")
+        if base is not None and module in base.modules and (b[0], a[1]) != base.modules[module]:
+            out_features, in_features = base.modules[module]
+            raise VoiceError(f"Layer {layer} {module}: the adapter is [{b[0]}, {a[1]}] (out, in) where the served "
+                             f"checkpoint's is [{out_features}, {in_features}]; it was made for another model.")
     if len(seen) != count * len(lora.target_modules):
         raise VoiceError("The adapter must adapt every target module in every layer.")
     return count
+
+
+def _matrix_shape(name: str, entry) -> list[int]:
+    """The [rows, columns] of one adapter tensor; VoiceError unless it is a float matrix whose
+    byte range holds exactly rows x columns elements of its dtype."""
+    if not isinstance(entry, dict) or entry.get("dtype") not in ADAPTER_DTYPES:
+        raise VoiceError(f"Adapter tensor {name[:80]!r} must be float32, float16 or bfloat16.")
+    shape = entry.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)):
+        raise VoiceError(f"Adapter tensor {name[:80]!r} must be a matrix.")
+    start, stop = entry["data_offsets"]
+    needed = shape[0] * shape[1] * ADAPTER_DTYPES[entry["dtype"]]
+    if stop - start != needed:
+        raise VoiceError(f"Adapter tensor {name[:80]!r} holds {stop - start:,} bytes where {shape} {entry['dtype']} "
+                         f"needs {needed:,}: the file is damaged or altered. Re-import the voice.")
+    return shape
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def read_package(folder: str | os.PathLike) -> VoicePackage:
-    """The VoicePackage in `folder`, checked (voice.json, the adapter's header and names, the
-    consent file's hash). Reads no tensor data."""
+def read_package(folder: str | os.PathLike, base: BaseShapes | None = None) -> VoicePackage:
+    """The VoicePackage in `folder`, checked (voice.json, the adapter's header and names, against
+    `base` when given, the consent file's hash). Reads no tensor data."""
     folder = Path(folder)
     record = folder / VOICE_FILE
     if not record.is_file():
@@ -307,7 +352,7 @@ def read_package(folder: str | os.PathLike) -> VoicePackage:
     adapter = folder / ADAPTER_FILE
     if not adapter.is_file():
         raise VoiceError(f"{folder} has no {ADAPTER_FILE}; adapters are safetensors only (no .bin or .pt).")
-    check_adapter_table(read_safetensors_header(adapter), package.lora)
+    check_adapter_table(read_safetensors_header(adapter), package.lora, base)
     consent = folder / package.consent.evidence_file
     if not consent.is_file() or sha256_file(consent) != package.consent.evidence_sha256:
         raise VoiceError(f"Voice {package.name!r}: the consent evidence {package.consent.evidence_file} is missing or "

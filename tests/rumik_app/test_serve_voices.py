@@ -10,6 +10,11 @@ built-in voice's does not; without resemble-perth a library voice is refused (50
 
 from __future__ import annotations
 
+import json
+import shutil
+import struct
+from pathlib import Path
+
 import httpx
 import numpy as np
 import pytest
@@ -19,7 +24,7 @@ from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve import gate, voices
 from rumik_app.serve.adapters import SchedulerAdapter
 from rumik_app.voices.library import use_library
-from rumik_app.voices.package import base_fingerprint
+from rumik_app.voices.package import ADAPTER_FILE, base_fingerprint
 from rumik_app.voices.tiny import model_shapes
 from rumik_app.watermark.marker import shared_watermarker
 from tests.rumik_app.test_watermark_engine import perth_uninstalled
@@ -141,7 +146,8 @@ def test_import_replace_delete_and_reload(server, made):
     unknown = httpx.post(server.url + "/v1/audio/speech", json={**SPEECH, "voice": "Meera"}, headers=auth(KEY),
                          timeout=10)
     assert "Unknown voice 'Meera'" in error_of(unknown, 400)
-    write_voice(made[0] / "library", "Dev", made[2].library.base_fingerprint, seed=4)  # by hand, beside the server
+    write_voice(made[0] / "library", "Dev", made[2].library.base_fingerprint, shapes=model_shapes(made[2].model),
+                seed=4)  # by hand, beside the server
     assert ("Dev", "library") in names(server)
     assert httpx.delete(server.url + "/v1/voices/Dev", headers=auth(ADMIN), timeout=10).status_code == 204
 
@@ -166,6 +172,48 @@ def test_bad_archives_get_one_readable_error(server, case):
     body, status, message = BAD[case]
     resp = httpx.post(server.url + "/v1/voices", content=body, headers=auth(ADMIN, **ZIP), timeout=30)
     assert message in error_of(resp, status)
+
+
+def with_header(folder: Path, change) -> Path:
+    """`folder` with its adapter's safetensors header changed by `change(table)`; the data kept."""
+    adapter = folder / ADAPTER_FILE
+    raw = adapter.read_bytes()
+    length = struct.unpack("<Q", raw[:8])[0]
+    table = json.loads(raw[8 : 8 + length])
+    change(table[min(name for name in table if name != "__metadata__")])
+    header = json.dumps(table).encode()
+    adapter.write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + length :])
+    return folder
+
+
+def scaled(shapes: list[dict], factor: int) -> list[dict]:
+    return [{module: (inner * factor, outer * factor) for module, (inner, outer) in layer.items()} for layer in shapes]
+
+
+FORGERIES = {  # an adapter that passes the old checks and can never load on the served checkpoint
+    "a shape past its bytes": (lambda shapes: shapes, lambda entry: entry.update(shape=[entry["shape"][0], 999]),
+                               "the file is damaged or altered"),
+    "F16 over F32 data": (lambda shapes: shapes, lambda entry: entry.update(dtype="F16"), "the file is damaged"),
+    "another model's dimensions": (lambda shapes: scaled(shapes, 2), None, "it was made for another model"),
+    "another layer count": (lambda shapes: shapes[:1], None, "it must cover all 2 layers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGERIES))
+def test_an_adapter_that_could_never_load_is_refused_and_not_served(server, made, tmp_path, case):
+    shapes_of, change, message = FORGERIES[case]
+    folder = write_voice(tmp_path, "Kabir", made[2].library.base_fingerprint,
+                         shapes=shapes_of(model_shapes(made[2].model)), seed=6)
+    if change is not None:
+        with_header(folder, change)
+    imported = httpx.post(server.url + "/v1/voices", content=archive_of(folder), headers=auth(ADMIN, **ZIP), timeout=30)
+    assert message in error_of(imported, 400)
+    shutil.copytree(folder, made[0] / "library" / "Kabir")  # by hand, beside the server: listed as a problem only
+    try:
+        assert ("Kabir", "library") not in names(server)
+        assert "Kabir" in made[2].library.problems
+    finally:
+        shutil.rmtree(made[0] / "library" / "Kabir")
 
 
 def test_wrong_type_and_oversized_uploads_are_refused(server, made, monkeypatch):

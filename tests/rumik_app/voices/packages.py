@@ -2,6 +2,7 @@
 
     write_voice(library_dir, "Arjun", fingerprint)                     # 1 layer of 8x8 projections
     write_voice(library_dir, "Arjun", fingerprint, shapes=model_shapes(engine.model))   # voices.tiny's shapes
+    write_voice(library_dir, "Arjun", base_fingerprint(ckpt), shapes=checkpoint_shapes(ckpt))   # no model loaded
     archive_of(folder)                                                 # the package's files as zip bytes
     zip_bytes({"voice.json": b"...", "adapter.bin": b"..."})           # any members, for hostile archives
 """
@@ -12,10 +13,23 @@ import io
 import zipfile
 from pathlib import Path
 
-from rumik_app.voices.package import TARGET_MODULES, LoraSpec, VoicePackage, consent_record, write_package
+from rumik_app.voices.package import (
+    TARGET_MODULES,
+    LoraSpec,
+    VoicePackage,
+    base_shapes,
+    consent_record,
+    write_package,
+)
 from rumik_app.voices.tiny import random_adapter
 
 SMALL_SHAPES = [{module: (8, 8) for module in TARGET_MODULES}]  # one layer: (in, out) per projection
+
+
+def checkpoint_shapes(checkpoint_dir) -> list[dict]:
+    """write_voice's shapes for an adapter that loads on the checkpoint: per layer, (in, out) per projection."""
+    base = base_shapes(checkpoint_dir)
+    return [{module: (inner, outer) for module, (outer, inner) in base.modules.items()}] * base.num_layers
 
 
 def write_voice(library: Path, name: str, fingerprint: str, shapes=None, rank: int = 2, seed: int = 0,

@@ -28,7 +28,7 @@ from rumik_app.voices.library import (
     use_library,
 )
 from rumik_app.voices.package import ADAPTER_FILE, VOICE_FILE, VoiceError, base_fingerprint
-from tests.rumik_app.voices.packages import archive_of, write_voice, zip_bytes
+from tests.rumik_app.voices.packages import archive_of, checkpoint_shapes, write_voice, zip_bytes
 
 BASE = "sha256:" + "a" * 64
 OTHER = "sha256:" + "b" * 64
@@ -249,7 +249,7 @@ def test_reads_and_changes_from_several_threads(folder, source):
 
 def test_use_library_attaches_it_for_the_checkpoint(tiny_checkpoint, tmp_path):
     fingerprint = base_fingerprint(tiny_checkpoint)
-    write_voice(tmp_path / "voices", "Arjun", fingerprint)
+    write_voice(tmp_path / "voices", "Arjun", fingerprint, shapes=checkpoint_shapes(tiny_checkpoint))
     write_voice(tmp_path / "voices", "Old", BASE, seed=1)
 
     class Engine:  # what use_library needs of an engine
@@ -272,7 +272,8 @@ def test_use_library_attaches_it_for_the_checkpoint(tiny_checkpoint, tmp_path):
 def test_the_synthesizer_takes_library_voices(tiny_checkpoint, tmp_path, capsys):
     from rumik_app.synthesize import main
 
-    write_voice(tmp_path / "voices", "Arjun", base_fingerprint(tiny_checkpoint))
+    write_voice(tmp_path / "voices", "Arjun", base_fingerprint(tiny_checkpoint),
+                shapes=checkpoint_shapes(tiny_checkpoint))
     args = ["--model", str(tiny_checkpoint), "--text", "Hello.", "--print-prompt", "--voices", str(tmp_path / "voices")]
     assert main([*args, "--voice", "arjun"]) == 0
     assert capsys.readouterr().out.strip() == "[BOS]<text>Arjun: Hello.<audio>"
