@@ -102,6 +102,21 @@ def output_rate(fmt: str, source_rate: int, requested: int | None = None) -> int
     return requested if requested is not None else DEFAULT_RATES.get(fmt, source_rate)
 
 
+# The most bytes a second of each format can take (a bound checked before any work): 16-bit
+# samples for the uncompressed ones (FLAC never much above its PCM), one byte a sample for G.711,
+# and the codec's highest bit rate for the compressed ones (MP3 320 kb/s, Opus 510 kb/s, and our
+# AAC's 64 kb/s with its ADTS headers).
+BYTES_PER_SAMPLE = {"pcm": 2.0, "wav": 2.0, "flac": 2.1, "ulaw": 1.0, "alaw": 1.0}
+BYTES_PER_SECOND = {"mp3": 320_000 / 8, "opus": 510_000 / 8, "aac": 1.1 * 64_000 / 8}
+
+
+def max_bytes_per_second(fmt: str, sample_rate: int) -> float:
+    """An upper bound on one second of `fmt` audio at `sample_rate` Hz, in bytes."""
+    if fmt in BYTES_PER_SAMPLE:
+        return BYTES_PER_SAMPLE[fmt] * sample_rate
+    return BYTES_PER_SECOND[fmt]
+
+
 def rate_problem(fmt: str, rate: int | None) -> str | None:
     """Why output rate `rate` (None: the default) cannot be used with `fmt`: one sentence naming
     the allowed values; None when it can."""

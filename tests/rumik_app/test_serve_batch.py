@@ -189,6 +189,16 @@ def test_over_limit_batches_are_refused_whole_with_one_message(server, monkeypat
     assert resp.status_code == 200  # a bad item makes no audio: it does not count
 
 
+def test_a_batch_whose_answer_would_be_too_large_is_refused_whole(server):
+    """31 items of 60 s of SSML breaks as 48 kHz WAV: an 8 KB request whose answer would be ~240 MB of JSON."""
+    pauses = "<speak>Hi." + '<break time="10s"/>' * 6 + "</speak>"
+    wav = [item(i, input=pauses, response_format="wav", sample_rate=48_000) for i in range(31)]
+    _refused_before_any_work(server, {"items": wav}, "The batch's answer could be up to 229 MB (each item's most "
+                                                     "audio in its format and sample rate, as base64); at most 64 MB")
+    mp3 = [item(i, input=pauses, response_format="mp3", sample_rate=48_000) for i in range(2)]
+    assert post_batch(server.url, {"items": mp3}).status_code == 200  # compressed, the same audio fits
+
+
 def test_items_that_cannot_be_checked_get_their_own_errors(server):
     items = [item(1), "Hello", item(2, stream_format="sse"), item(3, colour="red"), item(4, model="whisper-1"),
              item(5, max_seconds=99)]

@@ -22,8 +22,9 @@ ones). `usage` is the item's, as the single route's SSE `speech.audio.done` even
 
 Bounds, each refused for the whole batch with one 400 before any item takes a row: at most
 MAX_ITEMS items (and at least one), MAX_TYPED_CHARS characters of `input` summed over the items,
-and MAX_AUDIO_SECONDS of audio summed over the items' budgets (each item's most audio: its
-chunks' `max_seconds`, plus a script's pauses). Each item is also bounded as a single request.
+MAX_AUDIO_SECONDS of audio summed over the items' budgets (each item's most audio: its
+chunks' `max_seconds`, plus a script's pauses), and MAX_ANSWER_BYTES of answer (each item's
+most audio in its format and rate, as base64). Each item is also bounded as a single request.
 The answer comes whole (no streaming: `stream_format: "sse"` is an item's error). An item
 that cannot get a row (full queue, shutting down) gets its own 503 error; retry just those. A
 client that hangs up cancels every item, freeing their rows.
@@ -48,7 +49,7 @@ from rumik_app.engine.planning import plan_request
 from rumik_app.engine.script import plan_script
 from rumik_app.serve.adapters import off_loop
 from rumik_app.serve.context import ServeContext
-from rumik_app.serve.encoding import encode_whole
+from rumik_app.serve.encoding import encode_whole, max_bytes_per_second, output_rate
 from rumik_app.serve.errors import ApiError, engine_error
 from rumik_app.serve.lexicons import owner_of
 from rumik_app.serve.openai.schema import SpeechJob, SpeechRequest, check_model, speech_job, validation_error
@@ -61,6 +62,8 @@ MAX_ITEMS = 64  # items per batch (vLLM-Omni's batch route takes 32)
 MAX_TYPED_CHARS = 16_384
 # Audio the items may make, summed over their budgets: every item at the 30 s cap per chunk.
 MAX_AUDIO_SECONDS = 64 * 30.0
+MAX_ANSWER_BYTES = 64 * 2**20  # of JSON: the answer is built whole in memory before it is sent
+BASE64_GROWTH = 4 / 3
 CLIENT_CLOSED = 499  # nginx's "client closed the request" (logged only; nobody receives it)
 SPLIT_HINT = "Split it into several batches."
 
@@ -86,7 +89,7 @@ async def speech_batch(body: dict[str, Any], request: Request) -> Response:
     raw = batch_items(body)
     owner = owner_of(request)
     items = await asyncio.gather(*(off_loop(check_item, index, item, ctx, owner) for index, item in enumerate(raw)))
-    check_budget(items)
+    check_budget(items, ctx.adapter.sample_rate)
     results = await unless_disconnected(_run_all(ctx, items), request)
     if results is None:
         ctx.metrics.error("client_disconnected")
@@ -152,13 +155,23 @@ def budget_seconds(job: SpeechJob, ctx: ServeContext) -> float:
     return sum(chunk.max_new_tokens for chunk in chunks) / adapter.layout.tokens_per_second
 
 
-def check_budget(items: list[Item]) -> None:
-    """The whole batch's 400 when the good items' budgets add up to more than MAX_AUDIO_SECONDS."""
-    total = sum(item.budget_s for item in items if item.error is None)
+def check_budget(items: list[Item], source_rate: int) -> None:
+    """The whole batch's 400 when the good items' budgets add up to more than MAX_AUDIO_SECONDS,
+    or their answers (as base64, in each item's format and rate) to more than MAX_ANSWER_BYTES."""
+    good = [item for item in items if item.error is None]
+    total = sum(item.budget_s for item in good)
     if total > MAX_AUDIO_SECONDS:
         raise _batch_error(f"The batch's items could make up to {total:,.0f} s of audio in all (each item's "
                            f"max_seconds over its chunks); at most {MAX_AUDIO_SECONDS:,.0f} s per batch. Lower "
                            f"max_seconds or split it into several batches.", code="batch_too_large")
+    answer = sum(item.budget_s * BASE64_GROWTH * max_bytes_per_second(
+        item.job.response_format, output_rate(item.job.response_format, source_rate, item.job.sample_rate))
+        for item in good)
+    if answer > MAX_ANSWER_BYTES:
+        raise _batch_error(f"The batch's answer could be up to {answer / 2**20:,.0f} MB (each item's most audio in "
+                           f"its format and sample rate, as base64); at most {MAX_ANSWER_BYTES // 2**20} MB per batch. "
+                           "Ask for a compressed format (mp3, opus, aac) or a lower sample_rate, lower max_seconds, "
+                           "or split it into several batches.", code="batch_too_large")
 
 
 async def _run_all(ctx: ServeContext, items: list[Item]) -> list[dict]:
