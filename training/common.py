@@ -53,7 +53,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from rumik_app.errors import CheckpointError, ConfigError, RumikError
+from rumik_app import errors
+from rumik_app.errors import CheckpointError, RumikError
 from rumik_app.files import atomic_write, replace_dir
 from training.config import OptimConfig, save_config
 
@@ -150,7 +151,7 @@ def check_world(num_processes: int) -> None:
     each would be a main process of its own, all writing OUT's files."""
     launched = launched_processes()
     if launched != num_processes:
-        raise ConfigError(f"the launcher started {launched} processes but accelerate sees {num_processes}: "
+        raise errors.ConfigError(f"the launcher started {launched} processes but accelerate sees {num_processes}: "
                           "launch with torchrun or accelerate launch on one kind of device (CUDA, or CPU "
                           "with ACCELERATE_USE_CPU=true), or run one process.")
 
@@ -159,7 +160,7 @@ def one_process_only(command: str) -> None:
     """ConfigError when a single-process command is launched as several processes: each copy would
     write the same output folder."""
     if launched_processes() > 1:
-        raise ConfigError(f"{command} runs on one process: run it without torchrun or accelerate launch "
+        raise errors.ConfigError(f"{command} runs on one process: run it without torchrun or accelerate launch "
                           f"(the launcher started {launched_processes()}).")
 
 
