@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import torch
 
 from rumik_app.engine.local import TTSEngine
 from rumik_app.engine.scheduler import BatchScheduler
 from rumik_app.serve.adapters import SchedulerAdapter
-from tests.conftest import NEVER_STOP, stop_head_bias
 from tests.servers import ServerThread, wait_for
 
 KEY = "api-key"
@@ -30,18 +29,20 @@ HOLD_TIMEOUT_S = 60
 
 
 class DecodingHold:
-    """Holds the decoding thread at its next step once `hold()` is called, until `release()`
-    (HOLD_TIMEOUT_S at most), so a request is still busy when the test acts, however fast the
-    tiny model decodes. `</audio>` is masked meanwhile: the random model could sample it, and a
-    row that ended before the hold would leave nothing busy."""
+    """Holds the decoding thread at its next decode step once `ask()` is called, until `release()`
+    (HOLD_TIMEOUT_S at most): asked before a request is sent, that step is the request's first, so
+    the request is busy (its row taken) while the test acts, however fast the model decodes and
+    whatever it would sample. The server warms its decoder up before it answers, so no warm-up
+    step is caught."""
 
     def __init__(self):
         self.asked, self.held, self.released = threading.Event(), threading.Event(), threading.Event()
 
-    def hold(self) -> None:
-        """Ask for the hold and wait until the decoding thread is in it."""
+    def ask(self) -> None:
         self.asked.set()
-        assert self.held.wait(HOLD_TIMEOUT_S), "the request ended (or never decoded) before it could be held"
+
+    def wait_held(self) -> None:
+        assert self.held.wait(HOLD_TIMEOUT_S), "no decode step came after the hold was asked for"
 
     def release(self) -> None:
         self.released.set()
@@ -55,15 +56,12 @@ class DecodingHold:
 @contextlib.contextmanager
 def decoding_held(engine):
     hold = DecodingHold()
-    step_logits = engine.head.step_logits
     handle = engine.model.stop_predictor.register_forward_hook(hold._step)
-    engine.head.step_logits = lambda hidden, phase, allow_end: step_logits(hidden, phase, torch.zeros_like(allow_end))
     try:
         yield hold
     finally:
         hold.release()
         handle.remove()
-        del engine.head.step_logits  # the class's method again
 
 
 def _server(tiny_checkpoint, idle_unload_s=None, **options):
@@ -92,16 +90,18 @@ def test_admin_unload_needs_the_admin_key_and_refuses_while_busy(tiny_checkpoint
         assert httpx.post(server.url + "/v1/admin/unload", timeout=10).status_code == 401
         by_api_key = httpx.post(server.url + "/v1/admin/unload", headers=AUTH, timeout=10)
         assert by_api_key.status_code == 401 and "--admin-key" in by_api_key.json()["error"]["message"]
-        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client:
-            with stop_head_bias(engine, NEVER_STOP), decoding_held(engine) as hold, \
-                    client.stream("POST", "/v1/audio/speech", json={**SPEECH, "max_seconds": 30}) as resp:
-                next(resp.iter_raw())  # the request is decoding
-                hold.hold()  # and stays busy until released
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as client, ThreadPoolExecutor(1) as pool:
+            with decoding_held(engine) as hold:
+                hold.ask()
+                speaking = pool.submit(httpx.post, server.url + "/v1/audio/speech", json=SPEECH, headers=AUTH,
+                                       timeout=120)
+                hold.wait_held()  # the request's first decode step: it is busy until released
                 assert server.health()["active"] == 1
                 refused = client.post("/v1/admin/unload", headers=ADMIN)
                 assert refused.status_code == 409 and refused.json()["error"]["code"] == "busy"
                 hold.release()
-            wait_for(lambda: server.health()["active"] == 0, what="the hung-up request's row to be freed")
+                assert speaking.result().status_code == 200
+            wait_for(lambda: server.health()["active"] == 0, what="the finished request's row to be freed")
             done = client.post("/v1/admin/unload", headers=ADMIN)
             assert done.status_code == 200 and done.json() == {"loaded": False}
             assert server.health()["loaded"] is False and not engine.loaded
