@@ -30,9 +30,10 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from rumik_app.engine.serving import (
     ShuttingDown,
 )
 from rumik_app.request import SERVER_LIMITS, RequestLimits, SynthesisRequest
-from rumik_app.serve.protocol import SpeechAdapter
+from rumik_app.serve.protocol import PREPARER, SpeechAdapter
 
 log = logging.getLogger(__name__)
 ENGINE_WATCH_S = 1.0  # how often an idle vLLM adapter checks that its engine core is alive
@@ -58,10 +59,15 @@ VLLM_NO_UNLOAD = ("The vLLM backend does not unload its model (--idle-unload, PO
                   "held until the server stops. Use --backend engine to unload when idle, or stop the server.")
 
 
-# Text preparation (normalise, tokenise, plan) runs on a few threads of its own, first come
-# first served: a client that sends text after text, each interrupting the last, cannot fill
-# the default executor, and a request whose client went away stops at its next chunk.
+# Text preparation (normalise, tokenise, plan) runs on a few threads of its own: a client that
+# sends text after text, each interrupting the last, cannot fill the default executor, and a
+# request whose client went away stops at its next chunk. One client (`PREPARER`: an API key's
+# owner id, or an address on a server without keys; RequestGate sets it per request) holds at
+# most PREPARE_PER_CLIENT of them at once, so another client's text never waits behind one
+# client's queue, only behind one preparation.
 PREPARE_WORKERS = 2
+PREPARE_PER_CLIENT = PREPARE_WORKERS - 1
+_SHARES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {client: [semaphore, users]}
 
 
 @functools.cache
@@ -69,23 +75,60 @@ def _prepare_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="rumik-prepare")
 
 
-async def prepare_off_loop(prepare: Callable[[SynthesisRequest, threading.Event], object], req: SynthesisRequest):
-    """`prepare(req, abandoned)` on the preparation threads; if the caller is cancelled (its
-    client hung up or interrupted it), `abandoned` is set and a job not yet started is dropped."""
-    abandoned = threading.Event()
-    future = _prepare_pool().submit(prepare, req, abandoned)
+async def _submit(fn: Callable, *args) -> Future:
+    """`fn(*args)` submitted to the preparation threads once this request's client has a place
+    (PREPARE_PER_CLIENT; no wait without a client). The place is held until the thread is done
+    with `fn`, also when the caller stops waiting for it (a hang-up)."""
+    client = PREPARER.get()
+    if client is None:
+        return _prepare_pool().submit(fn, *args)
+    loop = asyncio.get_running_loop()
+    shares = _SHARES.setdefault(loop, {})
+    share = shares.setdefault(client, [asyncio.Semaphore(PREPARE_PER_CLIENT), 0])
+    share[1] += 1
+
+    def leave(acquired: bool) -> None:
+        if acquired:
+            share[0].release()
+        share[1] -= 1
+        if not share[1] and shares.get(client) is share:
+            del shares[client]
+
     try:
+        await share[0].acquire()
+    except BaseException:
+        leave(acquired=False)
+        raise
+    future = _prepare_pool().submit(fn, *args)
+
+    def done(_future: Future) -> None:  # on the worker thread (or here, for a job cancelled before it ran)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+            loop.call_soon_threadsafe(leave, True)
+
+    future.add_done_callback(done)
+    return future
+
+
+async def prepare_off_loop(prepare: Callable[[SynthesisRequest, threading.Event], object], req: SynthesisRequest):
+    """`prepare(req, abandoned)` on the preparation threads, within the client's place; if the
+    caller is cancelled (its client hung up or interrupted it), `abandoned` is set and a job not
+    yet started is dropped."""
+    abandoned = threading.Event()
+    future = None
+    try:
+        future = await _submit(prepare, req, abandoned)
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         abandoned.set()
-        future.cancel()
+        if future is not None:
+            future.cancel()
         raise
 
 
 async def off_loop(fn: Callable, *args):
-    """`fn(*args)` on the preparation threads (building a dialogue or SSML script plans every
-    part: CPU work that must not hold the event loop)."""
-    return await asyncio.wrap_future(_prepare_pool().submit(fn, *args))
+    """`fn(*args)` on the preparation threads, within the client's place (building a dialogue or
+    SSML script plans every part: CPU work that must not hold the event loop)."""
+    return await asyncio.wrap_future(await _submit(fn, *args))
 
 
 class EngineVoices:

@@ -31,6 +31,7 @@ from rumik_app.serve.protocol import (
     MAX_JOB_BODY_BYTES,
     MAX_LEXICON_BODY_BYTES,
     OPEN_OWNER,
+    PREPARER,
 )
 from rumik_app.voices.archive import MAX_ARCHIVE_BYTES, archive_too_large
 
@@ -108,6 +109,8 @@ class RequestGate:
         self.admin_key, self.body_timeout = admin_key, body_timeout
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            PREPARER.set(self._preparer(scope))
         if scope["type"] == "websocket":
             return await self._websocket(scope, receive, send)
         if scope["type"] != "http":
@@ -164,6 +167,14 @@ class RequestGate:
             self._mark_owner(scope, authorization)
         length = declared_length(scope)
         return self._too_large(scope) if length is not None and length > self._body_cap(scope) else None
+
+    def _preparer(self, scope) -> str | None:
+        """Whom this request's text preparation counts against: its key's owner, else its address."""
+        key = matching_key(header(scope, b"authorization"), self.api_key) if self.api_key else None
+        if key is not None:
+            return owner_id(key)
+        client = scope.get("client")
+        return client[0] if client else None
 
     def _mark_owner(self, scope, authorization: str | None) -> None:
         key = matching_key(authorization, self.api_key) if self.api_key else None

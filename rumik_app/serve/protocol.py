@@ -20,6 +20,7 @@ is yielded (word timestamps, `rumik_app.serve.words`, place each chunk in the st
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -51,6 +52,9 @@ MAX_LEXICON_BODY_BYTES = 1 << 20  # a lexicon upload (rumik_app.serve.lexicons):
 # A long job (rumik_app.serve.jobs): a speech request whose input may be a chapter (50,000 characters, up to
 # 12 bytes each as JSON escapes), with room.
 MAX_JOB_BODY_BYTES = 1 << 20
+# Whose request this is, for the preparation threads' per-client share (serve.adapters): an API
+# key's owner id, or the client's address on a server without keys. RequestGate sets it per request.
+PREPARER: contextvars.ContextVar[str | None] = contextvars.ContextVar("rumik_preparer", default=None)
 
 
 @runtime_checkable
