@@ -57,7 +57,6 @@ MAX_STATEMENT_CHARS = 4000
 CONSENT_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".m4a", ".pdf", ".txt", ".png", ".jpg")
 ADAPTER_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}  # safetensors dtype -> bytes per element
 BASE_KEY = re.compile(r"model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.weight")
-MAX_BASE_HEADER_BYTES = 64 * 2**20  # a checkpoint's safetensors header (the operator's own files)
 KEY_PATTERN = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight")
 
 
@@ -267,18 +266,17 @@ class BaseShapes:
 
 
 def base_shapes(checkpoint_dir: str | os.PathLike) -> BaseShapes:
-    """The checkpoint's BaseShapes, from the headers of its `model*.safetensors` (no tensor data)."""
+    """The checkpoint's BaseShapes, from the headers of its `model*.safetensors` (safetensors reads
+    only the header here: no tensor data, no torch)."""
+    from safetensors import safe_open
+
     layers, modules = set(), {}
     for path in sorted(Path(checkpoint_dir).glob("model*.safetensors")):
-        with path.open("rb") as handle:
-            length = struct.unpack("<Q", handle.read(8))[0]
-            if length > MAX_BASE_HEADER_BYTES:
-                raise VoiceError(f"{path} has a {length:,}-byte header: not a checkpoint this server can read.")
-            table = json.loads(handle.read(length))
-        for name, entry in table.items():
-            if (match := BASE_KEY.fullmatch(name)) and match.group(2) in TARGET_MODULES:
-                layers.add(int(match.group(1)))
-                modules[match.group(2)] = tuple(entry["shape"])
+        with safe_open(str(path), framework="numpy") as weights:
+            for name in weights.keys():
+                if (match := BASE_KEY.fullmatch(name)) and match.group(2) in TARGET_MODULES:
+                    layers.add(int(match.group(1)))
+                    modules[match.group(2)] = tuple(weights.get_slice(name).get_shape())
     return BaseShapes(len(layers), modules)
 
 
