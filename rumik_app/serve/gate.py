@@ -110,7 +110,8 @@ class RequestGate:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] in ("http", "websocket"):
-            PREPARER.set(self._preparer(scope))
+            client = scope.get("client")
+            PREPARER.set(client[0] if client else None)  # by address; a matching key's owner replaces it
         if scope["type"] == "websocket":
             return await self._websocket(scope, receive, send)
         if scope["type"] != "http":
@@ -168,17 +169,11 @@ class RequestGate:
         length = declared_length(scope)
         return self._too_large(scope) if length is not None and length > self._body_cap(scope) else None
 
-    def _preparer(self, scope) -> str | None:
-        """Whom this request's text preparation counts against: its key's owner, else its address."""
-        key = matching_key(header(scope, b"authorization"), self.api_key) if self.api_key else None
-        if key is not None:
-            return owner_id(key)
-        client = scope.get("client")
-        return client[0] if client else None
-
     def _mark_owner(self, scope, authorization: str | None) -> None:
         key = matching_key(authorization, self.api_key) if self.api_key else None
         scope.setdefault("state", {})["owner"] = owner_id(key)
+        if key is not None:  # what this request's text preparation counts against (serve.adapters)
+            PREPARER.set(owner_id(key))
 
     def _body_cap(self, scope) -> int:
         path = scope["path"].rstrip("/")
