@@ -48,10 +48,7 @@ words, and references and transcripts are scored in that spoken form (`ref_spoke
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import re
 import shlex
 import sys
 from collections import defaultdict
@@ -64,6 +61,7 @@ from evaluation.asr import load_asr, run_key
 from evaluation.asr_judge import ASRError, ASRJudge
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_native
 from evaluation.metrics import ErrorCounts, content_error, corpus_rate, score_pair
+from evaluation.prompt_file import clip_seed, is_nova, load_prompts, prompt_request
 from evaluation.report import markdown_table, read_jsonl, write_jsonl
 from evaluation.run_report import (  # noqa: F401 - the output file names are part of this module's interface
     CHARTS_DIR,
@@ -85,84 +83,10 @@ from evaluation.text import DEFAULT_SEGMENTATION, SEGMENTATIONS, segmentation_so
 from rumik_app.audio import write_wav
 from rumik_app.cli_args import add_engine_arguments, add_watermark_argument, engine_options, quiet_vllm_logs
 from rumik_app.errors import RumikError, report_user_error
-from rumik_app.request import CONDITION_FIELDS, SEED_RANGE, SynthesisRequest
-from rumik_app.text.languages import LANGUAGES, dominant_script, get_language
 from rumik_app.watermark.marker import shared_watermarker
 
 DEFAULT_CACHE = "asr_cache.json"
 DEFAULT_SEED, DEFAULT_BATCH = 0, 8
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-NOVA_FIELDS = ("text_with_mark", "nvv", "requested_index")
-
-
-class PromptFileError(RumikError, ValueError):
-    """A prompt file that cannot be run; the message names the line and the fix."""
-
-
-def is_nova(prompt: dict) -> bool:
-    return all(f in prompt for f in NOVA_FIELDS)
-
-
-def infer_language(text: str) -> str | None:
-    """The language code when the script names exactly one language (Latin -> en), else None."""
-    script = dominant_script(text)
-    codes = [lang.code for lang in LANGUAGES if lang.script == script]
-    return codes[0] if len(codes) == 1 else None
-
-
-def load_prompts(path: str | os.PathLike, limit: int | None = None) -> list[dict]:
-    """Prompt records with `language` (ISO code) and `domain` filled in; PromptFileError on bad lines."""
-    path = Path(path)
-    if not path.is_file():
-        raise PromptFileError(f"Prompt file {path} does not exist.")
-    prompts, seen = [], set()
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            p = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptFileError(f"{where}: not valid JSON ({exc.msg}).") from exc
-        if not isinstance(p, dict) or not p.get("id") or not str(p.get("text", "")).strip():
-            raise PromptFileError(f"{where}: every line needs non-empty `id` and `text` fields.")
-        p["id"] = str(p["id"])
-        if not SAFE_ID.match(p["id"]):
-            raise PromptFileError(f"{where}: id {p['id']!r} is not usable as a file name; use letters, digits, . _ -")
-        if p["id"] in seen:
-            raise PromptFileError(f"{where}: duplicate id {p['id']!r}; ids must be unique.")
-        seen.add(p["id"])
-        if p.get("language"):
-            try:
-                p["language"] = get_language(str(p["language"])).code
-            except ValueError as exc:
-                raise PromptFileError(f"{where}: {exc}") from exc
-        else:
-            p["language"] = infer_language(p["text"])
-            if p["language"] is None:
-                raise PromptFileError(f"{where}: no `language` field and the script does not tell; add one.")
-        p["domain"] = str(p.get("domain") or ("nova" if is_nova(p) else "general"))
-        prompts.append(p)
-    if not prompts:
-        raise PromptFileError(f"{path} holds no prompts.")
-    return prompts[:limit] if limit else prompts
-
-
-def clip_seed(base_seed: int, clip_id: str, run: int) -> int:
-    """Deterministic per-clip seed from (base seed, run, id), so runs differ but reproduce."""
-    digest = hashlib.sha256(f"{base_seed}:{run}:{clip_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % SEED_RANGE
-
-
-def prompt_request(prompt: dict, seed: int, max_new_tokens: int | None = None,
-                   normalize: bool = True) -> SynthesisRequest:
-    """The request for a prompt: NoVA prompts are spoken from `text_with_mark`; `normalize`
-    reads numbers, money, dates and times as words (the request's switch)."""
-    text = prompt["text_with_mark"] if is_nova(prompt) else prompt["text"]
-    fields = {k: prompt[k] for k in CONDITION_FIELDS if prompt.get(k)}
-    if max_new_tokens is not None:
-        fields["max_new_tokens"] = max_new_tokens
-    return SynthesisRequest(text=text, seed=seed, language=prompt["language"], normalize=normalize, **fields)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -101,8 +101,8 @@ def test_grpo_unknown_key_from_the_shell(tmp_path):
 def test_one_base_class_over_every_error_type():
     from evaluation.asr_judge import ASRError
     from evaluation.audio_io import AudioLoadError
+    from evaluation.prompt_file import PromptFileError
     from evaluation.quality import QualityError
-    from evaluation.run import PromptFileError
     from evaluation.speaker import SpeakerError
     from evaluation.systems import SynthesisError
     from rumik_app.errors import CheckpointConfigError, CheckpointError

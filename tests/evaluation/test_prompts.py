@@ -18,7 +18,7 @@ import pytest
 import regex
 
 from evaluation import nova
-from evaluation.run import SAFE_ID, load_prompts, prompt_request
+from evaluation.prompt_file import SAFE_ID, load_prompts, prompt_request
 from rumik_app.prompt import ALLOWED_TAGS, validate_text
 from rumik_app.text.languages import LANGUAGE_BY_CODE, LANGUAGES, dominant_script, script_counts
 

@@ -30,7 +30,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, file_sha256, load_audio
-from evaluation.run import clip_seed
+from evaluation.prompt_file import clip_seed
 from evaluation.systems import SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from webapp.campaign.clips import stimuli

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from evaluation.audio_io import LOCAL_MAX_SECONDS, AudioLoadError, check_audio, file_sha256, load_audio
-from evaluation.run import clip_seed, prompt_request
+from evaluation.prompt_file import clip_seed, prompt_request
 from evaluation.systems import RumikSystem, SynthesisError, Synthesizer, load_system
 from rumik_app.audio import SAMPLE_RATE, write_wav
 from rumik_app.request import SynthesisRequest

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evaluation import indicemo, nova
-from evaluation.run import PromptFileError, is_nova, load_prompts
+from evaluation.prompt_file import PromptFileError, is_nova, load_prompts
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
 from webapp.campaign.data.conditions import Condition, DesignError, check_name
