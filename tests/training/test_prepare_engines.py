@@ -1,7 +1,7 @@
 """training.prepare on Ray Data: a local Ray run with 2 workers writes what the single-process run
 writes, and a Ray run killed mid-way resumes to the same files without redoing finished shards.
 
-The corpus: 200 espeak-ng rows in English, Hindi and Tamil, two of them 25 s English recordings
+The corpus: 100 espeak-ng rows in English, Hindi and Tamil, two of them 25 s English recordings
 that the VAD cuts into utterances (benchmarks/espeak_corpus.py). Every stage runs: silero VAD,
 pocketsphinx transcribing the utterances, the silent, clipping and SNR filters, resemblyzer
 embeddings and the tiny checkpoint's Mimi. DNSMOS is left to tests/training/test_prepare_filters.py
@@ -36,12 +36,13 @@ pytestmark = pytest.mark.slow
 SETTINGS = {"max_seconds": 20.0, "asr": "pocketsphinx", "min_snr_db": 15.0, "speaker_encoder": "resemblyzer",
             "shard_size": 20}
 KILL_TIMEOUT_S = 600  # until the first shard: the actors' start (~36 CPU s each) and 20 rows, on a loaded machine
-SHARDS = 10  # 200 rows of 20
+CLIPS = 100  # every claim holds at 200 too; each row costs every stage twice (local and Ray)
+SHARDS = 5  # CLIPS rows of 20
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    return make_corpus(tmp_path_factory.mktemp("corpus"), clips=200, long_recordings=2, long_seconds=25.0)
+    return make_corpus(tmp_path_factory.mktemp("corpus"), clips=CLIPS, long_recordings=2, long_seconds=25.0)
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +113,13 @@ def test_local_run_segments_recordings_and_counts_every_stage(local_run):
         assert 2.0 <= row["seconds"] <= 20.0 and row["transcribed"] and row["text"]
         assert row["source_end"] - row["source_start"] == pytest.approx(row["seconds"], abs=2e-3)
     assert set(report["by_language"]) == {"en", "hi", "ta"}
-    assert report["counts"]["lines"] == 200 and report["counts"]["rows"] == 200
+    assert report["counts"]["lines"] == CLIPS and report["counts"]["rows"] == CLIPS
     assert report["kept"] == len(rows) == report["counts"]["kept"]
     filtered = sum(report["dropped"].get(key, 0) for key in ("silent", "clipped", "low_snr"))
     assert report["kept"] == report["counts"]["utterances"] - filtered
     assert set(report["speakers"]["mean_cosine"]) == {"Aisha", "Ira", "Siya"}
     assert all(report["run"]["stage_seconds"][stage] > 0 for stage in ("decode", "segment", "embed", "encode"))
-    assert report["run"] | {"stage_seconds": None} == {"engine": "local", "shards": 10, "encoded_shards": 10,
+    assert report["run"] | {"stage_seconds": None} == {"engine": "local", "shards": SHARDS, "encoded_shards": SHARDS,
                                                        "reused_shards": 0, "stage_seconds": None}
 
 
