@@ -60,11 +60,11 @@ def _launch(module: str, args: list[str]) -> tuple[list[str], dict]:
             *args], env
 
 
-def run_on_two_cpu_processes(module: str, args: list[str]) -> subprocess.CompletedProcess:
+def run_on_two_cpu_processes(module: str, args: list[str], timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     """`python -m torch.distributed.run --standalone --nproc_per_node 2 -m MODULE ARGS` from the
     repository root, one thread per process; fails with the end of its stderr if it fails."""
     command, env = _launch(module, args)
-    done = subprocess.run(command, env=env, cwd=REPO, timeout=TIMEOUT_S, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, cwd=REPO, timeout=timeout_s, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
