@@ -37,7 +37,10 @@ from rumik_app.errors import RumikError
 
 MIN_PAIRS = 3  # fewer clips than this have no rank correlation worth a number
 MIN_DEFINED = 0.99  # share of bootstrap resamples with a rho needed for a CI
-JUDGE_KEYS = ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak", "speaker_sim")
+QUALITY_KEYS = ("dnsmos_ovrl", "dnsmos_sig", "dnsmos_bak")  # what judge_clips writes per judge
+SPEAKER_KEYS = ("speaker_sim",)
+JUDGE_KEYS = QUALITY_KEYS + SPEAKER_KEYS
+JUDGE_GROUPS = (("quality", QUALITY_KEYS), ("speaker", SPEAKER_KEYS))  # each judge and the keys it writes
 BATCH_CLIPS = 16
 
 

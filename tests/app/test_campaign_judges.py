@@ -192,15 +192,25 @@ def test_the_admins_button_on_the_campaign_server(rated, judged):
         demo.close()
 
 
-def test_command_line_with_one_reference_clip(rated, judged, capsys, tmp_path):
+def test_command_line_with_one_reference_clip(rated, judged, capsys, tmp_path, monkeypatch):
+    """A new speaker reference judges speaker similarity again and reuses every clip's DNSMOS."""
     ref = espeak_wav(tmp_path / "ref.wav", "en-us+m3", "A male voice reads this sentence as the reference.")
     before = judges_path(rated.campaign).read_bytes()  # the systems' own voices, put back for other tests
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("DNSMOS ran again although no clip changed")
+
+    monkeypatch.setattr(DNSMOS, "score", refuse)
     args = ["judges", "--name", rated.campaign.name, "--data-dir", str(rated.layout.root), "--speaker-ref", str(ref)]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "Spearman's rho" in out and "clip ref.wav" in out and f"wrote {judges_path(rated.campaign)}" in out
     saved = load_judges(rated.campaign)
     assert set(saved["judges"]["references"].values()) == {"clip ref.wav"}
+    dnsmos_before = {(e["prompt"], e["condition"]): {k: v for k, v in e["values"].items() if k.startswith("dnsmos")}
+                     for e in json.loads(before)["clips"]}
+    assert {(e["prompt"], e["condition"]): {k: v for k, v in e["values"].items() if k.startswith("dnsmos")}
+            for e in saved["clips"]} == dnsmos_before and len(dnsmos_before) == 8
     encoder = ResemblyzerEncoder()
     male = encoder.embed([ref])[0]  # the 22.05 kHz file, converted once to the encoder's 16 kHz
     entry = saved["clips"][0]

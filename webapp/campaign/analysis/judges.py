@@ -99,7 +99,7 @@ def _references(campaign: Campaign, encoder, voices: dict[str, set], reference_c
 
 
 def _signature(quality, encoder, refs) -> str:
-    """What a clip's values depend on besides the clip itself."""
+    """What a clip's values depend on besides the clip itself, per judge."""
     speaker = None if encoder is None or refs is None else f"{encoder.name} vs {refs.source}"
     # "loading": clips are read at their own rate and converted once, with soxr; values
     # judged before that are judged again.
@@ -107,24 +107,59 @@ def _signature(quality, encoder, refs) -> str:
                       sort_keys=True)
 
 
+def _reusable(prev: dict | None, sha: str, sig: str) -> dict:
+    """The values of `prev` (a saved clip entry) still right for the clip `sha` under `sig`, judge by
+    judge: a new speaker reference judges speaker similarity again, not DNSMOS (the slow judge)."""
+    if not prev or prev.get("sha256") != sha or "error" in prev["values"]:
+        return {}
+    try:
+        then, now = json.loads(prev.get("judges") or "{}"), json.loads(sig)
+    except (TypeError, ValueError):
+        return {}
+    if then.get("loading") != now["loading"]:
+        return {}
+    from evaluation.campaign_judges import JUDGE_GROUPS
+
+    kept = {}
+    for judge, keys in JUDGE_GROUPS:
+        if now[judge] is not None and then.get(judge) == now[judge] and all(k in prev["values"] for k in keys):
+            kept.update({k: prev["values"][k] for k in keys})
+    return kept
+
+
 def _judge_condition(items: list[tuple], quality, encoder, refs, old: dict) -> list[dict]:
-    """Saved clip entries of one condition: reused where sha256 and judges match, else judged now."""
-    from evaluation.campaign_judges import judge_clips
+    """Saved clip entries of one condition: each judge's values reused where sha256 and that judge
+    match, else judged now (clips grouped by the judges they still need, each file decoded once)."""
+    from evaluation.campaign_judges import JUDGE_GROUPS, judge_clips
 
     sig = _signature(quality, encoder, refs)
-    entries, todo = [], []
-    for clip, sha in items:
-        prev = old.get((clip.prompt, clip.condition))
-        if prev and prev.get("sha256") == sha and prev.get("judges") == sig and "error" not in prev["values"]:
-            entries.append(prev)
-        else:
-            todo.append((clip, sha))
     speaker = encoder if refs is not None else None
-    judged = judge_clips([c for c, _ in todo], quality=quality, speaker=speaker, references=refs) if todo else {}
-    for clip, sha in todo:
-        entries.append({"prompt": clip.prompt, "condition": clip.condition, "sha256": sha, "judges": sig,
-                        "values": judged[(clip.prompt, clip.condition)]})
-    return entries
+    wanted = {"quality": quality, "speaker": speaker}
+    kept = {clip: _reusable(old.get((clip.prompt, clip.condition)), sha, sig) for clip, sha in items}
+    groups: dict[tuple[str, ...], list] = {}
+    for clip, _ in items:
+        missing = tuple(judge for judge, keys in JUDGE_GROUPS
+                        if wanted[judge] is not None and not all(k in kept[clip] for k in keys))
+        groups.setdefault(missing, []).append(clip)
+    values = dict(kept)
+    for missing, clips in groups.items():
+        if not missing:
+            continue
+        judged = judge_clips(clips, quality=quality if "quality" in missing else None,
+                             speaker=speaker if "speaker" in missing else None, references=refs)
+        for clip in clips:
+            new = judged[(clip.prompt, clip.condition)]
+            values[clip] = new if "error" in new else {**values[clip], **new}
+    return [{"prompt": clip.prompt, "condition": clip.condition, "sha256": sha, "judges": sig,
+             "values": _ordered(values[clip])} for clip, sha in items]
+
+
+def _ordered(values: dict) -> dict:
+    """A clip's values in judge_clips's key order, however many were reused."""
+    from evaluation.campaign_judges import JUDGE_KEYS
+
+    order = {k: i for i, k in enumerate(JUDGE_KEYS)}
+    return dict(sorted(values.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 def compute_judges(campaign: Campaign, ratings: list[ClipRating], audio_judges, quality: bool = True,
