@@ -7,26 +7,24 @@
 The marker sits on the line before a ```bash block. In a marked block every line (backslash
 continuations joined, `#` comments dropped) is a `rumik ...` command, optionally after VAR=value
 assignments; anything else fails, so no command hides from the check. A renamed flag fails here
-instead of misleading a reader.
+instead of misleading a reader. Each command is its own process, forked from a warm one
+(tests/cli_process.py), so the suite does not import torch again for each.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from rumik_app.cli import find_command
+from tests.cli_process import run_rumik
 
 ROOT = Path(__file__).resolve().parents[1]
-RUMIK = str(Path(sys.executable).with_name("rumik"))
 MARKER = re.compile(r"^<!-- docs-test: (run|help) -->\s*\n```(?:bash|sh|console)\n(.*?)^```", re.M | re.S)
 ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 RUN_TIMEOUT_S = 300
@@ -79,7 +77,7 @@ def all_doc_commands() -> list[DocCommand]:
 
 @functools.cache
 def help_text(subcommand: tuple[str, ...]) -> str:
-    proc = subprocess.run([RUMIK, *subcommand, "--help"], capture_output=True, text=True, timeout=120)
+    proc = run_rumik([*subcommand, "--help"], cwd=ROOT, timeout_s=120)
     if proc.returncode != 0:
         raise AssertionError(f"rumik {' '.join(subcommand)} --help failed: {proc.stderr[-1000:]}")
     return proc.stdout
@@ -114,9 +112,8 @@ def test_every_flag_of_a_documented_command_exists(command):
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c.mode == "run"],
                          ids=lambda c: f"{c.where} rumik {' '.join(c.words[:2])}")
 def test_a_runnable_command_runs(command, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **dict(command.env)}
-    proc = subprocess.run([RUMIK, *command.words], cwd=tmp_path, capture_output=True, text=True, env=env,
-                          timeout=RUN_TIMEOUT_S)
+    proc = run_rumik(command.words, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **dict(command.env)},
+                     timeout_s=RUN_TIMEOUT_S)
     assert proc.returncode == 0, f"{command.where}: rumik {' '.join(command.words)}\n{proc.stderr[-3000:]}"
 
 
