@@ -24,6 +24,9 @@ os.environ.setdefault("RUMIK_CPU_DTYPE", "fp32")
 # work, and niced under the other xdist workers' load they waited minutes for a core (a Ray run timed out
 # before its first shard). At 0 they share the cores fairly. Read by each raylet the tests start.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# Inductor compiles in a pool of worker processes, one per core, each importing torch (about 8 CPU s a
+# compiling test, measured on test_fast_decode); beside the suite's own workers a pool buys nothing.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
