@@ -252,7 +252,7 @@ def test_sigkill_mid_job_then_restart_finishes_it_equal_to_an_uninterrupted_run(
     keys.write_text(f"{KEY_A}\n{KEY_B}\n")
     data = tmp_path / "data"
     args = ("--max-batch", "1", "--served-model-name", "tiny", "--api-keys-file", str(keys), "--data-dir", str(data))
-    body = {**JOB, "input": CHAPTER * 2, "max_seconds": 1.0}  # 12 chunks, one at a time
+    body = {**JOB, "max_seconds": 1.0}  # 6 chunks, one at a time: killed after 2
     proc, url = start_server_process(tiny_checkpoint, *args)
     try:
         job = create(url, KEY_A, **body).json()
