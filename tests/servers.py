@@ -1,4 +1,4 @@
-"""Speech servers for tests: in this process (a uvicorn thread) or as a subprocess.
+"""Speech servers for tests: in this process (a uvicorn thread) or as a process of their own.
 
     with ServerThread(adapter, api_key="k") as server:      # the real app, on a free port
         httpx.get(server.url + "/health")
@@ -28,6 +28,7 @@ import pytest
 
 from rumik_app.prompt import PromptError, validate_text
 from rumik_app.request import SERVER_LIMITS
+from tests.warm_process import WarmProcess, start_module
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0
@@ -40,7 +41,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, timeout: float = START_TIMEOUT_S, proc: subprocess.Popen | None = None) -> None:
+def wait_healthy(url: str, timeout: float = START_TIMEOUT_S,
+                 proc: subprocess.Popen | WarmProcess | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -93,17 +95,22 @@ class ServerThread:
         return httpx.get(self.url + "/health", timeout=5).json()
 
 
-def start_server_process(checkpoint, *args: str, timeout: float = START_TIMEOUT_S) -> tuple[subprocess.Popen, str]:
+def start_server_process(checkpoint, *args: str, timeout: float = START_TIMEOUT_S):
     """`python -m rumik_app.serve --model CHECKPOINT ARGS` on a free port; returns (process, url) once healthy
-    (within `timeout` s)."""
+    (within `timeout` s). The engine backend's server is a fork of a warm process (tests/warm_process.py:
+    its own pid, signals and exit status, without 10 CPU s of imports); vLLM's, whose engine core starts
+    processes of its own, a fresh interpreter (a subprocess.Popen)."""
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "rumik_app.serve", "--model", str(checkpoint), "--port", str(port),
-           "--log-level", "warning", *args]
+    env = dict(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    words = ["--model", str(checkpoint), "--port", str(port), "--log-level", "warning", *args]
     log = tempfile.NamedTemporaryFile("w+", prefix="speech-server-", suffix=".log", delete=False)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    proc.log_path = log.name  # read it to see what the server said
+    if "vllm" in args:
+        proc = subprocess.Popen([sys.executable, "-m", "rumik_app.serve", *words], cwd=ROOT, text=True,
+                                env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
+                                    "PYTHONPATH", "")])}, stdout=log, stderr=subprocess.STDOUT)
+        proc.log_path = log.name  # read it to see what the server said
+    else:
+        proc = start_module("rumik_app.serve", words, cwd=ROOT, log=log.name, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, timeout=timeout, proc=proc)
@@ -198,7 +205,7 @@ def connection_refused(url: str, body: dict) -> bool:
     return False
 
 
-def check_sigterm_drain(proc: subprocess.Popen, url: str, speech: dict) -> None:
+def check_sigterm_drain(proc: subprocess.Popen | WarmProcess, url: str, speech: dict) -> None:
     """A server started with --max-batch 1: one request streams, a second queues; on SIGTERM
     the queued one gets 503 "shutting down" with Retry-After, new connections are refused, the
     streaming one finishes byte for byte as when run alone, and the process exits in time.

@@ -8,7 +8,7 @@ The marker sits on the line before a ```bash block. In a marked block every line
 continuations joined, `#` comments dropped) is a `rumik ...` command, optionally after VAR=value
 assignments; anything else fails, so no command hides from the check. A renamed flag fails here
 instead of misleading a reader. Each command is its own process, forked from a warm one
-(tests/cli_process.py), so the suite does not import torch again for each.
+(tests/warm_process.py), so the suite does not import torch again for each.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rumik_app.cli import find_command
-from tests.cli_process import run_rumik
+from tests.warm_process import run_rumik
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- docs-test: (run|help) -->\s*\n```(?:bash|sh|console)\n(.*?)^```", re.M | re.S)

@@ -1,5 +1,5 @@
 """Fixtures for the app tests: one in-process app on the tiny checkpoint, shared by the
-gradio_client and browser tests, plus helpers to start `python app.py` as a subprocess.
+gradio_client and browser tests, plus helpers to start `python app.py` as its own process.
 
 Run: .venv/bin/python -m pytest tests/app -q
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.warm_process import WarmProcess, start_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "app"
@@ -27,7 +28,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+def wait_until_up(url: str, proc: subprocess.Popen | WarmProcess | None = None,
+                  timeout: float = SERVER_START_TIMEOUT_S) -> None:
     """Poll the app's config route until it answers; fail with the server output if it dies."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -44,17 +46,15 @@ def wait_until_up(url: str, proc: subprocess.Popen | None = None, timeout: float
     pytest.fail(f"app at {url} did not come up within {timeout:.0f} s")
 
 
-def start_app_process(model: str, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
-    """`python app.py` as a user runs it (one torch thread, hub offline); output to `log_path`."""
+def start_app_process(model: str, data_dir: Path, port: int, log_path: Path) -> WarmProcess:
+    """`python app.py` as a user runs it (one torch thread, hub offline), forked from a warm process
+    (tests/warm_process.py); output to `log_path`."""
     from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False"}
-    for secret in (ADMIN_PASSWORD_ENV, AUTH_ENV):  # an open app, whatever the developer's shell holds
-        env.pop(secret, None)
-    log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([sys.executable, "app.py", "--model", model, "--port", str(port), "--data-dir",
-                             str(data_dir)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+           ADMIN_PASSWORD_ENV: None, AUTH_ENV: None}  # an open app, whatever the developer's shell holds
+    return start_module("app.py", ["--model", model, "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
+                        log=log_path, env=env)
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,6 @@ import os
 import re
 import signal
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ from gradio_client.exceptions import AppError
 from tests.app.campaign_fixtures import make_campaign
 from tests.app.conftest import ROOT, free_port
 from tests.app.test_file_access import FILE_ROUTES, METHODS_WITH_HEAD, REFUSED, _login, _quote, fetch, probe_paths
+from tests.warm_process import WarmProcess, start_module
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate
 from webapp.campaign.data.definition import raters_path
 from webapp.campaign.data.raters import RatersFile
@@ -177,15 +176,15 @@ def test_private_campaign_files_are_refused_by_every_file_route(server):
 
 
 # ---------------------------------------------------------------- concurrency and a crash
-def start_server(data_dir: Path, name: str, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", ADMIN_PASSWORD_ENV: ADMIN_SECRET}
-    env.pop(AUTH_ENV, None)
-    return subprocess.Popen([sys.executable, "-m", "webapp.campaign", "serve", "--name", name, "--data-dir",
-                             str(data_dir), "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=open(log, "a"), stderr=subprocess.STDOUT)  # noqa: SIM115
+def start_server(data_dir: Path, name: str, port: int, log: Path) -> WarmProcess:
+    """`python -m webapp.campaign serve`, forked from a warm process (tests/warm_process.py)."""
+    env = {"OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", ADMIN_PASSWORD_ENV: ADMIN_SECRET,
+           AUTH_ENV: None}
+    return start_module("webapp.campaign", ["serve", "--name", name, "--data-dir", str(data_dir), "--port", str(port)],
+                        cwd=ROOT, log=log, env=env)
 
 
-def wait_for_login(port: int, proc: subprocess.Popen, user: str, password: str) -> None:
+def wait_for_login(port: int, proc: WarmProcess, user: str, password: str) -> None:
     import time
 
     deadline = time.monotonic() + 120
