@@ -71,23 +71,9 @@ def _enter(cwd: str, env: dict[str, str], out: str, err: str) -> None:
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
 
 
-def _rumik(words: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
-    """The child of run_rumik: the console script's body (`sys.exit(main())`)."""
+def _module(module: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+    """The child: `python -m MODULE ARGS`, or `python SCRIPT.py ARGS`."""
     _enter(cwd, env, out, err)
-    sys.argv = ["rumik", *words]
-    from rumik_app.cli import main
-
-    try:
-        code = main(words)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    sys.exit(code)
-
-
-def _module(module: str, args: list[str], cwd: str, env: dict[str, str], log: str) -> None:
-    """The child of start_module: `python -m MODULE ARGS`, or `python SCRIPT.py ARGS`."""
-    _enter(cwd, env, log, log)
     sys.argv = [module, *args]
     try:
         if module.endswith(".py"):
@@ -101,10 +87,12 @@ def _module(module: str, args: list[str], cwd: str, env: dict[str, str], log: st
 
 def run_rumik(words: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None,
               timeout_s: float = 300) -> Finished:
-    """Run `rumik WORDS` in `cwd` with `env` added to this process's environment; fails on a hang."""
+    """Run `rumik WORDS` (`python -m rumik_app.cli WORDS`, the console script's body) in `cwd` with `env`
+    added to this process's environment; fails on a hang."""
     with tempfile.TemporaryDirectory(prefix="rumik-cli-") as folder:
         out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        child = _forkserver().Process(target=_rumik, args=(list(words), str(cwd), _environment(env), out, err))
+        child = _forkserver().Process(target=_module, args=("rumik_app.cli", list(words), str(cwd),
+                                                            _environment(env), out, err))
         child.start()
         child.join(timeout_s)
         if child.exitcode is None:
@@ -155,7 +143,8 @@ def start_module(module: str, args: Sequence[str], cwd: Path, log: str | Path,
     """Start `python -m MODULE ARGS` (or `python SCRIPT.py ARGS` for a module ending in .py, relative
     to `cwd`) in `cwd`, with `env` over this process's environment (None unsets), its output appended
     to `log`; returns at once."""
-    child = _forkserver().Process(target=_module, args=(module, list(args), str(cwd), _environment(env), str(log)))
+    child = _forkserver().Process(target=_module, args=(module, list(args), str(cwd), _environment(env), str(log),
+                                                        str(log)))
     child.start()
     command = ["python", module] if module.endswith(".py") else ["python", "-m", module]
     return WarmProcess(child, [*command, *args], str(log))

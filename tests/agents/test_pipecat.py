@@ -39,7 +39,6 @@ def _audio(frames) -> bytes:
     return b"".join(f.audio for f in chunks)
 
 
-
 # The most a wait for an utterance may take: a deadline for a hang, not a speed check.
 WAIT_S = 120.0
 
