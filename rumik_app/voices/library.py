@@ -348,8 +348,12 @@ class VoiceLibrary:
 
 def describe(package: VoicePackage, full: bool = False) -> dict:
     """A library voice as `GET /v1/voices` and `voice list` show it: never the consent evidence,
-    only its sha256 and date. full (`voice show`): also the statement, file and training config."""
-    consent = {"sha256": package.consent.evidence_sha256, "recorded_at": package.consent.recorded_at}
+    only its sha256, date and how it was checked ("recording", "document"; "none" in packages made
+    before the checks). full (`voice show`): also the statement, file, the checks' figures and the
+    training config."""
+    verification = json.loads(json.dumps(dict(package.consent.verification)))
+    consent = {"sha256": package.consent.evidence_sha256, "recorded_at": package.consent.recorded_at,
+               "checked_by": verification.get("method", "none")}
     out = {"name": package.name, "kind": "library", "languages": list(package.languages),
            "created_at": package.created_at, "data_hours": package.data_hours,
            "evaluation": json.loads(json.dumps(dict(package.evaluation))),
@@ -358,7 +362,7 @@ def describe(package: VoicePackage, full: bool = False) -> dict:
            "base_fingerprint": package.base_fingerprint, "consent": consent}
     if full:
         consent.update(statement=package.consent.statement, evidence_file=package.consent.evidence_file,
-                       evidence_bytes=package.consent.evidence_bytes)
+                       evidence_bytes=package.consent.evidence_bytes, verification=verification)
         out["training"] = json.loads(json.dumps(dict(package.training)))
     return out
 

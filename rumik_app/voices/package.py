@@ -54,7 +54,10 @@ MAX_ADAPTER_BYTES = 512 * 2**20
 MAX_HEADER_BYTES = 4 * 2**20
 MAX_CONSENT_BYTES = 50 * 2**20
 MAX_STATEMENT_CHARS = 4000
-CONSENT_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".m4a", ".pdf", ".txt", ".png", ".jpg")
+RECORDING_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".m4a")  # --consent: checked (training.voice.consent)
+DOCUMENT_SUFFIXES = (".pdf", ".png", ".jpg", ".txt")  # --consent-document: signed (.txt: e.g. PGP), kept unchecked
+CONSENT_SUFFIXES = RECORDING_SUFFIXES + DOCUMENT_SUFFIXES
+MAX_VERIFICATION_CHARS = 4000
 ADAPTER_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}  # safetensors dtype -> bytes per element
 BASE_KEY = re.compile(r"model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.weight")
 KEY_PATTERN = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight")
@@ -89,13 +92,15 @@ class LoraSpec:
 
 @dataclass(frozen=True)
 class Consent:
-    """The speaker's consent: their statement and the evidence (a recording or a document), by sha256."""
+    """The speaker's consent: their statement and the evidence (a recording or a document), by sha256,
+    and `verification`: what checked it (training.voice.consent; empty in packages made before)."""
 
     statement: str
     evidence_file: str
     evidence_sha256: str
     evidence_bytes: int
     recorded_at: str
+    verification: Mapping[str, Any] = field(default_factory=dict)
 
     def check(self) -> "Consent":
         if not self.statement.strip() or len(self.statement) > MAX_STATEMENT_CHARS:
@@ -107,6 +112,9 @@ class Consent:
                              f"package, not {str(self.evidence_file)[:60]!r}. Re-create the package.")
         if not re.fullmatch(r"[0-9a-f]{64}", self.evidence_sha256):
             raise VoiceError("The consent record's evidence_sha256 must be 64 lowercase hex digits.")
+        if len(json.dumps(dict(self.verification))) > MAX_VERIFICATION_CHARS:
+            raise VoiceError(f"The consent record's verification must be a JSON object of at most "
+                             f"{MAX_VERIFICATION_CHARS:,} characters. Re-create the package.")
         return self
 
 
@@ -163,9 +171,10 @@ class VoicePackage:
             raise TypeError("format_version and consent.evidence_bytes must be whole numbers")
         if not (isinstance(self.data_hours, (int, float)) and math.isfinite(self.data_hours) and self.data_hours >= 0):
             raise TypeError("data_hours must be a number of hours")
-        if not (isinstance(self.training, Mapping) and isinstance(self.evaluation, Mapping)):
-            raise TypeError("training and evaluation must be objects")
-        json.dumps({"training": self.training, "evaluation": self.evaluation}, allow_nan=False)  # ValueError: NaN
+        if not all(isinstance(value, Mapping) for value in (self.training, self.evaluation, self.consent.verification)):
+            raise TypeError("training, evaluation and consent.verification must be objects")
+        plain = {"training": self.training, "evaluation": self.evaluation, "verification": self.consent.verification}
+        json.dumps(plain, allow_nan=False)  # ValueError: NaN
 
 
 def check_voice_name(name: str, builtin: tuple[str, ...] = VOICES) -> str:
@@ -195,14 +204,19 @@ def base_fingerprint(checkpoint_dir: str | os.PathLike) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def consent_record(statement: str, evidence: str | os.PathLike) -> Consent:
-    """A Consent for `statement` and the evidence file (checked: exists, a known kind, bounded)."""
+def consent_record(statement: str, evidence: str | os.PathLike, document: bool = False) -> Consent:
+    """A Consent for `statement` and the evidence file (checked: exists, a known kind, bounded):
+    the speaker's recording of the statement, or with `document` a signed document."""
     path = Path(evidence)
+    flag = "--consent-document" if document else "--consent"
     if not path.is_file():
-        raise VoiceError(f"Consent evidence {str(path)!r} is not a file: pass the speaker's consent recording or "
-                         "signed document with --consent.")
-    if path.suffix.lower() not in CONSENT_SUFFIXES:
-        raise VoiceError(f"Consent evidence must be one of {', '.join(CONSENT_SUFFIXES)}, not {path.suffix!r}.")
+        raise VoiceError(f"Consent evidence {str(path)!r} is not a file: pass the speaker's recording of the statement "
+                         "with --consent, or a signed document with --consent-document.")
+    kinds, other = (DOCUMENT_SUFFIXES, RECORDING_SUFFIXES) if document else (RECORDING_SUFFIXES, DOCUMENT_SUFFIXES)
+    if path.suffix.lower() not in kinds:
+        hint = (f" A {path.suffix.lower()} goes to {'--consent' if document else '--consent-document'}."
+                if path.suffix.lower() in other else "")
+        raise VoiceError(f"{flag} takes {', '.join(kinds)}, not {path.suffix or 'a file without a suffix'!r}.{hint}")
     size = path.stat().st_size
     if not 0 < size <= MAX_CONSENT_BYTES:
         raise VoiceError(f"Consent evidence must be 1 byte to {MAX_CONSENT_BYTES // 2**20} MB; it is {size:,} bytes.")

@@ -53,7 +53,7 @@ def build_random_voice(voices_dir: str | os.PathLike, model, name: str, checkpoi
     evidence = voices_dir / f".{name}-consent.txt"
     evidence.write_text(f"Stand-in consent for the random test voice {name}; no person's voice is used.")
     package = VoicePackage(name, base_fingerprint(checkpoint_dir), LoraSpec(rank=rank, alpha=2.0 * rank),
-                           consent_record(evidence.read_text(), evidence), languages=("en",),
+                           consent_record(evidence.read_text(), evidence, document=True), languages=("en",),
                            training={"random": True, "seed": seed, "scale": scale})
     try:
         return write_package(voices_dir / name, package, random_adapter(model_shapes(model), rank, seed, scale),

@@ -79,7 +79,7 @@ def test_lists_both_kinds_with_figures_and_a_consent_summary(server):
     assert [(v["name"], v["kind"]) for v in listed] == [(name, "builtin") for name in BUILTIN] + [("Arjun", "library")]
     arjun = listed[-1]
     assert arjun["data_hours"] == 1.5 and arjun["evaluation"] == {"wer": 0.04} and arjun["created_at"]
-    assert set(arjun["consent"]) == {"sha256", "recorded_at"} and "agree" not in str(arjun)
+    assert set(arjun["consent"]) == {"sha256", "recorded_at", "checked_by"} and "agree" not in str(arjun)
     assert "ta" in listed[0]["languages"]
     openai = httpx.get(server.url + "/v1/audio/voices", headers=auth(KEY), timeout=10).json()
     assert openai["voices"] == BUILTIN + ["Arjun"]  # "Old" was made on another checkpoint: not served

@@ -5,6 +5,7 @@
     rumik voice create Arjun --audio recordings/arjun --consent consent.wav \\
         --statement "I, Arjun Rao, consent to ..." --out voices [--model PATH|tiny] [--asr whisper:small] \\
         [--transcripts DIR] [--language hi] [--config voice.toml] [--set train.steps=400] [--work runs/voices/Arjun]
+    rumik voice create Arjun --audio recordings/arjun --consent-document signed.pdf --statement "..." --out voices
     rumik voice create --smoke --out /tmp/voices       # CPU, ~2 min: espeak-ng male voice, PASS/FAIL
     rumik voice list --voices voices
     rumik voice show Arjun --voices voices
@@ -40,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Train a LoRA voice package from recordings (docs/voices.md).")
     create.add_argument("name", nargs="?", help="the new voice's name (2-32 letters, digits, _ or -)")
     create.add_argument("--audio", help="a folder of recordings (same-stem .txt transcripts) or a .jsonl manifest")
-    create.add_argument("--consent", help="the speaker's consent recording or signed document")
+    consent = create.add_mutually_exclusive_group()
+    consent.add_argument("--consent", help="the speaker reading --statement (.wav, .flac, .mp3, .ogg, .m4a): checked "
+                                           "to be the recordings' speaker and, with an ASR judge, to say it")
+    consent.add_argument("--consent-document", help="instead: a signed consent document (.pdf, .png, .jpg); kept, "
+                                                    "and the audio checks are skipped")
     create.add_argument("--statement", help="the consent statement: who consents, to what use, until when")
     create.add_argument("--out", "--voices", dest="out", help="the voice library folder (VOICES_DIR/NAME is written)")
     create.add_argument("--model", help="the checkpoint the voice is for: folder, hub id or 'tiny'")
@@ -75,7 +80,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "create" and not args.smoke:
-        missing = [flag for flag, value in (("NAME", args.name), ("--audio", args.audio), ("--consent", args.consent),
+        given = args.consent or args.consent_document
+        missing = [flag for flag, value in (("NAME", args.name), ("--audio", args.audio), ("--consent", given),
                                             ("--statement", args.statement), ("--out", args.out)) if not value]
         if missing:
             parser.error(f"create needs {', '.join(missing)} (or --smoke)")
@@ -106,8 +112,8 @@ def create_command(args: argparse.Namespace) -> dict:
     cfg.eval.asr = args.asr or cfg.eval.asr
     cfg.data.language = args.language or cfg.data.language
     work = Path(args.work) if args.work else Path("runs/voices") / args.name
-    summary = create_voice(args.name, args.audio, args.consent, args.statement, out, cfg, work,
-                           transcripts=args.transcripts)
+    summary = create_voice(args.name, args.audio, args.consent or args.consent_document, args.statement, out, cfg,
+                           work, transcripts=args.transcripts, consent_document=bool(args.consent_document))
     print_summary(summary)
     return summary
 
@@ -125,6 +131,7 @@ def print_summary(summary: dict) -> None:
                                                               is not None else ""))
     else:
         print(f"  speaker similarity and CER: not measured ({figures.get('synthesis_note')})")
+    print(f"  consent: {consent_line(summary['consent'])}")
     print(f"  serve it: --model {summary['checkpoint']} --voices {Path(summary['package']).parent}")
 
 
@@ -171,3 +178,14 @@ def main(argv: Sequence[str] | None = None):
 
 if __name__ == "__main__":
     main()
+
+
+def consent_line(verification: dict) -> str:
+    """One line of what checked the consent (training.voice.consent's record)."""
+    if verification.get("method") != "recording":
+        return verification.get("note", "not checked")
+    speaker, words = verification["speaker"], verification["statement"]
+    heard = (f"statement CER {words['cer']:.2f} ({words['judge']}; <= {words['max_cer']:.2f})" if "cer" in words
+             else f"statement not checked: {words['skipped']}")
+    return (f"the recordings' speaker (similarity {speaker['similarity']:.3f}, {speaker['encoder']}; "
+            f">= {speaker['threshold']:.2f}); {heard}")

@@ -1,4 +1,4 @@
-"""`rumik voice create`'s steps in order, cheap refusals first: name, consent, data, model, training, package.
+"""`rumik voice create`'s steps, cheap refusals first: name, consent, data, consent checks, model, training, package.
 
     summary = create_voice("Arjun", "recordings/arjun", "consent.wav", "I, Arjun Rao, consent to ...",
                            Path("voices"), load_config(VoiceConfig, None), work=Path("runs/voices/Arjun"))
@@ -6,13 +6,15 @@
 
 Before anything loads, a bad name, a missing or unusable consent file, a voice that already
 exists in VOICES_DIR, recordings without transcripts and without an ASR judge, and too much
-audio are refused, each with its fix; too little usable audio is refused once the clips are
-cut (before the model loads). Torch is imported only once the data is ready.
+audio are refused, each with its fix; too little usable audio, and a consent recording of another
+speaker or of other words (training.voice.consent), are refused once the clips are cut, before the
+model loads. Torch is imported only once the data is ready.
 The run's config is saved as WORK/voice_config.json and in the package's voice.json.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -20,7 +22,8 @@ from pathlib import Path
 from rumik_app.files import atomic_write
 from rumik_app.voices.package import VoiceError, check_voice_name, consent_record
 from training.config import load_config, save_config
-from training.voice.data import collect_clips, find_recordings
+from training.voice.consent import document_verification, verify_consent
+from training.voice.data import collect_clips, find_recordings, guess_language
 from training.voice.voice_config import VoiceConfig
 
 CONFIG_FILE = "voice_config.json"
@@ -48,18 +51,23 @@ def load_judge(spec: str | None):
 
 
 def create_voice(name: str, audio: str | Path, consent_file: str | Path, statement: str, voices_dir: Path,
-                 cfg: VoiceConfig, work: Path, transcripts: str | Path | None = None) -> dict:
+                 cfg: VoiceConfig, work: Path, transcripts: str | Path | None = None,
+                 consent_document: bool = False) -> dict:
     """Make VOICES_DIR/NAME from recordings (module docstring); returns the run's summary
-    (also WORK/summary.json): the package's path, its evaluation figures and the timings."""
+    (also WORK/summary.json): the package's path, its evaluation figures, the consent checks and
+    the timings. `consent_file` is the speaker's recording of `statement`, or with
+    `consent_document` a signed document (kept, not checked)."""
     start = time.perf_counter()
     cfg.validate()
     check_new_voice(name, voices_dir)
-    consent = consent_record(statement, consent_file)
+    consent = consent_record(statement, consent_file, document=consent_document)
     recordings = find_recordings(audio, cfg.data.language, transcripts)
     work.mkdir(parents=True, exist_ok=True)
     save_config(cfg, work / CONFIG_FILE)
     root = Path(audio) if Path(audio).is_dir() else Path(audio).parent
     made = collect_clips(recordings, cfg.data, work, name, load_judge(cfg.eval.asr), root=root)
+    checked = check_consent(Path(consent_file), consent.statement, cfg, made, work, consent_document)
+    consent = dataclasses.replace(consent, verification=checked)
     data_seconds = time.perf_counter() - start
     from training.voice.voice_trainer import run
 
@@ -67,10 +75,21 @@ def create_voice(name: str, audio: str | Path, consent_file: str | Path, stateme
     path = trainer.write_package(voices_dir, consent, Path(consent_file), made, figures)
     summary = {"voice": name, "package": str(path), "checkpoint": str(trainer.checkpoint),
                "kept_minutes": made.report["kept_minutes"], "languages": list(made.languages),
-               "evaluation": figures, "seconds": {"data_s": round(data_seconds, 1), **stages},
+               "evaluation": figures, "consent": checked,
+               "seconds": {"data_s": round(data_seconds, 1), **stages},
                "total_seconds": round(time.perf_counter() - start, 1)}
     atomic_write(work / SUMMARY_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
+
+
+def check_consent(recording: Path, statement: str, cfg: VoiceConfig, made, work: Path, document: bool) -> dict:
+    """The consent's verification record against the kept training clips (training.voice.consent);
+    ConsentError when refused."""
+    if document:
+        return document_verification()
+    rows = made.train_manifest.read_text(encoding="utf-8").splitlines()
+    clips = [work / json.loads(row)["audio"] for row in rows]
+    return verify_consent(recording, statement, clips, cfg, guess_language(statement, cfg.data.language))
 
 
 def smoke_config(overrides: list[str], model: str | None, work: Path) -> VoiceConfig:
@@ -91,7 +110,7 @@ def run_smoke(voices_dir: Path, work: Path | None = None, overrides: list[str] |
     work.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     recordings = smoke.make_recordings(work / "recordings", minutes or smoke.SMOKE_MINUTES)
-    consent = atomic_write(work / "consent.txt", smoke.STATEMENT + "\n")
+    consent = smoke.make_consent(work / "consent.wav")
     cfg = smoke_config(list(overrides or []), model, work)
     summary = create_voice(smoke.SMOKE_NAME, recordings, consent, smoke.STATEMENT, voices_dir, cfg,
                            work / smoke.SMOKE_NAME)

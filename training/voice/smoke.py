@@ -15,7 +15,8 @@
    and an adapter of the body lowers its loss by ~3% at most (measured: 2.9% at rank 16 with
    lr 3e-3 or 3e-2). Scale 4 gives logits a range like the real model's;
 3. `rumik voice create` with SMOKE_SETTINGS (10 minutes of audio is required by default; the
-   smoke makes SMOKE_MINUTES and lowers `data.min_minutes`), consent: a generated text file;
+   smoke makes SMOKE_MINUTES and lowers `data.min_minutes`), consent: the same voice reading
+   STATEMENT (`make_consent`), so the consent checks run and pass;
 4. the verdict: PASS iff the held-out teacher-forced loss of the new voice falls by at least
    MIN_LOSS_DROP with the adapter, and the built-in voices' loss on their own held-out
    samples moves by less than MAX_BUILTIN_DRIFT (replay works).
@@ -103,6 +104,13 @@ def make_recordings(folder: Path, minutes: float = SMOKE_MINUTES) -> Path:
         made += len(speech) / SAMPLE_RATE
         k += 1
     return folder
+
+
+def make_consent(path: Path) -> Path:
+    """The smoke's consent recording: the recordings' voice (en+m3) reading STATEMENT, as a 24 kHz WAV."""
+    from evaluation.systems.espeak import _run_espeak
+
+    return write_wav(path, _run_espeak(STATEMENT, ESPEAK_VOICES[0][1], wpm=140, pitch=44, amplitude=AMPLITUDE))
 
 
 def smoke_base() -> Path:

@@ -14,6 +14,7 @@ package's voice.json (`training`). The tables:
     [lora]    the adapter: rank, alpha and the projections of every layer it adapts
     [train]   AdamW with a linear warmup and a cosine decay, steps and batch
     [eval]    speaker encoder, ASR judge and sentences of the real-weights evaluation
+    [consent] the consent recording's checks: speaker similarity and the statement's CER
 """
 
 from __future__ import annotations
@@ -120,6 +121,17 @@ class EvalConfig:
 
 
 @dataclass
+class ConsentConfig:
+    """The consent recording's checks (training.voice.consent). min_similarity: None = the speaker
+    encoder's calibrated threshold (consent.SIMILARITY_THRESHOLDS). asr: the judge that hears the
+    statement (an evaluation.asr spec; None = eval.asr); max_cer: the most CER it may show."""
+
+    min_similarity: float | None = None
+    max_cer: float = 0.4
+    asr: str | None = None
+
+
+@dataclass
 class VoiceConfig:
     """Everything `rumik voice create` needs besides the name, the recordings and the consent.
 
@@ -136,6 +148,7 @@ class VoiceConfig:
     lora: LoraSettings = field(default_factory=LoraSettings)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    consent: ConsentConfig = field(default_factory=ConsentConfig)
 
     def validate(self) -> "VoiceConfig":
         """Raise ConfigError naming the key for settings that cannot run; returns self."""
@@ -160,6 +173,10 @@ class VoiceConfig:
         if len(t.betas) != 2 or not all(0 <= b < 1 for b in t.betas):
             raise ConfigError(f"train.betas must be two numbers in [0, 1), got {t.betas}.")
         self.lora.spec()
+        c = self.consent
+        if (c.min_similarity is not None and not 0 < c.min_similarity < 1) or not 0 < c.max_cer <= 1:
+            raise ConfigError("consent.min_similarity must be in (0, 1) (or left out for the encoder's calibrated "
+                              "threshold) and consent.max_cer in (0, 1].")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError("torch_threads must be >= 1 (or left out for torch's default).")
         return self

@@ -40,7 +40,8 @@ def write_voice(library: Path, name: str, fingerprint: str, shapes=None, rank: i
     evidence = library.parent / f"{name}-{seed}-consent.txt"
     statement = f"I, {name}, agree that my recorded voice may be used to synthesise speech in tests."
     evidence.write_text(statement)
-    package = VoicePackage(name, fingerprint, spec, consent_record(statement, evidence), languages=("en", "hi"),
+    consent = consent_record(statement, evidence, document=True)
+    package = VoicePackage(name, fingerprint, spec, consent, languages=("en", "hi"),
                            data_hours=1.5, evaluation={"wer": 0.04}, created_at="2026-01-02T03:04:05+00:00",
                            **record)
     return write_package(library / (folder or name), package, tensors, evidence)

@@ -69,12 +69,21 @@ def test_describe_shows_figures_and_a_consent_summary_never_the_evidence(folder)
     summary = describe(library.get("Arjun"))
     assert summary["kind"] == "library" and summary["languages"] == ["en", "hi"] and summary["data_hours"] == 1.5
     assert summary["evaluation"] == {"wer": 0.04} and summary["created_at"].startswith("2026-01-02")
-    assert set(summary["consent"]) == {"sha256", "recorded_at"}
+    assert set(summary["consent"]) == {"sha256", "recorded_at", "checked_by"}
+    assert summary["consent"]["checked_by"] == "none"  # a stand-in's .txt, recorded without training.voice's checks
     assert "agree" not in json.dumps(summary)  # neither the statement nor the evidence
     assert "agree" in describe(library.get("Arjun"), full=True)["consent"]["statement"]  # `voice show`
     voices = catalog(("Ira", "Aisha"), library)
     assert [(v["name"], v["kind"]) for v in voices] == [("Ira", "builtin"), ("Aisha", "builtin"), ("Arjun", "library")]
     assert "hi" in voices[0]["languages"] and "en" in voices[0]["languages"]
+
+
+def test_a_package_made_before_the_consent_checks_still_opens(folder):
+    package = write_voice(folder, "Arjun", BASE)
+    record = json.loads((package / VOICE_FILE).read_text())
+    assert record["consent"].pop("verification") == {}
+    (package / VOICE_FILE).write_text(json.dumps(record))
+    assert describe(VoiceLibrary(folder, BASE).get("Arjun"))["consent"]["checked_by"] == "none"
 
 
 def test_a_pickle_named_adapter_safetensors_is_not_served(folder):

@@ -39,7 +39,8 @@ def edit_record(folder: Path, change) -> None:
     lambda r: r.update(training=[1, 2]),
     lambda r: r.update(data_hours="many"),
     lambda r: r.update(languages=[1]),
-], ids=["statement", "evidence-list", "fingerprint", "evaluation", "training", "hours", "languages"])
+    lambda r: r["consent"].update(verification=["recording"]),
+], ids=["statement", "evidence-list", "fingerprint", "evaluation", "training", "hours", "languages", "verification"])
 def test_a_record_of_the_wrong_types_is_refused_and_only_that_voice_is_skipped(voice, change):
     edit_record(voice, change)
     with pytest.raises(VoiceError, match="not a voice package's record"):

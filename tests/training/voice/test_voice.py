@@ -123,15 +123,18 @@ def test_recordings_without_transcripts_need_an_asr_judge(tmp_path):
 def _create(tmp_path: Path, name: str = "Arjun", consent: Path | None = None, **cfg) -> dict:
     audio = _folder(tmp_path, 1)
     return create_voice(name, audio, consent or atomic_write(tmp_path / "consent.txt", "I agree.\n"),
-                        "I, Arjun, consent.", tmp_path / "voices", VoiceConfig(**cfg), tmp_path / "work")
+                        "I, Arjun, consent.", tmp_path / "voices", VoiceConfig(**cfg), tmp_path / "work",
+                        consent_document=consent is None)
 
 
 def test_a_missing_consent_file_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(VoiceError, match="not a file: pass the speaker's consent"):
+    with pytest.raises(VoiceError, match="not a file: pass the speaker's recording of the statement"):
         _create(tmp_path, consent=tmp_path / "nowhere.wav")
     assert not (tmp_path / "work").exists()
-    with pytest.raises(VoiceError, match="must be one of"):
+    with pytest.raises(VoiceError, match="--consent takes .wav, .flac"):
         _create(tmp_path, consent=atomic_write(tmp_path / "consent.exe", b"MZ"))
+    with pytest.raises(VoiceError, match="A .pdf goes to --consent-document"):
+        _create(tmp_path, consent=atomic_write(tmp_path / "consent.pdf", b"%PDF-1.4"))
     with pytest.raises(SystemExit) as exit_:
         voice_main(["create", "Arjun", "--audio", str(tmp_path), "--consent", str(tmp_path / "no.wav"),
                     "--statement", "yes", "--out", str(tmp_path / "voices")])
@@ -193,6 +196,8 @@ def test_the_adapter_lowers_the_new_voices_heldout_loss_by_a_fifth_and_leaves_th
     assert abs(figures["builtin_drift"]) < smoke.MAX_BUILTIN_DRIFT, figures
     assert figures["speaker_similarity"] is None and "random weights" in figures["synthesis_note"]
     assert summary["verdict"] == "PASS", summary["criteria"]
+    speaker = summary["consent"]["speaker"]  # the smoke's consent: the recordings' voice reading the statement
+    assert summary["consent"]["method"] == "recording" and speaker["similarity"] >= speaker["threshold"] == 0.8
 
 
 @pytest.mark.slow
@@ -260,6 +265,7 @@ def test_the_library_commands_list_show_export_import_and_delete(adapted, tmp_pa
     assert voice_main(["list", "--voices", str(voices)]) == [smoke.SMOKE_NAME]
     record = voice_main(["show", "kabir", "--voices", str(voices)])
     assert record["consent"]["statement"] == smoke.STATEMENT and record["training"]["train"]["steps"] > 0
+    assert record["consent"]["checked_by"] == "recording" and record["consent"]["verification"]["speaker"]["passed"]
     archive = voice_main(["export", smoke.SMOKE_NAME, str(tmp_path / "k.zip"), "--voices", str(voices)])
     assert Path(archive).is_file()
     with pytest.raises(SystemExit) as exit_:
