@@ -4,9 +4,11 @@
     grouped_bar_chart("out/charts/by_language.png", "Intelligibility by language",
                       ["en", "hi"], {"WER": [0.21, 0.35], "GCER": [0.08, 0.12]}, ylabel="error rate")
     ci_bar_chart("out/scores.png", "Mean score, 95 % CI", ["espeak", "tiny"], [3.1, 2.4], [2.8, 2.0], [3.4, 2.8])
+    matrix_chart("out/win_rate.png", "Win rate of row over column", ["a", "b"], [[nan, 0.6], [0.4, nan]], "{:.2f}")
 
-Not a CLI; used by `python -m evaluation.run` and the campaign results (`webapp.campaign`), tested through
-tests/evaluation/test_run.py and tests/app/test_campaign_results.py.
+Not a CLI; used by `python -m evaluation.run`, the campaign results (`webapp.campaign`) and the arena's
+leaderboard (`evaluation.arena.leaderboard`), tested through tests/evaluation/test_run.py,
+tests/app/test_campaign_results.py and tests/evaluation/arena/.
 """
 
 from __future__ import annotations
@@ -109,6 +111,34 @@ def ci_bar_chart(path: str | os.PathLike, title: str, labels: Sequence[str], mea
         ax.set_xticks(xs)
         ax.set_xticklabels(labels, rotation=20 if len(keep) > 3 else 0, ha="right" if len(keep) > 3 else "center")
         _finish(fig, ax, path, title, ylabel, ylim)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def matrix_chart(path: str | os.PathLike, title: str, labels: Sequence[str], matrix, fmt: str = "{:.2f}",
+                 cmap: str = "RdBu") -> Path:
+    """A square matrix [K, K] (rows and columns in `labels` order) as a heat map with each cell's value
+    written in it (`fmt`); NaN cells are left blank. Returns the PNG path."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = np.asarray(matrix, dtype=float)
+    labels = [textwrap.shorten(label, 24) for label in labels]
+    side = min(MAX_FIGURE_WIDTH_IN, max(MIN_FIGURE_WIDTH_IN, 0.7 * len(labels) + 2.5))
+    fig, ax = plt.subplots(figsize=(side, side * 0.85))
+    try:
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+        for (row, column), value in np.ndenumerate(values):
+            if np.isfinite(value):
+                ax.text(column, row, fmt.format(value), ha="center", va="center", fontsize=LABEL_FONT_SIZE + 1)
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_title(textwrap.fill(title, TITLE_WRAP_CHARS), fontsize=TITLE_FONT_SIZE)
+        fig.tight_layout()
+        fig.savefig(path, dpi=DPI)
     finally:
         plt.close(fig)
     return path
