@@ -136,3 +136,11 @@ def test_lora_serving_fills_every_row(tiny_checkpoint, capsys):
     assert set(result["tokens_per_s"]) == {"none", "1 voice", "4 voices", "16 voices", "merged (1 voice)"}
     assert all(value > 0 for value in result["tokens_per_s"].values())
     assert "goal: 16 distinct voices >= 0.7x" in capsys.readouterr().out
+
+
+def test_arena_sampling_compares_both_samplers_on_the_same_seeds(capsys):
+    from benchmarks import arena_sampling
+
+    results = arena_sampling.main(["--runs", "2"])
+    assert all(len(results[mode]["runs"]) == 2 and results[mode]["mean"] >= 20 for mode in ("uniform", "informative"))
+    assert "informative / uniform battles (means):" in capsys.readouterr().out
