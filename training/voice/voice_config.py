@@ -92,7 +92,9 @@ class LoraSettings:
 class TrainConfig:
     """AdamW over the adapter only; lr warms up linearly for warmup_steps, then follows a
     cosine down to min_lr_ratio x lr at `steps`. batch: clips per step (new voice + replay),
-    micro_batch of them per forward (gradients accumulate; the loss is the whole batch's)."""
+    micro_batch of them per forward (gradients accumulate; the loss is the whole batch's).
+    checkpoint_every: steps between two saves of WORK/train_state.pt, from which a killed run
+    resumes exactly (0: never)."""
 
     steps: int = 300
     batch: int = 8
@@ -106,6 +108,7 @@ class TrainConfig:
     loss_head: str = "audio"
     stop_lambda: float = 1.0
     eval_every: int = 50
+    checkpoint_every: int = 50
 
 
 @dataclass
@@ -165,6 +168,8 @@ class VoiceConfig:
                               "data.clip_level in (0, 1].")
         if not 0 <= r.weight < 1 or (r.weight > 0 and not 0 < r.heldout < r.clips):
             raise ConfigError("replay.weight must be in [0, 1), and with replay 0 < replay.heldout < replay.clips.")
+        if t.checkpoint_every < 0:
+            raise ConfigError("train.checkpoint_every must be >= 0 (0: no training state is saved).")
         if min(t.steps, t.batch, t.micro_batch) < 1 or t.lr <= 0 or t.warmup_steps < 0 or not 0 <= t.min_lr_ratio <= 1:
             raise ConfigError("train.steps, train.batch and train.micro_batch must be >= 1, train.lr > 0, "
                               "train.warmup_steps >= 0 and train.min_lr_ratio in [0, 1].")

@@ -50,6 +50,8 @@ from training.sft.data import DataSource
 from training.sft.objective import SFTObjective
 from training.sft.sequences import TrainingExample, build_sequence, collate
 from training.voice.data import MadeData
+from training.voice.progress import Progress
+from training.voice.train_state import restore_train_state, save_train_state
 from training.voice.voice_config import VoiceConfig
 
 RANDOM_MARKER = "tiny_spec.json"  # written by rumik_app.checkpoint.tiny: the weights are random
@@ -151,10 +153,14 @@ class VoiceTrainer:
                     out.append(build_sequence(self.engine.prompt_ids(req), codes, self.engine.layout))
         return out
 
-    def load_data(self, made: MadeData) -> None:
+    def load_data(self, made: MadeData, progress: Progress | None = None) -> None:
         """Encode the clips and make the replay samples (before the adapter exists)."""
+        progress = progress or Progress()
+        progress.started("encode")
         self.train_set = self.encoded(made.train_manifest, "prepared_train")
         self.held_set = self.encoded(made.heldout_manifest, "prepared_heldout")
+        progress.done("encode", train_clips=len(self.train_set), heldout_clips=len(self.held_set))
+        progress.started("replay")
         rows = [json.loads(line) for line in made.train_manifest.read_text(encoding="utf-8").splitlines() if line]
         order = np.random.default_rng(self.cfg.seed).permutation(len(rows))
         texts = [rows[i]["text"] for i in order]
@@ -164,6 +170,7 @@ class VoiceTrainer:
             self.replay_held = self.replay_samples(texts[::-1], frames[::-1], replay.heldout, 10_000 + self.cfg.seed)
             if replay.weight > 0:
                 self.replay_train = self.replay_samples(texts, frames, replay.clips - replay.heldout, self.cfg.seed)
+        progress.done("replay", samples=len(self.replay_train) + len(self.replay_held))
 
     # ------------------------------------------------------------------ training
     def attach_adapter(self) -> None:
@@ -208,16 +215,21 @@ class VoiceTrainer:
         acoustic, stop = float(sums[0]) / targets, float(sums[1]) / bounds
         return {"loss": acoustic + self.cfg.train.stop_lambda * stop, "acoustic_loss": acoustic, "stop_loss": stop}
 
-    def train(self) -> list[dict]:
-        """Run `train.steps` optimiser steps; every step's metrics go to WORK/metrics.jsonl."""
+    def train(self, progress: Progress | None = None) -> list[dict]:
+        """Run `train.steps` optimiser steps, from WORK/train_state.pt's step when a killed run left
+        one (train_state); every step's metrics go to WORK/metrics.jsonl, and to `progress`."""
         if self.peft is None:
             self.attach_adapter()
-        train = self.cfg.train
-        (self.work / METRICS_FILE).unlink(missing_ok=True)  # this run's steps only
+        train, events = self.cfg.train, progress or Progress()
+        first = restore_train_state(self) + 1
+        (self.work / METRICS_FILE).unlink(missing_ok=True)  # this run's steps only: rewritten from the history
         logger = MetricsLogger(self.work, echo=False)
+        for row in self.history:
+            logger.log(row["step"], {k: v for k, v in row.items() if k != "step"})
         self.engine.model.train()
-        progress = tqdm(range(1, train.steps + 1), desc=f"training {self.name}", unit="step")
-        for step in progress:
+        bar = tqdm(range(first, train.steps + 1), desc=f"training {self.name}", unit="step",
+                   initial=first - 1, total=train.steps)
+        for step in bar:
             lr = self.scheduler.get_last_lr()[0]
             metrics = self.backward(self.batch_at(step))
             params = [p for p in self.peft.parameters() if p.requires_grad]
@@ -231,8 +243,11 @@ class VoiceTrainer:
                 self.engine.model.train()
             logger.log(step, metrics)
             self.history.append({"step": step, **metrics})
-            progress.set_postfix_str(f"loss {metrics['loss']:.3f}" + (
+            if train.checkpoint_every and step % train.checkpoint_every == 0 and step < train.steps:
+                save_train_state(self, step)
+            bar.set_postfix_str(f"loss {metrics['loss']:.3f}" + (
                 f", held-out {metrics['heldout_loss']:.3f}" if "heldout_loss" in metrics else ""))
+            events.training(step, train.steps, metrics)
         logger.close()
         self.engine.model.eval()
         return self.history
@@ -302,17 +317,25 @@ def _short_report(report: dict) -> dict:
     return {k: v for k, v in report.items() if k != "dropped_examples"}
 
 
-def run(cfg: VoiceConfig, name: str, made: MadeData, work: Path) -> tuple["VoiceTrainer", dict, dict]:
+def run(cfg: VoiceConfig, name: str, made: MadeData, work: Path,
+        progress: Progress | None = None) -> tuple["VoiceTrainer", dict, dict]:
     """Load, encode, replay, train and evaluate: (trainer, figures, seconds per stage)."""
+    progress = progress or Progress()
     marks = [time.perf_counter()]
+    progress.started("load", model=cfg.model)
     trainer = VoiceTrainer(cfg, name, work)
+    progress.done("load", random_weights=trainer.random_weights)
     marks.append(time.perf_counter())
-    trainer.load_data(made)
+    trainer.load_data(made, progress)
     marks.append(time.perf_counter())
     trainer.attach_adapter()
-    trainer.train()
+    progress.started("train", train_steps=cfg.train.steps)
+    trainer.train(progress)
+    progress.done("train", final_loss=round(trainer.history[-1]["loss"], 5))
     marks.append(time.perf_counter())
+    progress.started("evaluate")
     figures = trainer.evaluate(made)
+    progress.done("evaluate", **{k: figures[k] for k in ("heldout_loss_base", "heldout_loss_adapted", "builtin_drift")})
     marks.append(time.perf_counter())
     stages = ("load_s", "encode_and_replay_s", "train_s", "evaluate_s")
     return trainer, figures, {stage: round(marks[k + 1] - marks[k], 1) for k, stage in enumerate(stages)}
