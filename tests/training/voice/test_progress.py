@@ -1,5 +1,6 @@
 """A voice adaptation reports every step in order, can be cancelled mid-training, and resumes from its
-work folder to the very adapter an uninterrupted run makes (same seed).
+work folder to the very adapter an uninterrupted run makes (same seed); as a job (training.voice.jobs),
+killed mid-training, it resumes after a restart to that adapter too.
 
 One small configuration of the smoke (90 s of espeak-ng recordings, 6 training steps of 2 clips,
 a training state every 2 steps) keeps the three runs cheap: uninterrupted, cancelled at step 5
@@ -8,18 +9,27 @@ a training state every 2 steps) keeps the three runs cheap: uninterrupted, cance
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from rumik_app.voices.package import VoiceError
+from tests.servers import wait_for
 from training.voice import smoke
 from training.voice.create import create_voice, smoke_config
+from training.voice.jobs import AdaptationJobs, JobError
 from training.voice.progress import STEPS, Cancelled, Progress
 from training.voice.train_state import STATE_FILE
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[3]
 
 SETTINGS = ["data.min_minutes=0.5", "replay.clips=6", "replay.heldout=2", "train.steps=6", "train.batch=2",
             "train.micro_batch=2", "train.warmup_steps=1", "train.eval_every=3", "train.checkpoint_every=2"]
@@ -83,3 +93,87 @@ def test_a_cancelled_run_resumes_to_the_adapter_of_an_uninterrupted_one(inputs, 
     metrics = (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 6 and [m.split('"time"')[0] for m in metrics] == [
         m.split('"time"')[0] for m in (whole / "work" / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------------------- the same run as a job
+
+# The child's worker pauses when training step 5 is reported (after step 4's state), so the parent's
+# SIGKILL lands mid-training, every time, on a loaded machine too.
+JOB_CHILD = """
+import sys, time
+from pathlib import Path
+import torch
+torch.set_num_threads(1)  # as the test process (conftest): the same sums in the same order
+from training.voice.jobs import AdaptationJobs
+from training.voice.progress import Progress
+report = Progress.training
+def slow(self, step, total, metrics):
+    report(self, step, total, metrics)
+    if step == 5:
+        time.sleep(600)
+Progress.training = slow
+AdaptationJobs(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[5:], config=Path(sys.argv[4])).start()
+time.sleep(900)
+"""
+
+
+def job_inputs(inputs, folder: Path) -> tuple[Path, Path]:
+    """Copies of the recordings and the consent (submit moves them into the job)."""
+    recordings, consent = inputs
+    shutil.copytree(recordings, folder / "recordings")
+    return folder / "recordings", Path(shutil.copy(consent, folder / "consent.wav"))
+
+
+def wait_state(jobs: AdaptationJobs, job: str, states: tuple[str, ...], timeout: float = 600.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = jobs.status(job)
+        if status["state"] in states:
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"{job} stayed {jobs.status(job)} for {timeout} s")
+
+
+def test_a_job_killed_mid_training_resumes_after_a_restart_to_the_same_adapter(inputs, uninterrupted, tmp_path):
+    whole, _ = uninterrupted
+    root, voices = tmp_path / "jobs", tmp_path / "voices"
+    model = smoke_config(SETTINGS, None, tmp_path).model  # the smoke's settings file, as `adapt` uses it
+    config = tmp_path / "smoke_settings.json"
+    jobs = AdaptationJobs(root, voices, model, SETTINGS, config=config)
+    job = jobs.submit("Kabir", *job_inputs(inputs, tmp_path), smoke.STATEMENT)
+    child = subprocess.Popen([sys.executable, "-c", JOB_CHILD, str(root), str(voices), model, str(config), *SETTINGS],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: any(event.get("train_step") == 5 for _, event in jobs.events(job)), timeout=600,
+                 what="training step 5 in the child")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert jobs.status(job)["state"] == "running" and not (voices / "Kabir").exists()
+
+    jobs.start()  # the restart: the killed job is queued again and resumes from its work folder
+    try:
+        status = wait_state(jobs, job, ("done", "failed", "cancelled"))
+    finally:
+        jobs.close()
+    assert status["state"] == "done" and status["error"] is None, status
+    resumed = [event["train_step"] for _, event in jobs.events(job) if event["status"] == "running"]
+    assert resumed == [1, 2, 3, 4, 5, 5, 6]  # the child's five, then the restart's from step 4's state
+    adapter = "Kabir/adapter.safetensors"
+    made, reference = load_file(voices / adapter), load_file(whole / "voices" / adapter)
+    assert all(np.array_equal(made[k], reference[k]) for k in reference)
+    assert sorted(p.name for p in (root / job).iterdir()) == ["report.json"]  # inputs and work removed
+
+
+def test_the_queue_refuses_what_create_would_and_cancels_a_queued_job(inputs, tmp_path):
+    jobs = AdaptationJobs(tmp_path / "jobs", tmp_path / "voices", "unused", max_queued=1)
+    with pytest.raises(VoiceError, match="built-in voice"):
+        jobs.submit("Ira", *job_inputs(inputs, tmp_path / "a"), smoke.STATEMENT)
+    assert (tmp_path / "a" / "recordings").is_dir()  # nothing was moved
+    job = jobs.submit("Kabir", *job_inputs(inputs, tmp_path / "b"), smoke.STATEMENT)
+    with pytest.raises(JobError, match="at most 1"):
+        jobs.submit("Meera", *job_inputs(inputs, tmp_path / "c"), smoke.STATEMENT)
+    assert jobs.cancel(job)["state"] == "cancelled"
+    assert sorted(p.name for p in (tmp_path / "jobs" / job).iterdir()) == ["report.json"]
+    with pytest.raises(JobError, match="No voice adaptation"):
+        jobs.status("vjob_nothing")
