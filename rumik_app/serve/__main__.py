@@ -14,7 +14,8 @@ it stops accepting connections, answers requests that have no audio yet with 503
 after which they are cut), shuts the backend down (vLLM's engine processes too) and exits.
 The API key can also come from the environment variable RUMIK_API_KEY, the admin key
 (POST /v1/admin/unload, POST and DELETE /v1/voices; a key of its own) from RUMIK_ADMIN_KEY.
---voices DIR serves a voice library's voices too (docs/voices.md).
+--voices DIR serves a voice library's voices too, and with --adapt-voices --data-dir DIR the
+server trains new ones from uploaded recordings (POST /v1/voices/adaptations; docs/voices.md).
 
 Every connection has deadlines (headers, body, idle keep-alive) and one client address a
 share of them (`rumik_app.serve.connections`), so idle or slow sockets cannot take the server
@@ -110,8 +111,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="word-timestamp aligner, repeatable, first match per language wins: pocketsphinx (English, "
                         "the default), indicconformer:PATH (22 Indian languages), ctc:PATH (a local CTC model); "
                         "'none' turns timestamps off")
+    p.add_argument("--adapt-voices", action="store_true",
+                   help="run voice adaptations (POST /v1/voices/adaptations, admin key): needs --voices DIR and "
+                        "--data-dir DIR; the new voices are trained from --model (docs/voices.md)")
+    p.add_argument("--adapt-config", metavar="FILE", help="a VoiceConfig file (JSON/TOML) for every adaptation")
+    p.add_argument("--adapt-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a VoiceConfig setting for every adaptation, repeatable (e.g. train.steps=200)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = p.parse_args(argv)
+    if args.adapt_voices and not (args.voices and args.data_dir):
+        p.error("--adapt-voices needs --voices DIR (where new voices go) and --data-dir DIR (where the jobs are kept)")
     if args.max_batch < 1 or args.max_queue < 0 or args.max_prompt_tokens < 1 or args.max_sessions < 0:
         p.error("--max-batch and --max-prompt-tokens must be >= 1, --max-queue and --max-sessions >= 0")
     if args.api_key is not None and not args.api_key.strip():
@@ -222,7 +231,7 @@ def build_server(args: argparse.Namespace):
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
                      max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
                      body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client,
-                     aligners=aligners)
+                     aligners=aligners, voice_maker=voice_maker(args))
     # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
     # request that can decode or wait, plus room for /health, /metrics and the ones being
     # refused. Idle ones make room (connections.py). (uvicorn does not count WebSockets here;
@@ -239,6 +248,16 @@ def build_server(args: argparse.Namespace):
     if hasattr(adapter, "on_engine_death"):  # vLLM: a dead engine core shuts the server down (main exits 3)
         adapter.on_engine_death = lambda: setattr(server, "should_exit", True)
     return server
+
+
+def voice_maker(args: argparse.Namespace):
+    """The maker behind /v1/voices/adaptations with --adapt-voices (rumik_app.voices.makers), else None."""
+    if not args.adapt_voices:
+        return None
+    from rumik_app.voices.makers import load_voice_maker
+
+    return load_voice_maker("lora", root=Path(args.data_dir) / "voice-adaptations", voices_dir=Path(args.voices),
+                            model=args.model, settings=args.adapt_set, config=args.adapt_config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@
 Routers, each in its own module: OpenAI's speech API (`rumik_app.serve.openai.routes`),
 Rumik's hosted API (`rumik_app.serve.silk.routes`), text streamed in
 (`rumik_app.serve.text_in`), lexicons (`rumik_app.serve.lexicons`), the voice library
-(`rumik_app.serve.voices`) and the operators' routes (`rumik_app.serve.ops`). They share one
+(`rumik_app.serve.voices`), voice adaptations (`rumik_app.serve.adaptations`), long jobs
+(`rumik_app.serve.jobs`) and the operators' routes (`rumik_app.serve.ops`). They share one
 `ServeContext` (`app.state.ctx`: the adapter, metrics, sessions, names and defaults). With an
 API key the /v1 routes need `Authorization: Bearer KEY` (`rumik_app.serve.gate.RequestGate`
 checks it, and the body size, before FastAPI parses anything) and /docs and /openapi.json are
@@ -15,6 +16,7 @@ closed. Errors leave as OpenAI's error body (`rumik_app.serve.errors.ApiError`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -29,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rumik_app.align import DEFAULT_ALIGNERS, AlignerSet
 from rumik_app.request import DEFAULT_MAX_SECONDS, check_max_seconds
+from rumik_app.serve import adaptations as adaptation_routes
 from rumik_app.serve import lexicons as lexicon_routes
 from rumik_app.serve import ops, text_in
 from rumik_app.serve import voices as voice_routes
@@ -51,11 +54,12 @@ from rumik_app.serve.protocol import (
 )
 from rumik_app.serve.silk import routes as silk_routes
 from rumik_app.serve.sockets import SessionRegistry
+from rumik_app.voices.makers import VoiceMaker
 
 log = logging.getLogger(__name__)
 
 ROUTERS = (openai_routes.router, batch_routes.router, silk_routes.router, text_in.router, lexicon_routes.router,
-           voice_routes.router, jobs_routes.router, ops.router)
+           voice_routes.router, adaptation_routes.router, jobs_routes.router, ops.router)
 
 
 def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...] = (),
@@ -66,14 +70,16 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
                body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
                max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
                data_dir: str | Path | None = None,
-               aligners: AlignerSet | Sequence[str] | None = DEFAULT_ALIGNERS) -> FastAPI:
+               aligners: AlignerSet | Sequence[str] | None = DEFAULT_ALIGNERS,
+               voice_maker: VoiceMaker | None = None) -> FastAPI:
     """The app for one adapter. model_name: what /v1/models lists (aliases are accepted too);
     voice_map: extra voice names (see `openai.schema.parse_voice_map`); max_sessions: WebSocket
     sessions (Silk's and text-in's) open at once, max_sessions_per_client of them per client
     address; max_seconds: the cap per chunk when a request gives none; admin_key: what
     /v1/admin/ routes need (None: they are closed); body_timeout: seconds a body may take;
     api_key: one key or several (each owns its own lexicons); data_dir: where lexicons are kept
-    (None: in memory); aligners: the word aligners, or their specs (`server_aligners`)."""
+    (None: in memory); aligners: the word aligners, or their specs (`server_aligners`);
+    voice_maker: what runs /v1/voices/adaptations (None: 501), started and closed with the app."""
     sessions = SessionRegistry(max_sessions, max_sessions_per_client)
     metrics = ServerMetrics(adapter, sessions)
     ctx = ServeContext(adapter, metrics, sessions, (model_name, *aliases), voice_map, check_max_seconds(max_seconds),
@@ -86,9 +92,13 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     async def lifespan(_app: FastAPI):
         await adapter.start()
         await jobs.start()  # resumes unfinished jobs
+        if voice_maker is not None:
+            await asyncio.to_thread(voice_maker.start)  # queues again what a killed server was adapting
         try:
             yield
         finally:
+            if voice_maker is not None:  # a running adaptation stops at its next check, resumes on the next start
+                await asyncio.to_thread(voice_maker.close)
             await jobs.stop()  # chunks in progress are made again after a restart
             adapter.begin_shutdown()
             await adapter.stop(shutdown_timeout)
@@ -96,7 +106,7 @@ def create_app(adapter: SpeechAdapter, model_name: str, aliases: tuple[str, ...]
     closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if api_key is not None else {}
     app = FastAPI(title="rumik-oss-1 speech server", lifespan=lifespan, **closed)
     app.state.ctx, app.state.created = ctx, int(time.time())
-    app.state.jobs = jobs
+    app.state.jobs, app.state.voice_maker = jobs, voice_maker
     app.state.silk_tokens = silk_routes.TokenStore()
     app.add_middleware(RequestGate, api_key=api_key, metrics=metrics, admin_key=admin_key,
                        body_timeout=body_timeout)

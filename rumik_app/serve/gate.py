@@ -6,9 +6,10 @@ Pure ASGI, in front of FastAPI: the API key of /v1 routes from the headers alone
 over `max_body` bytes (413), each refused before any body is read or parsed, so a caller
 without the key, or with a huge body, costs the server nothing. /health and /metrics stay
 open for load balancers and scrapers. Admin routes (/v1/admin/, and changes to the voice
-library: POST /v1/voices, DELETE /v1/voices/NAME) take the admin key (--admin-key), never an
-API key, and are closed when the server has none. A voice archive's body is not read here: its
-declared length is checked, and its route reads it incrementally under the same cap and deadline.
+library: POST /v1/voices, DELETE /v1/voices/NAME, every /v1/voices/adaptations route) take the
+admin key (--admin-key), never an API key, and are closed when the server has none. A voice
+archive's and an adaptation's bodies are not read here: their declared length is checked, and
+their routes read them incrementally under the same cap and deadline.
 WebSocket upgrades to /v1 need the key too (as `Authorization: Bearer`), except Rumik's
 socket, whose single-use token its route checks; a refused upgrade gets the HTTP 401.
 Rumik's routes get their errors in Rumik's body shape.
@@ -34,6 +35,7 @@ from rumik_app.serve.protocol import (
     PREPARER,
 )
 from rumik_app.voices.archive import MAX_ARCHIVE_BYTES, archive_too_large
+from rumik_app.voices.makers import MAX_UPLOAD_BYTES
 
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
 # else in this API takes a body.
@@ -46,8 +48,9 @@ VOICES_PATH = "/v1/voices"  # the voice library (serve.voices): reading it takes
 # job's chapter (serve.jobs), a batch of requests (serve.openai.batch).
 LARGE_BODIES = {"/v1/lexicons": MAX_LEXICON_BODY_BYTES, "/v1/audio/jobs": MAX_JOB_BODY_BYTES,
                 "/v1/audio/speech/batch": MAX_BATCH_BODY_BYTES}
+ADAPTATIONS_PATH = VOICES_PATH + "/adaptations"  # voice adaptations (serve.adaptations): the admin key, any method
 # Routes that read their own body incrementally (to a file), under this cap and the body deadline.
-STREAMED_BODIES = {VOICES_PATH: MAX_ARCHIVE_BYTES}
+STREAMED_BODIES = {VOICES_PATH: MAX_ARCHIVE_BYTES, ADAPTATIONS_PATH: MAX_UPLOAD_BYTES}
 
 
 def key_error(authorization: str | None, api_key: str | Sequence[str] | None,
@@ -86,7 +89,9 @@ def is_admin_route(method: str, path: str) -> bool:
     """Whether (method, path) is an operator's action: /v1/admin/, or a change to the voice library."""
     path = path.rstrip("/")
     voices = path == VOICES_PATH or path.startswith(VOICES_PATH + "/")
-    return (path + "/").startswith(ADMIN_PREFIX) or (voices and method not in ("GET", "HEAD", "OPTIONS"))
+    adaptations = path == ADAPTATIONS_PATH or path.startswith(ADAPTATIONS_PATH + "/")
+    return ((path + "/").startswith(ADMIN_PREFIX) or adaptations
+            or (voices and method not in ("GET", "HEAD", "OPTIONS")))
 
 
 def admin_error(authorization: str | None, admin_key: str | None) -> ApiError | None:
@@ -192,7 +197,10 @@ class RequestGate:
 
     def _too_large(self, scope) -> ApiError:
         if self._streamed(scope):
-            return ApiError(413, str(archive_too_large()), code="request_too_large", headers={"Connection": "close"})
+            message = (str(archive_too_large()) if scope["path"].rstrip("/") == VOICES_PATH else
+                       f"An adaptation's upload is at most {MAX_UPLOAD_BYTES // 2**30} GB; send FLAC or MP3, or fewer "
+                       "recordings.")
+            return ApiError(413, message, code="request_too_large", headers={"Connection": "close"})
         cap = self._body_cap(scope)
         what = "a speech request is a few KB" if cap == self.max_body else "split the upload"
         return ApiError(413, f"The request body is larger than {cap // 1024} KB; {what}.", code="request_too_large")

@@ -134,10 +134,12 @@ def check_member_name(name: str) -> None:
                          f"{PEFT_CONFIG_FILE} and consent.<ext> ({', '.join(CONSENT_SUFFIXES)}).")
 
 
-def extract_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path) -> int:
+def extract_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, limit: int | None = None) -> int:
     """Copy one member to `dest` (a new file), counting bytes against its declared size and its
-    limit while they are written (a zip bomb stops there). Returns the bytes written."""
-    limit, written = min(info.file_size, MEMBER_LIMITS[info.filename]), 0
+    limit (a package member's MEMBER_LIMITS entry unless given) while they are written (a zip bomb
+    stops there). Returns the bytes written."""
+    limit = min(info.file_size, MEMBER_LIMITS[info.filename] if limit is None else limit)
+    written = 0
     try:
         with archive.open(info) as source, open(dest, "xb") as out:
             while block := source.read(COPY_BLOCK):

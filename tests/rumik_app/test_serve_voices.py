@@ -229,3 +229,16 @@ def test_wrong_type_and_oversized_uploads_are_refused(server, made, monkeypatch)
     assert "A voice archive is at most" in error_of(chunked, 413)  # counted while it arrives
     assert ("Meera", "library") not in names(server)
     assert not [p for p in (made[0] / "library").iterdir() if p.name.startswith(".")]  # no upload left behind
+
+
+def test_a_server_without_adapt_voices_answers_adaptations_with_the_flags_to_start_it(server, capsys):
+    from rumik_app.serve.__main__ import parse_args
+
+    posted = httpx.post(server.url + "/v1/voices/adaptations", headers=auth(ADMIN), timeout=10,
+                        files=[("recordings", ("a.wav", b"RIFF", "audio/wav"))], data={"name": "Dev"})
+    assert "--adapt-voices --voices DIR --data-dir DIR" in error_of(posted, 501)
+    listed = httpx.get(server.url + "/v1/voices/adaptations/vjob_1", headers=auth(KEY), timeout=10)
+    assert "(--admin-key)" in error_of(listed, 401)  # every adaptation route takes the admin key
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "tiny", "--adapt-voices", "--voices", "voices/"])
+    assert "--adapt-voices needs --voices DIR" in capsys.readouterr().err

@@ -16,11 +16,12 @@ disk). A process killed mid-job leaves the job `running`: the next `start()` que
 create_voice resumes it from its work folder (the clips kept, training from the last state).
 A job that ends keeps only its row, its events and `report.json` (its state, the error, the data
 report); its inputs and work are removed (a done job's voice is in the library, consent included).
-A name that is taken or a built-in voice's, and a consent file of the wrong kind, are refused by
-`submit` before anything is moved. At most `max_queued` jobs wait: one more
-is refused with the fix. A user error (RumikError: too little audio, a refused consent) fails the
-job with its message; anything else fails it with "internal error" and the traceback goes to
-the log only.
+A name that is taken or a built-in voice's, a consent file of the wrong kind and settings a
+visitor may not send are refused by `submit` before anything is moved; recordings that are
+refused (training.voice.uploads: zips, file counts, headers) leave nothing behind. At most
+`max_queued` jobs wait: one more is refused with the fix. A user error (RumikError: too little
+audio, a refused consent) fails the job with its message; anything else fails it with
+"internal error" and the traceback goes to the log only.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from pathlib import Path
 from rumik_app.errors import RumikError
 from rumik_app.files import atomic_write
 from rumik_app.sqlite import SQLiteStore
+from rumik_app.voices.makers import AdaptationsFull, MakerError, UnknownAdaptation
 from rumik_app.voices.package import consent_record
 from training.config import load_config
 from training.voice.progress import Cancelled, Progress
+from training.voice.uploads import check_upload, check_visitor_settings
 from training.voice.voice_config import VoiceConfig
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
@@ -47,12 +50,12 @@ MAX_QUEUED = 4
 MAX_EVENTS = 20_000  # per job: a 300-step run gives ~320
 POLL_S = 0.5
 DB_NAME = "voice_jobs.sqlite3"
+UPLOADS = "uploads"
 INTERNAL = "internal error while adapting the voice; the server's log has the details"
 log = logging.getLogger(__name__)
 
 
-class JobError(RumikError, ValueError):
-    """A job that cannot be queued or found; the message names the fix."""
+JobError = MakerError  # the core's errors, so the server's routes map them without importing training
 
 
 class AdaptationStore(SQLiteStore):
@@ -75,6 +78,7 @@ class AdaptationJobs:
         self.root, self.voices_dir, self.model = Path(root), Path(voices_dir), model
         self.config = Path(config) if config else None  # a VoiceConfig file under every job's settings
         self.settings, self.max_queued = list(settings or []), max_queued
+        load_config(VoiceConfig, self.config, self.settings).validate()  # a bad operator setting fails at start
         self.store = AdaptationStore(self.root / DB_NAME)
         self._wake, self._stop = threading.Event(), threading.Event()
         self._cancels: dict[str, threading.Event] = {}
@@ -82,38 +86,59 @@ class AdaptationJobs:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ the API
+    def staging(self) -> Path:
+        """A new, empty folder under ROOT/uploads for one upload's files (the caller removes it after submit)."""
+        folder = self.root / UPLOADS / secrets.token_hex(12)
+        folder.mkdir(parents=True)
+        return folder
+
     def submit(self, name: str, recordings: Path, consent: Path, statement: str, document: bool = False,
                settings: list[str] | None = None) -> str:
-        """Queue a job; its recordings folder and consent file are moved into ROOT/<id>/inputs. JobError when
-        full; VoiceError for a name or consent `rumik voice create` would refuse."""
+        """Check and queue a job (module docstring); the recordings folder and the consent file are moved
+        into ROOT/<id>/inputs. AdaptationsFull when full; VoiceError, DataError or ConfigError for a
+        name, consent, recordings or settings that are refused (nothing is kept of those)."""
         from training.voice.create import check_new_voice
 
+        settings = self.settings + check_visitor_settings(list(settings or []))
+        cfg = load_config(VoiceConfig, self.config, settings)
         check_new_voice(name, self.voices_dir)
         consent_record(statement, consent, document=document)
-        with self.store._transaction() as con:
-            waiting = con.execute("SELECT COUNT(*) FROM voice_jobs WHERE state IN (?, ?)", UNFINISHED).fetchone()[0]
-            if waiting >= self.max_queued:
-                raise JobError(f"{waiting} voice adaptations are already queued or running (at most "
-                               f"{self.max_queued}); try again when one has finished.")
-            job_id = "vjob_" + secrets.token_hex(12)
-            inputs = self.root / job_id / "inputs"
-            inputs.mkdir(parents=True)
+        self._check_room()
+        job_id = "vjob_" + secrets.token_hex(12)
+        inputs = self.root / job_id / "inputs"
+        inputs.mkdir(parents=True)
+        try:
             moved = shutil.move(str(consent), inputs / ("consent" + Path(consent).suffix.lower()))
             shutil.move(str(recordings), inputs / "recordings")
-            spec = {"statement": statement, "consent": Path(moved).name, "document": document,
-                    "settings": self.settings + list(settings or [])}
-            now = time.time()
-            con.execute("INSERT INTO voice_jobs VALUES (?, ?, ?, ?, NULL, NULL, ?, ?)",
-                        (job_id, name, QUEUED, json.dumps(spec), now, now))
+            check_upload(inputs / "recordings", cfg.data)
+            spec = {"statement": statement, "consent": Path(moved).name, "document": document, "settings": settings}
+            with self.store._transaction() as con:
+                self._check_room(con)
+                now = time.time()
+                con.execute("INSERT INTO voice_jobs VALUES (?, ?, ?, ?, NULL, NULL, ?, ?)",
+                            (job_id, name, QUEUED, json.dumps(spec), now, now))
+        except BaseException:
+            shutil.rmtree(self.root / job_id, ignore_errors=True)
+            raise
         self._wake.set()
         return job_id
+
+    def _check_room(self, con=None) -> None:
+        if con is None:
+            with self.store._connect() as con:
+                return self._check_room(con)
+        waiting = con.execute("SELECT COUNT(*) FROM voice_jobs WHERE state IN (?, ?)", UNFINISHED).fetchone()[0]
+        if waiting >= self.max_queued:
+            raise AdaptationsFull(f"{waiting} voice adaptations are already queued or running (at most "
+                                  f"{self.max_queued}); try again when one has finished.")
 
     def status(self, job_id: str) -> dict:
         with self.store._connect() as con:
             row = con.execute("SELECT id, name, state, step, error, created_at, updated_at FROM voice_jobs "
                               "WHERE id = ?", (job_id,)).fetchone()
         if row is None:
-            raise JobError(f"No voice adaptation {job_id[:40]!r}.")
+            raise UnknownAdaptation(f"No voice adaptation {job_id[:40]!r}: use the id POST /v1/voices/adaptations "
+                                    "answered.")
         return dict(zip(("id", "name", "state", "step", "error", "created_at", "updated_at"), row, strict=True))
 
     def events(self, job_id: str, after: int = 0) -> list[tuple[int, dict]]:
@@ -140,6 +165,7 @@ class AdaptationJobs:
         """Queue again what a killed process left running, then start the worker thread."""
         with self.store._transaction() as con:
             con.execute("UPDATE voice_jobs SET state = ? WHERE state = ?", (QUEUED, RUNNING))
+        shutil.rmtree(self.root / UPLOADS, ignore_errors=True)  # uploads a killed process was receiving
         self._thread = threading.Thread(target=self._work, name="voice-adaptations", daemon=True)
         self._thread.start()
         return self

@@ -1,6 +1,8 @@
 """A voice adaptation reports every step in order, can be cancelled mid-training, and resumes from its
 work folder to the very adapter an uninterrupted run makes (same seed); as a job (training.voice.jobs),
-killed mid-training, it resumes after a restart to that adapter too.
+killed mid-training, it resumes after a restart to that adapter too; and through the speech server
+(POST /v1/voices/adaptations, progress as server-sent events), to that adapter again, the voice then
+listed and speaking (watermarked) without a restart, while hostile uploads are refused with their reason.
 
 One small configuration of the smoke (90 s of espeak-ng recordings, 6 training steps of 2 clips,
 a training state every 2 steps) keeps the three runs cheap: uninterrupted, cancelled at step 5
@@ -9,19 +11,30 @@ a training state every 2 steps) keeps the three runs cheap: uninterrupted, cance
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from rumik_app.engine.local import TTSEngine
+from rumik_app.engine.scheduler import BatchScheduler
+from rumik_app.serve.adapters import SchedulerAdapter
+from rumik_app.voices.library import use_library
+from rumik_app.voices.makers import load_voice_maker
 from rumik_app.voices.package import VoiceError
-from tests.servers import wait_for
+from rumik_app.watermark.marker import shared_watermarker
+from tests.servers import ServerThread, wait_for
 from training.voice import smoke
 from training.voice.create import create_voice, smoke_config
 from training.voice.jobs import AdaptationJobs, JobError
@@ -177,3 +190,137 @@ def test_the_queue_refuses_what_create_would_and_cancels_a_queued_job(inputs, tm
     assert sorted(p.name for p in (tmp_path / "jobs" / job).iterdir()) == ["report.json"]
     with pytest.raises(JobError, match="No voice adaptation"):
         jobs.status("vjob_nothing")
+
+
+# ---------------------------------------------------------------------------- the same run through the server
+
+KEY, ADMIN = "adapt-api-key-0123456789", "adapt-admin-key-0123456789"
+ADAPTATIONS = "/v1/voices/adaptations"
+
+
+def admin(**headers) -> dict:
+    return {"Authorization": f"Bearer {ADMIN}", **headers}
+
+
+def zipped(members: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A speech server of the smoke's base with a voice library and adaptations (what --adapt-voices builds)."""
+    root = tmp_path_factory.mktemp("adapting")
+    model = smoke_config(SETTINGS, None, root).model
+    engine = TTSEngine.from_pretrained(model, device="cpu")
+    use_library(engine, root / "voices")
+    maker = load_voice_maker("lora", root=root / "data" / "voice-adaptations", voices_dir=root / "voices",
+                             model=model, settings=SETTINGS, config=root / "smoke_settings.json")
+    adapter = SchedulerAdapter(BatchScheduler(engine, max_batch=2, max_queue=8, max_prompt_tokens=256))
+    with ServerThread(adapter, api_key=KEY, admin_key=ADMIN, data_dir=root / "data", voice_maker=maker) as srv:
+        yield srv, root
+
+
+def upload(inputs, name: str = "Kabir", recordings: list[tuple] | None = None, **fields) -> dict:
+    """The multipart form of an adaptation: the recordings zipped (as a phone would send a folder)."""
+    folder, consent = inputs
+    if recordings is None:
+        archive = zipped({path.name: path.read_bytes() for path in sorted(folder.iterdir())}, zipfile.ZIP_STORED)
+        recordings = [("recordings", ("kabir.zip", archive, "application/zip"))]
+    files = [*recordings, ("consent", ("consent.wav", consent.read_bytes(), "audio/wav"))]
+    return {"files": files, "data": {"name": name, "statement": smoke.STATEMENT, **fields}}
+
+
+def sse_events(server_url: str, job: str) -> list[tuple[str, dict]]:
+    events, kind = [], None
+    with httpx.stream("GET", server_url + f"{ADAPTATIONS}/{job}", headers=admin(Accept="text/event-stream"),
+                      timeout=httpx.Timeout(30, read=120)) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[len("event: "):]
+            elif line.startswith("data: "):
+                events.append((kind, json.loads(line[len("data: "):])))
+    return events
+
+
+def test_through_the_server_an_adaptation_streams_its_progress_and_its_voice_speaks_without_a_restart(
+        inputs, uninterrupted, server):
+    srv, root = server
+    refused = httpx.post(srv.url + ADAPTATIONS, headers={"Authorization": f"Bearer {KEY}"}, timeout=10,
+                         **upload(inputs))
+    assert refused.status_code == 401 and "--admin-key" in refused.json()["error"]["message"]  # not an API key
+    posted = httpx.post(srv.url + ADAPTATIONS, headers=admin(), timeout=60, **upload(inputs))
+    assert posted.status_code == 202 and posted.json()["state"] == "queued", posted.text
+    job = posted.json()["id"]
+    events = sse_events(srv.url, job)
+    assert events[-1][0] == "done" and events[-1][1]["state"] == "done", events[-1]
+    progress = [event for kind, event in events if kind == "progress"]
+    steps = [(event["step"], event["status"]) for event in progress if event["status"] != "running"]
+    assert steps == [(step, status) for step in STEPS for status in ("started", "done")]
+    assert [event["train_step"] for event in progress if event["status"] == "running"] == list(range(1, 7))
+    polled = httpx.get(srv.url + f"{ADAPTATIONS}/{job}?after=3", headers=admin(), timeout=10).json()
+    assert polled["state"] == "done" and polled["events"][0]["seq"] == 4 and len(polled["events"]) == len(events) - 4
+
+    listed = httpx.get(srv.url + "/v1/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()["data"]
+    kabir = next(voice for voice in listed if voice["name"] == "Kabir")
+    assert kabir["kind"] == "library" and kabir["consent"]["checked_by"] == "recording"
+    adapter = "Kabir/adapter.safetensors"  # the server's run is the uninterrupted run: same data, seed, settings
+    made, reference = load_file(root / "voices" / adapter), load_file(uninterrupted[0] / "voices" / adapter)
+    assert all(np.array_equal(made[k], reference[k]) for k in reference)
+    spoken = httpx.post(srv.url + "/v1/audio/speech", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
+                        json={"model": "tiny", "input": "Hello there.", "voice": "Kabir", "response_format": "pcm",
+                              "seed": 5, "max_seconds": 1.0})
+    assert spoken.status_code == 200, spoken.text
+    wave = np.frombuffer(spoken.content, "<i2").astype(np.float32) / 32768
+    assert shared_watermarker().is_watermarked(wave, 24_000)
+    assert sorted(p.name for p in (root / "data" / "voice-adaptations" / job).iterdir()) == ["report.json"]
+
+
+def one_hertz_wav(seconds: int = 36_000) -> bytes:
+    """A WAV header declaring `seconds` of 1 Hz 16-bit mono, and 64 bytes of it."""
+    data = seconds * 2
+    return (b"RIFF" + struct.pack("<I", 36 + data) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 1, 2, 2, 16)
+            + b"data" + struct.pack("<I", data) + bytes(64))
+
+
+# Each made when its test runs (not at import, in every worker): the file fields and the reason the refusal names.
+HOSTILE = {
+    "a zip bomb": lambda: ([("recordings", ("r.zip", zipped({"a.wav": bytes(32 * 2**20)}), "application/zip"))],
+                           "recordings barely compress"),
+    "a 1 Hz WAV declaring hours": lambda: ([("recordings", ("long.wav", one_hertz_wav(), "audio/wav"))], "1 Hz"),
+    "10,000 tiny files": lambda: ([("recordings", ("many.zip", zipped({f"{k:05d}.wav": b"RIFF" for k in range(10_000)}),
+                                                   "application/zip"))], "at most 2,000"),
+    "a name with ../": lambda: ([("recordings", ("../evil.wav", b"RIFF", "audio/wav"))], "not a plain file name"),
+    "a zip member with ../": lambda: ([("recordings", ("r.zip", zipped({"../evil.wav": b"RIFF"}), "application/zip"))],
+                                      "a path outside the archive"),
+}
+
+
+@pytest.mark.parametrize("what", list(HOSTILE))
+def test_a_hostile_upload_is_refused_with_its_reason_and_leaves_nothing(inputs, server, what):
+    srv, root = server
+    recordings, reason = HOSTILE[what]()
+    refused = httpx.post(srv.url + ADAPTATIONS, headers=admin(), timeout=60,
+                         **upload(inputs, name="Hostile", recordings=recordings))
+    assert refused.status_code in (400, 413) and reason in refused.json()["error"]["message"], refused.text
+    assert "Traceback" not in refused.text
+    jobs = root / "data" / "voice-adaptations"
+    assert not (jobs / "uploads").exists() or not any((jobs / "uploads").iterdir())
+    assert not list(jobs.glob("vjob_*/inputs")) and not list(root.rglob("evil.wav"))
+    assert not (root / "voices" / "Hostile").exists()
+
+
+def test_a_taken_name_visitor_settings_and_an_unknown_job_get_their_errors(inputs, server):
+    srv, _ = server
+    builtin = httpx.post(srv.url + ADAPTATIONS, headers=admin(), timeout=60, **upload(inputs, name="Ira"))
+    assert builtin.status_code == 400 and "built-in voice" in builtin.json()["error"]["message"]
+    settings = httpx.post(srv.url + ADAPTATIONS, headers=admin(), timeout=60,
+                          **upload(inputs, name="Dev", settings="model=/elsewhere"))
+    assert settings.status_code == 400 and "the model and the judges" in settings.json()["error"]["message"]
+    unknown = httpx.get(srv.url + f"{ADAPTATIONS}/vjob_nothing", headers=admin(), timeout=10)
+    assert unknown.status_code == 404 and "POST /v1/voices/adaptations" in unknown.json()["error"]["message"]
+    assert httpx.delete(srv.url + f"{ADAPTATIONS}/vjob_nothing", headers=admin(), timeout=10).status_code == 404
