@@ -9,13 +9,15 @@
     rumik app --host 0.0.0.0 --forwarded-allow-ips 10.0.0.5   # behind your reverse proxy at 10.0.0.5
     rumik app --backend vllm                        # rumik-oss-1 on vLLM's engine (pip install rumik-oss[vllm])
     rumik app --voices voices/                      # library voices too, in the Voice menu (docs/voices.md)
+    rumik app --voices voices/ --adapt-voices       # + the "Your voices" tab: make a voice from recordings
 
 `python app.py` (the Hugging Face Space's entry point) and `python -m webapp` run the same.
 
 Tabs: Synthesise (streamed audio, every prompt control, the exact prompt string), Compare &
 rate (blind A/B ratings stored in SQLite, IndicEmo/NoVA exports and results), Evaluate
 (WER/CER/GCER and NoVA verdicts for uploaded clips; optional DNSMOS quality and speaker
-similarity to a reference voice, `--speaker-encoder`). Systems: rumik-oss-1 (`--model`),
+similarity to a reference voice, `--speaker-encoder`), and with `--adapt-voices` Your voices (make
+a library voice from uploaded recordings, `webapp.voices_tab`). Systems: rumik-oss-1 (`--model`),
 the espeak-ng classical baseline, and tiny. If the model cannot be loaded the app still
 starts, with a banner giving the reason and the fix. Every action is an API endpoint;
 `/synthesize` returns a 24 kHz WAV (see the "Use via API" link at the bottom of the page).
@@ -43,6 +45,7 @@ import argparse
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from webapp import zerogpu
@@ -55,8 +58,9 @@ zerogpu.import_spaces()
 # Gradio, and the rate tab that needs it to load, are imported where the page is built (`build_demo`, `_theme`).
 from rumik_app.align import AlignerSet, AlignmentError  # noqa: E402
 from rumik_app.cli_args import add_engine_arguments, add_voices_argument, engine_options  # noqa: E402
-from rumik_app.errors import report_user_error  # noqa: E402
+from rumik_app.errors import RumikError, report_user_error  # noqa: E402
 from rumik_app.request import DEFAULT_MODEL  # noqa: E402
+from rumik_app.voices.makers import VoiceMaker, add_adaptation_arguments, maker_from_args  # noqa: E402
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, GuessThrottle, LoginCheck, LoginError, read_logins  # noqa: E402
 from webapp.audio_judges import DEFAULT_SPEAKER_ENCODER, AudioJudges  # noqa: E402
 from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab  # noqa: E402
@@ -68,6 +72,7 @@ from webapp.synth_tab import SynthHandlers, build_synth_tab  # noqa: E402
 from webapp.systems import SYSTEM_RUMIK, SystemRegistry  # noqa: E402
 from webapp.timings import HIGHLIGHT_JS, TRANSCRIPT_CSS  # noqa: E402
 from webapp.uploads import MAX_CLIP_MB  # noqa: E402
+from webapp.voices_tab import VoiceTabHandlers, build_voices_tab  # noqa: E402
 
 if TYPE_CHECKING:
     import gradio as gr
@@ -102,7 +107,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
                admin: AdminGate | None = None, served: ServedFolder | None = None,
                engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,),
                speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, voices: str | os.PathLike | None = None,
-               aligners: Sequence[str] | None = None) -> gr.Blocks:
+               aligners: Sequence[str] | None = None, voice_maker: VoiceMaker | None = None) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
@@ -114,7 +119,8 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     `speaker_encoder`: the Evaluate tab's speaker-similarity model (`evaluation.speaker` spec);
     `voices`: a voice library folder whose voices rumik-oss-1 speaks too (docs/voices.md);
     `aligners`: the *Word timestamps* aligners' specs (`rumik_app.align.load_aligner`; None: each
-    engine's default, pocketsphinx for English), loaded now.
+    engine's default, pocketsphinx for English), loaded now; `voice_maker`: what trains new voices
+    into `voices` (rumik_app.voices.makers; the "Your voices" tab, started here), None: no tab.
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves, AlignmentError if an
     aligner cannot load.
     """
@@ -142,11 +148,14 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
             build_rate_tab(rate, default, choices)
         with gr.Tab("Evaluate", id="evaluate"):
             build_evaluate_tab(EvaluateHandlers(JudgeCatalog(asr_models), AudioJudges(registry, speaker_encoder)))
+        if voice_maker is not None and voices is not None:
+            with gr.Tab("Your voices", id="voices"):
+                build_voices_tab(VoiceTabHandlers(voice_maker.start(), Path(voices), admin), demo)
         demo.load(registry.banner_markdown, outputs=banner, api_name="model_status", queue=False,
                   show_progress="hidden")
     # For tests and embedding scripts (and `launch`):
     demo.registry, demo.rating_store, demo.admin = registry, store, admin
-    demo.data_layout, demo.served_folder = layout, served
+    demo.data_layout, demo.served_folder, demo.voice_maker = layout, served, voice_maker
     return demo
 
 
@@ -234,6 +243,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "ctc:FOLDER (a local CTC model)")
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM
     add_voices_argument(p)  # --voices DIR: library voices in the Voice menu
+    add_adaptation_arguments(p)  # --adapt-voices ...: the "Your voices" tab
     args = p.parse_args(argv)
     args.engine_options = zerogpu.engine_options(engine_options(p, args))
     try:
@@ -255,8 +265,9 @@ def main(argv: list[str] | None = None) -> None:
         admin = AdminGate.from_sources(args.admin_password)
         demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
                           asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)),
-                          speaker_encoder=args.speaker_encoder, voices=args.voices, aligners=args.aligner)
-    except (LoginError, UnsafeLayoutError, AlignmentError) as exc:
+                          speaker_encoder=args.speaker_encoder, voices=args.voices, aligners=args.aligner,
+                          voice_maker=maker_from_args(args, DataLayout(args.data_dir).root))
+    except (LoginError, UnsafeLayoutError, AlignmentError, RumikError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)
     print(f"rumik-oss-1 ({args.model}): {status.state}" + (f" - {status.message}" if status.message else ""),

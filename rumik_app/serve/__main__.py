@@ -56,6 +56,7 @@ from rumik_app.serve.protocol import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     MAX_SOCKET_MESSAGE_BYTES,
 )
+from rumik_app.voices.makers import add_adaptation_arguments, maker_from_args
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -111,12 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="word-timestamp aligner, repeatable, first match per language wins: pocketsphinx (English, "
                         "the default), indicconformer:PATH (22 Indian languages), ctc:PATH (a local CTC model); "
                         "'none' turns timestamps off")
-    p.add_argument("--adapt-voices", action="store_true",
-                   help="run voice adaptations (POST /v1/voices/adaptations, admin key): needs --voices DIR and "
-                        "--data-dir DIR; the new voices are trained from --model (docs/voices.md)")
-    p.add_argument("--adapt-config", metavar="FILE", help="a VoiceConfig file (JSON/TOML) for every adaptation")
-    p.add_argument("--adapt-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a VoiceConfig setting for every adaptation, repeatable (e.g. train.steps=200)")
+    add_adaptation_arguments(p)  # --adapt-voices --adapt-config --adapt-set: POST /v1/voices/adaptations
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     args = p.parse_args(argv)
     if args.adapt_voices and not (args.voices and args.data_dir):
@@ -231,7 +227,7 @@ def build_server(args: argparse.Namespace):
                      shutdown_timeout=args.shutdown_timeout, voice_map=voice_map, max_sessions=args.max_sessions,
                      max_seconds=args.max_seconds or default_max_seconds(args.model), admin_key=args.admin_key,
                      body_timeout=args.body_timeout, max_sessions_per_client=args.max_sessions_per_client,
-                     aligners=aligners, voice_maker=voice_maker(args))
+                     aligners=aligners, voice_maker=maker_from_args(args, args.data_dir))
     # HTTP connections beyond what the server can hold get 503 from uvicorn itself: every
     # request that can decode or wait, plus room for /health, /metrics and the ones being
     # refused. Idle ones make room (connections.py). (uvicorn does not count WebSockets here;
@@ -248,16 +244,6 @@ def build_server(args: argparse.Namespace):
     if hasattr(adapter, "on_engine_death"):  # vLLM: a dead engine core shuts the server down (main exits 3)
         adapter.on_engine_death = lambda: setattr(server, "should_exit", True)
     return server
-
-
-def voice_maker(args: argparse.Namespace):
-    """The maker behind /v1/voices/adaptations with --adapt-voices (rumik_app.voices.makers), else None."""
-    if not args.adapt_voices:
-        return None
-    from rumik_app.voices.makers import load_voice_maker
-
-    return load_voice_maker("lora", root=Path(args.data_dir) / "voice-adaptations", voices_dir=Path(args.voices),
-                            model=args.model, settings=args.adapt_set, config=args.adapt_config)
 
 
 def main(argv: list[str] | None = None) -> int:

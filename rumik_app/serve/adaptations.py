@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -55,6 +54,7 @@ from rumik_app.voices.makers import (
     AdaptationsFull,
     UnknownAdaptation,
     VoiceMaker,
+    check_upload_name,
 )
 from rumik_app.voices.package import VoiceError
 
@@ -68,7 +68,6 @@ POLL_S = 0.5
 KEEP_ALIVE_S = 15.0
 MAX_STREAM_S = 3600.0  # one event stream; a client reconnects with Last-Event-ID to go on
 COPY_BLOCK = 1 << 20
-SAFE_NAME = re.compile(r"[^/\\\x00-\x1f]{1,200}")
 NO_MAKER = ("This server does not adapt voices; start it with --adapt-voices --voices DIR --data-dir DIR "
             "(and --admin-key).")
 
@@ -192,10 +191,10 @@ def _write_upload(form, staging: Path) -> dict:
 
 def _save(upload: UploadFile, folder: Path, prefix: str | None = None) -> Path:
     """One uploaded file into `folder` under its own plain name (or `prefix` + its suffix)."""
-    name = upload.filename or ""
-    if not SAFE_NAME.fullmatch(name) or name.strip() in ("", ".", "..") or name != name.strip():
-        raise ApiError(400, f"Upload name {name[:80]!r} is not a plain file name (no folders, '..' or control "
-                            "characters); rename the file.", param="recordings", code="invalid_file_name")
+    try:
+        name = check_upload_name(upload.filename)
+    except VoiceError as exc:
+        raise ApiError(400, str(exc), param="recordings", code="invalid_file_name") from None
     path = folder / ((prefix + Path(name).suffix.lower()) if prefix else name)
     try:
         with path.open("xb") as out:
