@@ -144,3 +144,11 @@ def test_arena_sampling_compares_both_samplers_on_the_same_seeds(capsys):
     results = arena_sampling.main(["--runs", "2"])
     assert all(len(results[mode]["runs"]) == 2 and results[mode]["mean"] >= 20 for mode in ("uniform", "informative"))
     assert "informative / uniform battles (means):" in capsys.readouterr().out
+
+
+def test_voice_jobs_times_a_direct_run_a_server_job_and_speech_alongside(capsys):
+    from benchmarks import voice_jobs
+
+    result = voice_jobs.main(["--minutes", "0.4", "--steps", "1", "--requests", "2"])
+    assert result["direct_s"] > 0 and result["job_s"] > 0 and result["ttfa_p50_alone_s"] > 0
+    assert "job overhead:" in capsys.readouterr().out
