@@ -10,6 +10,7 @@
     rumik app --backend vllm                        # rumik-oss-1 on vLLM's engine (pip install rumik-oss[vllm])
     rumik app --voices voices/                      # library voices too, in the Voice menu (docs/voices.md)
     rumik app --voices voices/ --adapt-voices       # + the "Your voices" tab: make a voice from recordings
+    rumik app --arena-system espeak --arena-system rumik   # + the Arena tab: blind votes, a leaderboard
 
 `python app.py` (the Hugging Face Space's entry point) and `python -m webapp` run the same.
 
@@ -107,7 +108,8 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
                admin: AdminGate | None = None, served: ServedFolder | None = None,
                engine_options: dict | None = None, asr_models: tuple[str, ...] = (DEFAULT_ASR_MODEL,),
                speaker_encoder: str = DEFAULT_SPEAKER_ENCODER, voices: str | os.PathLike | None = None,
-               aligners: Sequence[str] | None = None, voice_maker: VoiceMaker | None = None) -> gr.Blocks:
+               aligners: Sequence[str] | None = None, voice_maker: VoiceMaker | None = None,
+               arena_systems: Sequence[str] = ()) -> gr.Blocks:
     """The whole app. `preload` loads `model` now (compiling its decode step when `compile`,
     default on for CUDA) so the banner can say whether it worked and serving starts warm.
 
@@ -120,7 +122,8 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
     `voices`: a voice library folder whose voices rumik-oss-1 speaks too (docs/voices.md);
     `aligners`: the *Word timestamps* aligners' specs (`rumik_app.align.load_aligner`; None: each
     engine's default, pocketsphinx for English), loaded now; `voice_maker`: what trains new voices
-    into `voices` (rumik_app.voices.makers; the "Your voices" tab, started here), None: no tab.
+    into `voices` (rumik_app.voices.makers; the "Your voices" tab, started here), None: no tab;
+    `arena_systems`: the Arena tab's system specs (at least two; none: no tab, webapp.arena_tab).
     Raises UnsafeLayoutError if the data dir lies in a folder Gradio serves, AlignmentError if an
     aligner cannot load.
     """
@@ -148,6 +151,11 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
             build_rate_tab(rate, default, choices)
         with gr.Tab("Evaluate", id="evaluate"):
             build_evaluate_tab(EvaluateHandlers(JudgeCatalog(asr_models), AudioJudges(registry, speaker_encoder)))
+        if arena_systems:
+            from webapp.arena_tab import ArenaHandlers, build_arena_tab, load_arena
+
+            with gr.Tab("Arena", id="arena"):
+                build_arena_tab(ArenaHandlers(load_arena(arena_systems, data_dir, served), served))
         if voice_maker is not None and voices is not None:
             with gr.Tab("Your voices", id="voices"):
                 build_voices_tab(VoiceTabHandlers(voice_maker.start(), Path(voices), admin), demo)
@@ -244,6 +252,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_engine_arguments(p)  # --device --dtype --compile; --backend vllm: rumik-oss-1 on vLLM
     add_voices_argument(p)  # --voices DIR: library voices in the Voice menu
     add_adaptation_arguments(p)  # --adapt-voices ...: the "Your voices" tab
+    p.add_argument("--arena-system", action="append", default=[], metavar="SPEC",
+                   help="a system in the Arena tab, at least two (e.g. --arena-system espeak --arena-system rumik; "
+                        "evaluation.systems specs, openai:URL too; docs/arena.md)")
     args = p.parse_args(argv)
     args.engine_options = zerogpu.engine_options(engine_options(p, args))
     try:
@@ -266,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
         demo = build_demo(args.model, args.data_dir, admin=admin, engine_options=args.engine_options,
                           asr_models=tuple(args.asr_model or (DEFAULT_ASR_MODEL,)),
                           speaker_encoder=args.speaker_encoder, voices=args.voices, aligners=args.aligner,
-                          voice_maker=maker_from_args(args, DataLayout(args.data_dir).root))
+                          voice_maker=maker_from_args(args, DataLayout(args.data_dir).root),
+                          arena_systems=args.arena_system)
     except (LoginError, UnsafeLayoutError, AlignmentError, RumikError) as exc:
         raise SystemExit(report_user_error(exc)) from None  # one `error: ...` line, exit status 2
     status = demo.registry.status(SYSTEM_RUMIK)
