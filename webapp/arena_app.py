@@ -4,8 +4,8 @@
     rumik arena serve --system rumik --system "openai:http://kokoro:8880/v1;model=kokoro;voice=af_heart" \\
         --host 0.0.0.0 --data-dir arena-data/
 
-No login (an optional admin password, RUMIK_ADMIN_PASSWORD, guards nothing here yet: the leaderboard
-is public). The same page as the app's Arena tab (webapp.arena_tab), behind the same front door
+No login; the leaderboard is public, and the export of the votes takes the admin password when one
+is set (RUMIK_ADMIN_PASSWORD). The same page as the app's Arena tab (webapp.arena_tab), behind the same front door
 (`webapp.main.launch`: the visitor guard, queue shares, the served folder); the votes live in
 DATA_DIR/arena.sqlite3; `Arena.votes()` gives them as the vote export's rows
 (evaluation.arena.votes), which `rumik arena leaderboard` reads.
@@ -34,11 +34,11 @@ def build_arena_app(specs: Sequence[str], data_dir: str | os.PathLike = DEFAULT_
 
     layout, served = DataLayout(data_dir), served or ServedFolder()
     check_not_served(layout, served_roots(served))
-    arena = load_arena(specs, data_dir, served, **arena_options)
+    arena, admin = load_arena(specs, data_dir, served, **arena_options), AdminGate.from_sources()
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"# {TITLE}")
-        build_arena_tab(ArenaHandlers(arena, served))
-    demo.data_layout, demo.served_folder, demo.admin, demo.arena = layout, served, AdminGate.from_sources(), arena
+        build_arena_tab(ArenaHandlers(arena, served, admin))
+    demo.data_layout, demo.served_folder, demo.admin, demo.arena = layout, served, admin, arena
     return demo
 
 

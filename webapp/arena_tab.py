@@ -1,7 +1,7 @@
 """The Arena tab (`app.py --arena-system SPEC ...`, `rumik arena serve`): two anonymous systems on a
 visitor's text, a vote, then the names; and the Bradley–Terry leaderboard (docs/arena.md).
 
-    handlers = ArenaHandlers(Arena(systems, layout.root / "arena.sqlite3", served.write_wav), served)
+    handlers = ArenaHandlers(Arena(systems, layout.root / "arena.sqlite3", served.write_wav), served, admin)
     build_arena_tab(handlers, admin)                  # inside gr.Blocks and a gr.Tab
 
 The visitor types a prompt (or takes one from the prompt set: "Another prompt" goes to the
@@ -10,8 +10,9 @@ arena (evaluation.arena.battles: the pair sampler, loudness-matched, padded to o
 file names). The vote buttons wake only when both clips have played to their end (the players'
 end events); the names appear after the vote. API: `/arena_battle` (text, language) -> battle id
 and the two clips; `/arena_vote` (battle id, vote, played_a, played_b) -> the reveal;
-`/arena_leaderboard` -> the table and the two pictures. A session's budget, screening and one
-vote per battle are the arena's.
+`/arena_leaderboard` -> the report and the two pictures; `/arena_export` (admin password when the
+app has one) -> the vote export (JSONL, CSV), the leaderboard files and the pictures. A session's
+budget, screening and one vote per battle are the arena's.
 """
 
 from __future__ import annotations
@@ -25,15 +26,14 @@ import gradio as gr
 import numpy as np
 
 from evaluation.arena.battles import MAX_PROMPT_CHARS, Arena, ArenaError
-from evaluation.arena.bradley_terry import matrices
-from evaluation.arena.leaderboard import OVERALL, table
 from evaluation.arena.sampling import next_language
-from evaluation.arena.votes import to_battles
+from webapp.access import AdminGate
 from webapp.common import ui_error, user_errors
 from webapp.examples import LANGUAGE_CHOICES, LANGUAGE_EXAMPLES
 from webapp.guard import client_address
 from webapp.storage import ServedFolder
 
+LEADERBOARD_ROUNDS = 300  # bootstrap rounds on the page (the export's file: 1,000)
 CHOICES = (("A is better", "a"), ("B is better", "b"), ("Tie", "tie"), ("Both are bad", "both_bad"))
 INTRO = ("Type a sentence (or take one), listen to **both** clips to the end, then vote. The systems' names "
          "appear after your vote.")
@@ -42,8 +42,8 @@ INTRO = ("Type a sentence (or take one), listen to **both** clips to the end, th
 class ArenaHandlers:
     """The tab's functions; each raises gr.Error with one readable message."""
 
-    def __init__(self, arena: Arena, served: ServedFolder, prompts: dict[str, str] | None = None):
-        self.arena, self.served = arena, served
+    def __init__(self, arena: Arena, served: ServedFolder, admin: AdminGate, prompts: dict[str, str] | None = None):
+        self.arena, self.served, self.admin = arena, served, admin
         self.prompts = dict(prompts or LANGUAGE_EXAMPLES)  # {language: text}
         self.rng = np.random.default_rng()
 
@@ -85,24 +85,25 @@ class ArenaHandlers:
         return vote
 
     def leaderboard(self) -> tuple[str, str | None, str | None]:
-        """(the Markdown table with counts, the win-rate picture, the battle-count picture)."""
-        from evaluation.charts import matrix_chart
+        """(the report: counts and the table overall and per language, the win-rate picture, the battle-count
+        picture)."""
+        with user_errors("Reading the leaderboard"), tempfile.TemporaryDirectory() as folder:
+            self.arena.export(Path(folder), rounds=LEADERBOARD_ROUNDS)
+            text = (Path(folder) / "leaderboard.md").read_text(encoding="utf-8")
+            failures = dict(self.arena.failures)
+            if failures:
+                text = f"Failed syntheses (skipped, not losses): {failures}.\n\n" + text
+            if not self.arena.votes():
+                return text + "\nNo votes yet.", None, None
+            pictures = [str(self.served.copy(Path(folder) / name)) for name in ("win_rate.png", "battles.png")]
+        return text, *pictures
 
-        with user_errors("Reading the leaderboard"):
-            boards, counts = self.arena.leaderboard(rounds=300)
-            battles = to_battles(self.arena.votes(), list(self.arena.systems))
-            head = (f"{counts['counted']} votes counted; {counts['screened']} from screened sessions left out"
-                    + (f"; failed syntheses (skipped): {counts['failures']}" if counts["failures"] else "") + ".")
-            if not counts["counted"]:
-                return head + "\n\nNo votes yet.", None, None
-            win_rate, played = matrices(battles)
+    def export(self, admin_password: str = "", request: gr.Request = None) -> list[str]:
+        """The vote export (JSONL, CSV), the leaderboard (Markdown, CSV, JSON) and its pictures, for download."""
+        with user_errors("Exporting the arena"):
+            self.admin.require(admin_password, "Exporting the arena's votes", client_address() or None)
             with tempfile.TemporaryDirectory() as folder:
-                pictures = [matrix_chart(Path(folder) / "win.png", "Win rate of row over column", battles.systems,
-                                         win_rate),
-                            matrix_chart(Path(folder) / "n.png", "Battles per pair", battles.systems, played, "{:.0f}",
-                                         cmap="Blues")]
-                served = [str(self.served.copy(picture)) for picture in pictures]
-        return head + "\n\n" + table(boards[OVERALL]), *served
+                return [str(path) for path in self.served.publish(self.arena.export(Path(folder)))]
 
 
 def arena_database(data_dir: str | os.PathLike) -> Path:
@@ -154,6 +155,10 @@ def build_arena_tab(handlers: ArenaHandlers) -> None:
         with gr.Row():
             win_rate = gr.Image(label="Win rate", type="filepath", elem_id="arena-win-rate")
             counts = gr.Image(label="Battles", type="filepath", elem_id="arena-battles")
+        with gr.Row():
+            password = gr.Textbox(label="Admin password", type="password", visible=handlers.admin.enabled)
+            export = gr.Button("Export the votes and the leaderboard", elem_id="arena-export")
+        files = gr.File(label="Export", file_count="multiple", interactive=False)
 
     locked = [gr.update(interactive=False)] * len(buttons)
     another.click(handlers.another_prompt, None, [text, language], api_name="arena_prompt")
@@ -168,3 +173,4 @@ def build_arena_tab(handlers: ArenaHandlers) -> None:
             lambda: locked, None, buttons, api_visibility="private")
     gr.api(handlers.vote, api_name="arena_vote")
     refresh.click(handlers.leaderboard, None, [board, win_rate, counts], api_name="arena_leaderboard")
+    export.click(handlers.export, password, files, api_name="arena_export")

@@ -155,7 +155,7 @@ def build_demo(model: str = DEFAULT_MODEL, data_dir: str | os.PathLike = DEFAULT
             from webapp.arena_tab import ArenaHandlers, build_arena_tab, load_arena
 
             with gr.Tab("Arena", id="arena"):
-                build_arena_tab(ArenaHandlers(load_arena(arena_systems, data_dir, served), served))
+                build_arena_tab(ArenaHandlers(load_arena(arena_systems, data_dir, served), served, admin))
         if voice_maker is not None and voices is not None:
             with gr.Tab("Your voices", id="voices"):
                 build_voices_tab(VoiceTabHandlers(voice_maker.start(), Path(voices), admin), demo)

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.arena.leaderboard import board
+from evaluation.arena.leaderboard import board, report, write_outputs
 from evaluation.arena.sampling import PairSampler
-from evaluation.arena.votes import VOTES, Vote, to_battles
+from evaluation.arena.votes import VOTES, Vote, to_battles, write_votes
 from evaluation.systems.base import SynthesisError, conform
 from rumik_app.audio import SAMPLE_RATE
 from rumik_app.errors import RumikError
@@ -58,6 +58,7 @@ MAX_ATTEMPTS = 3
 PAIR_DRAWS = 200  # draws to find a pair without a failed system (every pair has weight >= FLOOR)
 PLAY_SHARE = 0.9  # a vote sooner than this share of both clips' length after they were shown is screened
 HOUR_S = 3600.0
+OUTPUT_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "win_rate.png", "battles.png")
 BUDGETS = {"battles_per_session": 30, "battles_per_address": 120, "votes_per_session": 60, "votes_per_address": 240}
 
 
@@ -216,6 +217,18 @@ class Arena:
         counts = {"counted": sum(not vote.screened for vote in votes), "screened": sum(vote.screened for vote in votes),
                   "repeats": 0, "rounds": rounds, "seed": seed, "failures": dict(self.failures)}
         return board(votes, list(self.systems), rounds, seed), counts
+
+    def export(self, folder: Path, rounds: int = 1000, seed: int = 0) -> list[Path]:
+        """votes.jsonl, votes.csv (the export's rows, screened ones marked), leaderboard.md/.csv/.json and the
+        win-rate and battle-count pictures under `folder`; `rumik arena leaderboard votes.jsonl` gives the
+        same table again."""
+        votes = self.votes()
+        boards, counts = self.leaderboard(rounds, seed)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = [write_votes(folder / "votes.jsonl", votes), write_votes(folder / "votes.csv", votes)]
+        write_outputs(folder, votes, list(self.systems), boards, report(boards, counts))
+        return written + [folder / name for name in OUTPUT_FILES]
 
     def _refit(self) -> None:
         battles = to_battles(self.votes(), list(self.systems))

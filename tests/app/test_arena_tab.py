@@ -100,13 +100,22 @@ def test_a_fast_voter_is_screened_and_the_leaderboard_counts_it_apart(client, ar
         clock.now += 60
         client.predict(battle_id, "tie", True, True, api_name="/arena_vote")
     table, win_rate, counts = client.predict(api_name="/arena_leaderboard")
-    assert "1 from screened sessions left out" in table and "failed syntheses" in table
+    assert "left out: 1 from screened sessions" in table and "Failed syntheses" in table and "## en" in table
     assert "espeak" in table and "rumik:tiny" in table and "unranked" in table  # the dead server has no battle
     assert demo.arena.failures["openai:127.0.0.1:gone:nobody"] >= 1  # skipped and counted, never a loss
     assert Path(win_rate).stat().st_size > 1000 and Path(counts).stat().st_size > 1000
     rows = demo.arena.votes()
     assert len({vote.battle_id for vote in rows}) == len(rows)  # stored once each
     assert all(len(vote.clip_a_sha256) == 64 and vote.session and "api" not in vote.session for vote in rows)
+    exported = {Path(path).name: Path(path) for path in client.predict("", api_name="/arena_export")}
+    assert set(exported) == {"votes.jsonl", "votes.csv", "leaderboard.md", "leaderboard.csv", "leaderboard.json",
+                             "win_rate.png", "battles.png"}
+    from evaluation.arena.leaderboard import main as leaderboard_main
+    from evaluation.arena.votes import read_votes
+
+    again, repeats = read_votes(exported["votes.jsonl"])  # the export alone gives the leaderboard back
+    assert again == rows and repeats == 0
+    assert leaderboard_main([str(exported["votes.jsonl"]), "--rounds", "1000"])["counted"] == len(rows) - 1
 
 
 def test_a_typed_text_goes_through_the_guard_and_a_budget_holds(client, arena_app):

@@ -148,3 +148,30 @@ def test_an_answer_without_a_length_is_cut_at_the_cap():
     system = RemoteSpeechSystem("openai:http://127.0.0.1:9/v1", transport=endless)
     with pytest.raises(SynthesisError, match="passed 64 MB; it was cut off there"):
         system.synthesize(SynthesisRequest("Hello there."))
+
+
+def test_a_campaign_and_the_arena_take_the_remote_system(second_server, monkeypatch, tmp_path):
+    """The same spec in a listening-test campaign (its clips generated) and in the arena (a battle with it)."""
+    from evaluation.arena.battles import Arena
+    from tests.app.campaign_fixtures import folder_system, write_prompts
+    from webapp.campaign.clips.generate import generate_clips
+    from webapp.campaign.data.conditions import build_conditions, parse_settings
+    from webapp.campaign.prepare import define_campaign
+    from webapp.storage import DataLayout, ServedFolder
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    spec = f"openai:{second_server.url}/v1;model=tiny;voice=Ira;key_env={KEY_ENV};seed=3;timeout=120"
+    layout = DataLayout(tmp_path / "data")
+    prompts = [{"id": "p1", "text": "Hello from the other server.", "language": "en"}]
+    conditions = build_conditions([folder_system(tmp_path / "systems", "tone", 220.0, prompts), spec],
+                                  parse_settings(["max_seconds=1"]))
+    campaign = define_campaign(layout, "remote", write_prompts(tmp_path / "prompts.jsonl", prompts), conditions,
+                               1, 1, 0.0, 0)
+    assert generate_clips(campaign) == {"kept": 0, "generated": 2, "failed": 0}
+
+    remote = load_system(spec)
+    arena = Arena({"espeak": load_system("espeak"), remote.name: remote}, tmp_path / "arena.sqlite3",
+                  ServedFolder(tmp_path / "served").write_wav, max_seconds=1.0, seed=0)
+    battle = arena.new_battle("Hello there.", "en", session="s1")
+    assert battle.seconds > 0 and arena.failures == {}
+    assert arena.vote(battle.id, "tie", "s1", played=(True, True))["system_a"] in ("espeak", remote.name)
