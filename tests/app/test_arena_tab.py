@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from tests.app.conftest import free_port, wait_until_up
+from tests.app.conftest import ARTIFACTS, free_port, wait_until_up
+from tests.app.test_browser import _errors_shown, _wait, driver  # noqa: F401 - driver: the Chromium fixture
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +140,49 @@ def test_the_app_has_the_arena_tab_with_arena_systems(tiny_checkpoint, tmp_path)
                           arena_systems=["espeak", "tiny"])
     names = {dependency.api_name for dependency in demo.fns.values()}
     assert {"arena_battle", "arena_vote", "arena_leaderboard", "synthesize"} <= names
+
+
+@pytest.mark.browser
+def test_in_chromium_a_battle_must_play_votes_reveals_and_the_leaderboard_shows(arena_app, driver):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    demo, url, clock = arena_app
+    drv = driver
+    drv.get(url)
+    text = _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, "#arena-text textarea"), "the arena's text box")
+    text.send_keys(TEXT)
+    drv.find_element(By.CSS_SELECTOR, "#arena-start").click()
+    for side in ("a", "b"):
+        _wait(drv, lambda d, side=side: d.find_elements(By.CSS_SELECTOR, f"#arena-{side} button[aria-label='Play']"),
+              f"clip {side.upper()}'s player", 120)
+    vote_a = drv.find_element(By.CSS_SELECTOR, "#arena-vote-a")
+    assert not vote_a.is_enabled()  # must-play: nothing played yet
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for side in ("a", "b"):
+        play = drv.find_element(By.CSS_SELECTOR, f"#arena-{side} button[aria-label='Play']")
+        drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", play)
+        play.click()
+        _wait(drv, lambda d, side=side: d.find_elements(By.CSS_SELECTOR, f"#arena-{side} button[aria-label='Play']"),
+              f"clip {side.upper()} to play to its end", 60)
+        if side == "a":
+            assert not drv.find_element(By.CSS_SELECTOR, "#arena-vote-a").is_enabled()  # one of two played
+    _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, "#arena-vote-a").is_enabled(), "the vote buttons", 30)
+    shot = ARTIFACTS / "arena-battle.png"
+    drv.save_screenshot(str(shot))
+    clock.now += 60
+    drv.find_element(By.CSS_SELECTOR, "#arena-vote-a").click()
+    reveal = _wait(drv, lambda d: (el := d.find_element(By.CSS_SELECTOR, "#arena-reveal")).text and " was " in el.text
+                   and el, "the reveal")
+    assert re.search(r"A was (espeak|rumik:tiny), B was (espeak|rumik:tiny)", reveal.text), reveal.text
+    revealed = ARTIFACTS / "arena-reveal.png"
+    drv.save_screenshot(str(revealed))
+    drv.find_element(By.XPATH, "//button[contains(., 'Leaderboard')]").click()
+    refresh = _wait(drv, lambda d: d.find_element(By.CSS_SELECTOR, "#arena-refresh"), "the refresh button")
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'});", refresh)
+    refresh.click()
+    _wait(drv, lambda d: "Bradley" in d.find_element(By.CSS_SELECTOR, "#arena-board").text, "the leaderboard", 60)
+    _wait(drv, lambda d: d.find_elements(By.CSS_SELECTOR, "#arena-win-rate img"), "the win-rate picture", 60)
+    assert not _errors_shown(drv)
+    board = ARTIFACTS / "arena-leaderboard.png"
+    drv.save_screenshot(str(board))
+    print(f"\nscreenshots: {shot} {revealed} {board}")
