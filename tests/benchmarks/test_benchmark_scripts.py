@@ -152,3 +152,11 @@ def test_voice_jobs_times_a_direct_run_a_server_job_and_speech_alongside(capsys)
     result = voice_jobs.main(["--minutes", "0.4", "--steps", "1", "--requests", "2"])
     assert result["direct_s"] > 0 and result["job_s"] > 0 and result["ttfa_p50_alone_s"] > 0
     assert "job overhead:" in capsys.readouterr().out
+
+
+def test_arena_battles_times_battles_against_their_syntheses_alone(capsys):
+    from benchmarks import arena_battles
+
+    result = arena_battles.main(["--battles", "2", "--max-seconds", "1"])
+    assert result["battles"] == 2 and result["battles_per_minute"] > 0 and result["overhead"] > 0
+    assert "battles / min" in capsys.readouterr().out
