@@ -2,6 +2,7 @@
 
     python benchmarks/voice_jobs.py                          # the smoke's base, 1.5 min of espeak-ng, 20 steps
     python benchmarks/voice_jobs.py --steps 60 --requests 20 --json out.json
+    python benchmarks/voice_jobs.py --quick                  # 2 adaptations instead of 4: rougher figures
 
 One process: espeak-ng recordings and a consent clip (training.voice.smoke), then
 1. speech alone: `--requests` streamed /v1/audio/speech requests (1 s each) to a speech server of
@@ -136,7 +137,7 @@ def direct_run(recordings: Path, consent: Path, cfg, folder: Path) -> float:
     return time.perf_counter() - start
 
 
-def measure(root: Path, minutes: float, steps: int, requests: int) -> dict:
+def measure(root: Path, minutes: float, steps: int, requests: int, quick: bool = False) -> dict:
     recordings = smoke.make_recordings(root / "recordings", minutes=minutes)
     consent = smoke.make_consent(root / "consent.wav")
     overrides = settings(steps)
@@ -145,12 +146,17 @@ def measure(root: Path, minutes: float, steps: int, requests: int) -> dict:
         ttfa(server.url, 2)  # warm
         alone = ttfa(server.url, requests)
         first = direct_run(recordings, consent, cfg, root / "direct-1")
-        job = adapt_through(server.url, "Job", recordings, consent)
-        direct = (first + direct_run(recordings, consent, cfg, root / "direct-2")) / 2  # before and after: no order
         stop, during = threading.Event(), []
         talker = threading.Thread(target=lambda: during.extend(ttfa(server.url, 10_000, stop)), daemon=True)
-        talker.start()
-        adapt_through(server.url, "Busy", recordings, consent)
+        if quick:  # one job with the requests alongside: the figures are rougher, the run half as long
+            talker.start()
+        job = adapt_through(server.url, "Job", recordings, consent)
+        if quick:
+            direct = first
+        else:
+            direct = (first + direct_run(recordings, consent, cfg, root / "direct-2")) / 2  # before and after
+            talker.start()
+            adapt_through(server.url, "Busy", recordings, consent)
         stop.set()
         talker.join(120)
     return {"minutes": minutes, "steps": steps, "direct_s": round(direct, 2), "job_s": round(job, 2),
@@ -164,10 +170,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--minutes", type=float, default=1.5, help="espeak-ng recordings to make")
     p.add_argument("--steps", type=int, default=20, help="training steps of each adaptation")
     p.add_argument("--requests", type=int, default=10, help="speech requests for the TTFA alone")
+    p.add_argument("--quick", action="store_true",
+                   help="one direct run and one job with the requests alongside (2 adaptations instead of 4)")
     p.add_argument("--json", type=Path, help="write the figures here too")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="voice-jobs-") as folder:
-        result = measure(Path(folder), args.minutes, args.steps, args.requests)
+        result = measure(Path(folder), args.minutes, args.steps, args.requests, args.quick)
     print(markdown_table(["", "seconds"], [["adaptation called directly (mean of 2)", f"{result['direct_s']:.1f}"],
                                            ["the same as a server job", f"{result['job_s']:.1f}"],
                                            ["TTFA p50, speech alone", f"{result['ttfa_p50_alone_s']:.3f}"],

@@ -30,7 +30,7 @@ from evaluation.arena.sampling import next_language
 from webapp.access import AdminGate
 from webapp.common import ui_error, user_errors
 from webapp.examples import LANGUAGE_CHOICES, LANGUAGE_EXAMPLES
-from webapp.guard import client_address
+from webapp.guard import address_key, client_address
 from webapp.storage import ServedFolder
 
 LEADERBOARD_ROUNDS = 300  # bootstrap rounds on the page (the export's file: 1,000)
@@ -59,7 +59,7 @@ class ArenaHandlers:
         """(battle id, clip A, clip B, the page's note) for `text`."""
         with user_errors("Starting the battle"):
             try:
-                made = self.arena.new_battle(text, language, _session(request), client_address() or None)
+                made = self.arena.new_battle(text, language, _session(request), _address())
             except ArenaError as exc:
                 raise ui_error(str(exc)) from None
         return made.id, str(made.clip_a), str(made.clip_b), f"Battle ready: {made.seconds:.1f} s each. " + INTRO
@@ -71,8 +71,8 @@ class ArenaHandlers:
             if not battle_id:
                 raise ui_error("Start a battle first.")
             try:
-                reveal = self.arena.vote(battle_id, choice, _session(request), client_address() or None,
-                                         (bool(played_a), bool(played_b)))
+                played = (bool(played_a), bool(played_b))
+                reveal = self.arena.vote(battle_id, choice, _session(request), _address(), played)
             except ArenaError as exc:
                 raise ui_error(str(exc)) from None
         return (f"**A** was **{reveal['system_a']}**, **B** was **{reveal['system_b']}**. Your vote: "
@@ -125,6 +125,11 @@ def load_arena(specs: Sequence[str], data_dir: str | os.PathLike, served, **aren
             raise ArenaError(f"Two --system specs name {system.name!r}; give each system once.")
         systems[system.name] = system  # a remote system's name never shows its key (evaluation.systems.remote)
     return Arena(systems, arena_database(data_dir), served.write_wav, **arena_options)
+
+
+def _address() -> str | None:
+    """The client's address as the app counts it (an IPv6 address by its /64, webapp.guard)."""
+    return address_key(client_address()) or None
 
 
 def _session(request) -> str:

@@ -18,9 +18,9 @@ side. A system that fails is skipped for that battle and counted (`failures`), n
 loss; another pair is tried, MAX_ATTEMPTS in all.
 
 A vote needs both clips played to the end (`played`, what the page reports); a battle takes one
-vote (a repeat is stored once and answered with the same reveal); a session that votes sooner
-than both clips can play (PLAY_SHARE of their total length since they were shown) is screened:
-its votes stay in the export, marked, and out of the leaderboard. Budgets per session and per
+vote (a repeat is stored once and answered with the same reveal); a vote sooner than both clips
+can play (PLAY_SHARE of their total length since they were shown) screens its session: all of that
+session's votes, before and after, stay in the export, marked, and out of the leaderboard. Budgets per session and per
 client address over the last hour bound battles (each makes two clips) and votes.
 """
 
@@ -208,9 +208,10 @@ class Arena:
         with self.store._connect() as con:
             con.row_factory = _dict_row
             rows = con.execute("SELECT * FROM arena_battles WHERE vote IS NOT NULL ORDER BY voted_at").fetchall()
+        fast = {row["session"] for row in rows if row["screened"]}  # a session that voted too fast once: all of it
         return [Vote(row["id"], row["prompt"], row["language"], row["system_a"], row["system_b"],
                      row["clip_a_sha256"], row["clip_b_sha256"], row["vote"], iso(row["shown_at"]),
-                     iso(row["voted_at"]), row["session"], bool(row["screened"])) for row in rows]
+                     iso(row["voted_at"]), row["session"], row["session"] in fast) for row in rows]
 
     def leaderboard(self, rounds: int = 1000, seed: int = 0) -> tuple[dict[str, list[dict]], dict]:
         votes = self.votes()

@@ -149,8 +149,9 @@ def test_arena_sampling_compares_both_samplers_on_the_same_seeds(capsys):
 def test_voice_jobs_times_a_direct_run_a_server_job_and_speech_alongside(capsys):
     from benchmarks import voice_jobs
 
-    result = voice_jobs.main(["--minutes", "0.4", "--steps", "1", "--requests", "2"])
+    result = voice_jobs.main(["--minutes", "0.4", "--steps", "1", "--requests", "2", "--quick"])
     assert result["direct_s"] > 0 and result["job_s"] > 0 and result["ttfa_p50_alone_s"] > 0
+    assert result["requests_during"] >= 1 and result["ttfa_p50_during_s"] > 0
     assert "job overhead:" in capsys.readouterr().out
 
 
