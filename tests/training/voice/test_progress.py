@@ -11,6 +11,7 @@ a training state every 2 steps) keeps the three runs cheap: uninterrupted, cance
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -324,3 +325,44 @@ def test_a_taken_name_visitor_settings_and_an_unknown_job_get_their_errors(input
     unknown = httpx.get(srv.url + f"{ADAPTATIONS}/vjob_nothing", headers=admin(), timeout=10)
     assert unknown.status_code == 404 and "POST /v1/voices/adaptations" in unknown.json()["error"]["message"]
     assert httpx.delete(srv.url + f"{ADAPTATIONS}/vjob_nothing", headers=admin(), timeout=10).status_code == 404
+
+
+def test_a_server_killed_mid_adaptation_resumes_it_when_it_starts_again(inputs, uninterrupted, tmp_path):
+    """`rumik serve --adapt-voices` SIGKILLed during training; started again on the same --data-dir, it finishes
+    the job to the uninterrupted run's adapter (the job store and the work folder are the server's)."""
+    import sqlite3
+
+    from tests.servers import start_server_process
+
+    model = smoke_config(SETTINGS, None, tmp_path).model
+    args = ["--voices", str(tmp_path / "voices"), "--data-dir", str(tmp_path / "data"), "--admin-key", ADMIN,
+            "--adapt-voices", "--adapt-config", str(tmp_path / "smoke_settings.json"),
+            *(word for setting in SETTINGS for word in ("--adapt-set", setting))]
+    database = tmp_path / "data" / "voice-adaptations" / "voice_jobs.sqlite3"
+
+    def trained_steps() -> int:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as con:
+            rows = con.execute("SELECT event FROM voice_job_events").fetchall()
+        return max((json.loads(event).get("train_step") or 0 for (event,) in rows), default=0)
+
+    proc, url = start_server_process(model, *args)
+    try:
+        job = httpx.post(url + ADAPTATIONS, headers=admin(), timeout=60, **upload(inputs)).json()["id"]
+        deadline = time.monotonic() + 600
+        while trained_steps() < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert trained_steps() >= 3 and not (tmp_path / "voices" / "Kabir").exists()  # killed mid-training
+
+    proc, url = start_server_process(model, *args)
+    try:
+        events = sse_events(url, job)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert events[-1][0] == "done", events[-1]
+    adapter = "Kabir/adapter.safetensors"
+    made, reference = load_file(tmp_path / "voices" / adapter), load_file(uninterrupted[0] / "voices" / adapter)
+    assert all(np.array_equal(made[k], reference[k]) for k in reference)
