@@ -122,3 +122,16 @@ def test_a_voice_of_a_higher_rank_than_vllm_takes_is_refused_by_name(voices):
             vllm.lora_request("Wide")
     finally:
         shutil.rmtree(folder / "Wide")
+
+
+def test_a_voice_added_while_vllm_serves_is_served_without_a_restart(voices):
+    """What a finished adaptation relies on (POST /v1/voices/adaptations writes the package into the library
+    folder): the next request names it and gets its rows, the engine's tokens, with no restart."""
+    engine, vllm, folder = voices
+    build_random_voice(folder, engine.model, "Meera", engine.checkpoint_dir, rank=8, seed=11)
+    try:
+        request = SynthesisRequest("A new voice speaks.", voice="Meera", seed=3, max_new_tokens=24, temperature=0.0)
+        assert "Meera" in vllm.voices and "Meera" in engine.voices
+        assert_rows_equal(vllm.generate_batch([request]), 0, engine.generate_batch([request]), 0)
+    finally:
+        shutil.rmtree(folder / "Meera")
