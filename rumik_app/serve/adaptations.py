@@ -41,16 +41,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
-from starlette.requests import ClientDisconnect
 
 from rumik_app.asgi import header
 from rumik_app.errors import RumikError
 from rumik_app.serve.errors import ApiError
-from rumik_app.serve.voices import voice_error
+from rumik_app.serve.voices import capped_body, upload_deadline, voice_error
 from rumik_app.voices.makers import (
     FINAL_STATES,
     MAX_UPLOAD_BYTES,
     MAX_UPLOAD_FILES,
+    UPLOAD_TOO_LARGE,
     AdaptationsFull,
     UnknownAdaptation,
     VoiceMaker,
@@ -124,32 +124,18 @@ async def create_adaptation(request: Request) -> JSONResponse:
 
 async def _receive_form(request: Request, timeout: float):
     """The multipart body parsed as it arrives: at most MAX_UPLOAD_BYTES, all of it within `timeout` s."""
-
-    async def counted() -> AsyncIterator[bytes]:
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_UPLOAD_BYTES:
-                raise ApiError(413, f"An adaptation's upload is at most {MAX_UPLOAD_BYTES // 2**30} GB; send FLAC or "
-                                    "MP3, or fewer recordings.", code="request_too_large",
-                               headers={"Connection": "close"})
-            yield chunk
-
-    parser = MultiPartParser(request.headers, counted(), max_files=MAX_UPLOAD_FILES + 1, max_fields=MAX_FIELDS,
-                             max_part_size=MAX_FIELD_BYTES)
+    parser = MultiPartParser(request.headers, capped_body(request, MAX_UPLOAD_BYTES, _too_large),
+                             max_files=MAX_UPLOAD_FILES + 1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
     try:
-        async with asyncio.timeout(timeout):
+        async with upload_deadline(timeout, "it", "The upload", "send less"):
             return await parser.parse()
     except MultiPartException as exc:
         raise ApiError(400, f"The form cannot be read: {exc.message} (at most {MAX_UPLOAD_FILES:,} files and "
                             f"{MAX_FIELDS} fields; zip many small recordings).", code="invalid_form") from None
-    except ClientDisconnect:
-        raise ApiError(400, "The upload was cut off before its end; send it again.",
-                       code="client_disconnected") from None
-    except TimeoutError:
-        raise ApiError(408, f"The upload did not arrive within {timeout:g} s of its headers; send less, or start "
-                            "the server with a longer --body-timeout.", code="request_timeout",
-                       headers={"Connection": "close"}) from None
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, UPLOAD_TOO_LARGE, code="request_too_large", headers={"Connection": "close"})
 
 
 def _write_upload(form, staging: Path) -> dict:

@@ -35,7 +35,7 @@ from rumik_app.serve.protocol import (
     PREPARER,
 )
 from rumik_app.voices.archive import MAX_ARCHIVE_BYTES, archive_too_large
-from rumik_app.voices.makers import MAX_UPLOAD_BYTES
+from rumik_app.voices.makers import MAX_UPLOAD_BYTES, UPLOAD_TOO_LARGE
 
 # A speech request is a few KB (input is at most SERVER_LIMITS.max_chars characters); nothing
 # else in this API takes a body.
@@ -197,9 +197,7 @@ class RequestGate:
 
     def _too_large(self, scope) -> ApiError:
         if self._streamed(scope):
-            message = (str(archive_too_large()) if scope["path"].rstrip("/") == VOICES_PATH else
-                       f"An adaptation's upload is at most {MAX_UPLOAD_BYTES // 2**30} GB; send FLAC or MP3, or fewer "
-                       "recordings.")
+            message = str(archive_too_large()) if scope["path"].rstrip("/") == VOICES_PATH else UPLOAD_TOO_LARGE
             return ApiError(413, message, code="request_too_large", headers={"Connection": "close"})
         cap = self._body_cap(scope)
         what = "a speech request is a few KB" if cap == self.max_body else "split the upload"

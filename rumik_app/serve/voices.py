@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -103,22 +104,38 @@ async def import_voice(request: Request, replace: bool = False) -> JSONResponse:
 async def _receive(request: Request, path: Path, timeout: float) -> int:
     """The request body into `path`, at most MAX_ARCHIVE_BYTES, all of it within `timeout` s."""
     size = 0
+    async with upload_deadline(timeout, "the archive", "The voice archive", "send it faster"):
+        with path.open("wb") as out:
+            async for chunk in capped_body(request, MAX_ARCHIVE_BYTES, lambda: voice_error(archive_too_large())):
+                size += len(chunk)
+                out.write(chunk)
+    return size
+
+
+async def capped_body(request: Request, cap: int, too_large) -> AsyncIterator[bytes]:
+    """The request body as it arrives; `too_large()` (an ApiError) is raised once it passes `cap` bytes."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise too_large()
+        yield chunk
+
+
+@contextlib.asynccontextmanager
+async def upload_deadline(timeout: float, again: str, subject: str, hint: str) -> AsyncIterator[None]:
+    """A streamed upload's body deadline (`timeout` s from its headers): a body cut off is a 400 ("send
+    `again` again"), a slow one a 408 naming `subject` and the `hint`, each one readable line."""
     try:
         async with asyncio.timeout(timeout):
-            with path.open("wb") as out:
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > MAX_ARCHIVE_BYTES:
-                        raise voice_error(archive_too_large())
-                    out.write(chunk)
+            yield
     except ClientDisconnect:
-        raise ApiError(400, "The upload was cut off before its end; send the archive again.",
+        raise ApiError(400, f"The upload was cut off before its end; send {again} again.",
                        code="client_disconnected") from None
     except TimeoutError:
-        raise ApiError(408, f"The voice archive did not arrive within {timeout:g} s of its headers; send it "
-                            "faster, or start the server with a longer --body-timeout.", code="request_timeout",
+        raise ApiError(408, f"{subject} did not arrive within {timeout:g} s of its headers; {hint}, or start the "
+                            "server with a longer --body-timeout.", code="request_timeout",
                        headers={"Connection": "close"}) from None
-    return size
 
 
 @router.delete("/v1/voices/{name}")

@@ -33,6 +33,8 @@ VOICE_MAKER_GROUP = "rumik_app.voice_makers"
 # so long sets come compressed (FLAC, MP3, a zip of them).
 MAX_UPLOAD_BYTES = 2 * 2**30
 MAX_UPLOAD_FILES = 2_000  # audio files and transcripts, zips unpacked
+UPLOAD_TOO_LARGE = (f"An adaptation's upload is at most {MAX_UPLOAD_BYTES // 2**30} GB; send FLAC or MP3, or fewer "
+                    "recordings.")  # the gate's answer to a declared length, the route's to a counted one
 PLAIN_NAME = re.compile(r"[^/\\\x00-\x1f]{1,200}")  # an uploaded file's own name: no folders, no control characters
 JOBS_FOLDER = "voice-adaptations"  # under the server's --data-dir and the app's data dir
 STATES = ("queued", "running", "done", "failed", "cancelled")
