@@ -60,6 +60,9 @@ SHARED_SCOPES = {
     # Not a shared fixture but a shared machine: each starts a local Ray of 3 actors, every one importing
     # torch and the judges; two at once double that load and its memory for their whole run.
     "ray": ("tests/training/test_prepare_engines.py", "tests/benchmarks/test_prepare_throughput.py"),
+    # tests/agents' session `server` (a `rumik serve` process, ~10 CPU s to start): once, not once per worker.
+    "agents": ("tests/agents/test_livekit.py", "tests/agents/test_openai_sdk.py", "tests/agents/test_pipecat.py",
+               "tests/agents/test_rumik_sdk.py"),
 }
 
 
@@ -84,10 +87,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto`: one and a half workers per core. About a sixth of the suite's time is spent
-    waiting (servers starting, sockets, subprocesses), which a third worker fills on 2 cores."""
+    """`-n auto`: two workers per core. Part of the suite's time is spent waiting (servers starting,
+    sockets, subprocesses), which the extra workers fill: on 2 cores the whole suite took 1,100 s with
+    3 workers and 1,048 s with 4 (same commit, nothing else running; a /proc sampler saw both cores busy
+    throughout the 4-worker run)."""
     cores = os.cpu_count() or 1
-    return max(1, cores + cores // 2)
+    return max(1, 2 * cores)
 
 
 # RUMIK_TEST_CPU_LOG=DIR: each worker appends one JSON line per test to DIR/<worker>.jsonl with its
