@@ -5,7 +5,7 @@ timed, every row of its tables is filled.
 The corpus is the smallest that runs every stage: one row, an English recording of about 22 s
 (longer than max_seconds, so the VAD cuts it into utterances that are transcribed, filtered,
 embedded and encoded), one shard, one Ray cleaner. That Ray writes what one process writes is
-tests/training/test_prepare_engines.py's check, on 100 rows.
+tests/training/test_prepare_engines.py's check, on 60 rows.
 
 Run: .venv/bin/python -m pytest tests/benchmarks/test_prepare_throughput.py -q
 """

@@ -1,7 +1,7 @@
 """training.prepare on Ray Data: a local Ray run with 2 workers writes what the single-process run
 writes, and a Ray run killed mid-way resumes to the same files without redoing finished shards.
 
-The corpus: 100 espeak-ng rows in English, Hindi and Tamil, two of them 25 s English recordings
+The corpus: 60 espeak-ng rows in English, Hindi and Tamil, two of them 25 s English recordings
 that the VAD cuts into utterances (benchmarks/espeak_corpus.py). Every stage runs: silero VAD,
 pocketsphinx transcribing the utterances, the silent, clipping and SNR filters, resemblyzer
 embeddings and the tiny checkpoint's Mimi. DNSMOS is left to tests/training/test_prepare_filters.py
@@ -34,10 +34,10 @@ from training.prepare import PrepareConfig, prepare
 pytestmark = pytest.mark.slow
 
 SETTINGS = {"max_seconds": 20.0, "asr": "pocketsphinx", "min_snr_db": 15.0, "speaker_encoder": "resemblyzer",
-            "shard_size": 20}
-KILL_TIMEOUT_S = 600  # until the first shard: the actors' start (~36 CPU s each) and 20 rows, on a loaded machine
-CLIPS = 100  # every claim holds at 200 too; each row costs every stage twice (local and Ray)
-SHARDS = 5  # CLIPS rows of 20
+            "shard_size": 12}
+KILL_TIMEOUT_S = 600  # until the first shard: the actors' start (~36 CPU s each) and 12 rows, on a loaded machine
+CLIPS = 60  # every claim holds at 100 and 200 too; each row costs every stage twice (local and Ray)
+SHARDS = 5  # CLIPS rows of 12: the kill still lands with some shards finished and some not
 
 
 @pytest.fixture(scope="module")
