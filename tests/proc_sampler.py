@@ -36,6 +36,7 @@ KINDS = (
     (r"cc1plus|/ld |collect2", "C++ compiler (inductor)"),
     (r"^\[?kdamond|^\[?kworker|^\[?ksoftirq|^\[?rcu_", "kernel threads"),
 )
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's unit of CPU time
 
 
 def _read(pid: str) -> tuple[str, dict] | None:
@@ -46,10 +47,9 @@ def _read(pid: str) -> tuple[str, dict] | None:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except (OSError, ValueError):
         return None
-    ticks = os.sysconf("SC_CLK_TCK")
     comm = stat[stat.index("(") + 1:stat.rindex(")")]
     return f"{pid}:{fields[19]}", {"pid": int(pid), "cmd": cmd[:300] or f"[{comm}]",
-                                   "cpu_s": (int(fields[11]) + int(fields[12])) / ticks}
+                                   "cpu_s": (int(fields[11]) + int(fields[12])) / TICKS_PER_S}
 
 
 def sample(out: Path, interval: float) -> None:
@@ -77,8 +77,9 @@ def report(path: Path, top: int) -> str:
     rows = json.loads(path.read_text()).values()
     cpu, count = Counter(), Counter()
     for row in rows:
-        cpu[kind(row["cmd"])] += row["cpu_s"]
-        count[kind(row["cmd"])] += 1
+        name = kind(row["cmd"])
+        cpu[name] += row["cpu_s"]
+        count[name] += 1
     lines = [f"{len(rows)} processes, {sum(cpu.values()):.0f} CPU s in all\n", "| kind | CPU s | processes |",
              "|---|---:|---:|"]
     return "\n".join(lines + [f"| {name} | {seconds:.0f} | {count[name]} |" for name, seconds in cpu.most_common(top)])
