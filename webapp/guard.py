@@ -4,8 +4,8 @@ campaign rating server).
     demo.queue(max_size=64, api_open=False)
     QueueFairness().install(demo)             # per-session and per-address shares of the queue
     guard = VisitorGuard.options(host="0.0.0.0", allowed_hosts=["tts.example.org"], share=False)
-    with proxy_settings(trusted_proxies(None)):   # X-Forwarded-For from nobody (a Space: its proxy)
-        demo.launch(..., app_kwargs=guard)    # `{"middleware": [...]}` for Gradio's FastAPI app
+    launch_app(demo, trusted_proxies(None), ..., app_kwargs=guard)  # X-Forwarded-For from nobody
+    # (a Space: its proxy); app_kwargs `{"middleware": [...]}` goes to Gradio's FastAPI app
 
 What it refuses, before Gradio sees the request:
 - **URL fetches for visitors.** Gradio downloads a file input whose `path` is an http(s) URL
@@ -156,6 +156,16 @@ def proxy_settings(proxies: str) -> Iterator[None]:
     $FORWARDED_ALLOW_IPS there (default 127.0.0.1); it is set for the launch and restored after."""
     with environment({FORWARDED_ALLOW_IPS_ENV: proxies}):
         yield
+
+
+def launch_app(demo, proxies: str, **launch_kwargs):
+    """`demo.launch(**launch_kwargs)` with X-Forwarded-For believed from `proxies` only
+    (`proxy_settings`), for both public apps. Gradio's "is localhost reachable" probe is skipped
+    (`_frontend=False`, its only effect in Gradio 6.31): it is one HEAD with a 3-s timeout, made
+    for notebooks whose localhost is unreachable, and on a busy machine it times out and raises
+    after the server is up (the socket is listening once `launch` is past uvicorn's start)."""
+    with proxy_settings(proxies):
+        return demo.launch(_frontend=False, **launch_kwargs)
 
 
 def _host_name(value: str) -> str:

@@ -65,7 +65,7 @@ from rumik_app.voices.makers import VoiceMaker, add_adaptation_arguments, maker_
 from webapp.access import ADMIN_PASSWORD_ENV, AUTH_ENV, AdminGate, GuessThrottle, LoginCheck, LoginError, read_logins  # noqa: E402
 from webapp.audio_judges import DEFAULT_SPEAKER_ENCODER, AudioJudges  # noqa: E402
 from webapp.evaluate_tab import EvaluateHandlers, build_evaluate_tab  # noqa: E402
-from webapp.guard import ProxyConfigError, QueueFairness, VisitorGuard, proxy_settings, trusted_proxies  # noqa: E402
+from webapp.guard import ProxyConfigError, QueueFairness, VisitorGuard, launch_app, trusted_proxies  # noqa: E402
 from webapp.ratings import RatingStore  # noqa: E402
 from webapp.scoring import DEFAULT_ASR_MODEL, JudgeCatalog  # noqa: E402
 from webapp.storage import DEFAULT_DATA_DIR, DataLayout, ServedFolder, UnsafeLayoutError, check_not_served, served_roots  # noqa: E402
@@ -193,15 +193,15 @@ def launch(demo: gr.Blocks, host: str, port: int, share: bool = False, prevent_t
     QueueFairness().install(demo)
     demo.login_check = LoginCheck(logins, throttle) if logins else None
     proxies = trusted_proxies(None) if forwarded_allow_ips is None else forwarded_allow_ips
-    with proxy_settings(proxies):
-        return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                           allowed_paths=[str(demo.served_folder.root)],
-                           blocked_paths=[str(p) for p in layout.private_paths()],
-                           auth=demo.login_check.acheck if logins else None,
-                           auth_message="Sign in to use this rumik-oss-1 app.",
-                           run_history=False if admin.enabled else None,
-                           max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, js=HIGHLIGHT_JS,
-                           quiet=prevent_thread_lock, app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
+    return launch_app(demo, proxies, server_name=host, server_port=port, share=share,
+                      prevent_thread_lock=prevent_thread_lock,
+                      allowed_paths=[str(demo.served_folder.root)],
+                      blocked_paths=[str(p) for p in layout.private_paths()],
+                      auth=demo.login_check.acheck if logins else None,
+                      auth_message="Sign in to use this rumik-oss-1 app.",
+                      run_history=False if admin.enabled else None,
+                      max_file_size=MAX_UPLOAD, ssr_mode=False, theme=_theme(), css=CSS, js=HIGHLIGHT_JS,
+                      quiet=prevent_thread_lock, app_kwargs=VisitorGuard.options(host, allowed_hosts, share))
 
 
 def _theme() -> gr.themes.Base:

@@ -58,7 +58,7 @@ from webapp.campaign.queues import RaterQueues
 from webapp.campaign.server.fetches import ClipFetchWatch
 from webapp.campaign.server.handlers import AdminHandlers, Identity, RatingHandlers
 from webapp.campaign.server.page import RatingPage, who_markdown
-from webapp.guard import QueueFairness, VisitorGuard, proxy_settings, trusted_proxies
+from webapp.guard import QueueFairness, VisitorGuard, launch_app, trusted_proxies
 from webapp.storage import DataLayout, ServedFolder, check_not_served, served_roots
 
 CONCURRENCY = 8  # rating events are light (a file copy, one SQLite transaction)
@@ -228,10 +228,10 @@ def launch_campaign(demo, admin: AdminGate, host: str = "127.0.0.1", port: int =
     demo.campaign_login = login
     crowd = getattr(demo, "crowd_gate", None) is not None  # signed participant links instead of logins
     proxies = trusted_proxies(None) if forwarded_allow_ips is None else forwarded_allow_ips
-    with proxy_settings(proxies):
-        return demo.launch(server_name=host, server_port=port, share=share, prevent_thread_lock=prevent_thread_lock,
-                           allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
-                           auth=None if crowd else throttled_auth(login.throttle, login.acheck),
-                           auth_message=f"Sign in with your rater name and password (admin: user '{ADMIN_USER}').",
-                           run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS,
-                           quiet=prevent_thread_lock, app_kwargs=app_kwargs)
+    return launch_app(demo, proxies, server_name=host, server_port=port, share=share,
+                      prevent_thread_lock=prevent_thread_lock,
+                      allowed_paths=[str(served.root)], blocked_paths=[str(p) for p in layout.private_paths()],
+                      auth=None if crowd else throttled_auth(login.throttle, login.acheck),
+                      auth_message=f"Sign in with your rater name and password (admin: user '{ADMIN_USER}').",
+                      run_history=False, max_file_size=MAX_UPLOAD, ssr_mode=False, css=CSS,
+                      quiet=prevent_thread_lock, app_kwargs=app_kwargs)
