@@ -63,13 +63,23 @@ SHARED_SCOPES = {
     # tests/agents' session `server` (a `rumik serve` process, ~10 CPU s to start): once, not once per worker.
     "agents": ("tests/agents/test_livekit.py", "tests/agents/test_openai_sdk.py", "tests/agents/test_pipecat.py",
                "tests/agents/test_rumik_sdk.py"),
+    # tests/training's session `shared_launch` (one torchrun launch for all these runs; a launch is ~26 CPU s
+    # before its first step). An entry with "::" is one test of a module whose other tests go anywhere.
+    "two-process": ("tests/training/sft/test_fsdp.py", "tests/training/grpo/test_fsdp.py",
+                    "tests/training/grpo/test_trainer.py::test_two_processes_match_one",
+                    "tests/training/dpo/test_trainer.py::test_two_processes_match_one"),
 }
 
 
+def _in_entry(nodeid: str, entry: str) -> bool:
+    """Whether a test is the SHARED_SCOPES entry: its module, or the test itself (any parameters)."""
+    return nodeid == entry or nodeid.startswith((entry + "::", entry + "["))
+
+
 def shared_scope(nodeid: str) -> str | None:
-    """The SHARED_SCOPES name of a test's module, or None."""
-    module = nodeid.split("::", 1)[0]
-    return next((name for name, modules in SHARED_SCOPES.items() if module in modules), None)
+    """The SHARED_SCOPES name of a test (its module's or its own entry), or None."""
+    return next((name for name, entries in SHARED_SCOPES.items() if any(_in_entry(nodeid, e) for e in entries)),
+                None)
 
 
 @pytest.hookimpl(optionalhook=True)

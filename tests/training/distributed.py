@@ -1,8 +1,14 @@
 """Run training commands as two CPU processes (DDP over gloo), for the "two processes match one" tests.
 
-    one, two = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, set_args("phases=2"))
     printed = run_in_one_launch([("training.sft", args_a), Copy(step_4, elsewhere), ("training.sft", args_b)])
     python -m tests.training.distributed PLAN.json     # what run_in_one_launch starts on each process
+
+    @shared_plan                       # a module's share of the session's one launch (below)
+    def plan(folder, request):         # "one" in this process; "two" (DDP) in the launch
+        return smoke_plan(main, "training.dpo", folder, set_args("phases=2"))
+
+    def test_two_processes_match_one(shared_launch):
+        runs = smoke_runs(shared_launch[__name__])    # {"one": (rows, ""), "two": (rows, printed)}
 
 `accelerate launch --cpu --num_processes 2` silently runs ONE process on CPU; plain torchrun (the
 command a user types, without ACCELERATE_USE_CPU) starts two gloo ranks that the trainers run as
@@ -14,6 +20,12 @@ that needs several two-process runs makes them in one launch (`run_in_one_launch
 is its wing's `main(args)`, called in turn by both processes, as `python -m MODULE ARGS` would.
 Every run seeds its RNGs and builds its own Accelerator, model and optimiser; the process group
 and the imports are what the runs share.
+
+Tests in several modules share ONE launch for the whole session the same way: each module registers
+a plan (`@shared_plan`: in-process preparation that returns its steps), and the session fixture
+`shared_launch` (tests/training/conftest.py) runs every registered plan that the session's tests
+ask for in one launch, then hands each module what its steps printed. The tests that use it share
+one xdist worker (tests/conftest.py's SHARED_SCOPES "two-process"), so the launch happens once.
 """
 
 import importlib
@@ -27,7 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from training.common import read_metrics
 
@@ -69,7 +81,7 @@ def run_on_two_cpu_processes(module: str, args: list[str], timeout_s: float = TI
     return done
 
 
-def run_in_one_launch(steps: list[Step]) -> list[str]:
+def run_in_one_launch(steps: list[Step], timeout_s: float = TIMEOUT_S) -> list[str]:
     """Each step in turn in ONE two-process launch (module docstring): a (module, args) step is
     `python -m MODULE ARGS` on both processes, a Copy copies a folder. Returns what the main
     process printed during each step, in order; fails with the end of stderr if any step fails."""
@@ -78,12 +90,51 @@ def run_in_one_launch(steps: list[Step]) -> list[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(plan, file)
     try:
-        done = run_on_two_cpu_processes("tests.training.distributed", [file.name])
+        done = run_on_two_cpu_processes("tests.training.distributed", [file.name], timeout_s)
     finally:
         os.unlink(file.name)
     printed = done.stdout.split(RUN_MARK)[1:]
     assert len(printed) == len(steps), done.stdout[-3000:]
     return [text.split("\n", 1)[1] if "\n" in text else "" for text in printed]
+
+
+@dataclass(frozen=True)
+class Launched:
+    """One module's share of the session's shared launch: its folder, what the main process printed
+    during each of its steps (in order) and what its plan returned beside the steps."""
+
+    folder: Path
+    printed: list[str]
+    info: dict
+
+
+Plan = Callable[[Path, Any], tuple[list[Step], dict]]  # (folder, pytest request) -> (steps, info)
+PLANS: dict[str, Plan] = {}  # module name -> its plan, registered at import (collection)
+
+
+def shared_plan(plan: Plan) -> Plan:
+    """Register `plan(folder, request) -> (steps, info)` as its module's share of the session's one
+    launch (module docstring). It runs in the test process before the launch (the one-process
+    reference runs, data, copies) and returns the launch's steps; `request.getfixturevalue` gives
+    it fixtures. The module's tests read `shared_launch[__name__]`, a `Launched`."""
+    PLANS[plan.__module__] = plan
+    return plan
+
+
+def launch_plans(plans: dict[str, Plan], folders: Callable[[str], Path], request) -> dict[str, Launched]:
+    """Prepare every plan in turn, then run all their steps in ONE launch (TIMEOUT_S per plan)."""
+    prepared = {}
+    for name, plan in plans.items():
+        folder = folders(name)
+        steps, info = plan(folder, request)
+        prepared[name] = (folder, steps, info)
+    printed = run_in_one_launch([step for _, steps, _ in prepared.values() for step in steps],
+                                timeout_s=TIMEOUT_S * len(plans))
+    launched, start = {}, 0
+    for name, (folder, steps, info) in prepared.items():
+        launched[name] = Launched(folder, printed[start:start + len(steps)], info)
+        start += len(steps)
+    return launched
 
 
 def kill_on_two_cpu_processes_when(module: str, args: list[str], path: Path, log: Path) -> None:
@@ -106,18 +157,23 @@ def step_rows(out: Path) -> list[dict]:
     return [row for row in read_metrics(out) if "event" not in row]
 
 
-def smoke_on_one_and_two_processes(main: Callable, module: str, tmp: Path, sets: list[str],
-                                   variants: dict[str, list[str]] | None = None) -> dict[str, tuple[list, str]]:
-    """`MODULE --smoke` with `sets` in this process (`main`, into tmp/one), then, in one two-process
-    launch, as "two" (DDP) and once per entry of `variants` (name: more args, into tmp/NAME).
-    Returns {name: (step rows, what the main process printed)}; "one" printed nothing here."""
-    main(["--smoke", "--out", str(tmp / "one"), *sets])
-    names = ["two", *(variants or {})]
+def smoke_plan(main: Callable, module: str, folder: Path, sets: list[str],
+               variants: dict[str, list[str]] | None = None) -> tuple[list[Step], dict]:
+    """A `shared_plan` body: `MODULE --smoke` with `sets` in this process (`main`, into folder/one),
+    and the launch's steps: "two" (DDP) and one per entry of `variants` (name: more args, into
+    folder/NAME). Read back with `smoke_runs`."""
+    main(["--smoke", "--out", str(folder / "one"), *sets])
     extra = {"two": [], **(variants or {})}
-    printed = run_in_one_launch([(module, ["--smoke", "--out", str(tmp / name), *sets, *extra[name]])
-                                 for name in names])
-    return {"one": (step_rows(tmp / "one"), ""),
-            **{name: (step_rows(tmp / name), text) for name, text in zip(names, printed, strict=True)}}
+    steps = [(module, ["--smoke", "--out", str(folder / name), *sets, *args]) for name, args in extra.items()]
+    return steps, {"names": list(extra)}
+
+
+def smoke_runs(launched: Launched) -> dict[str, tuple[list, str]]:
+    """{name: (step rows, what the main process printed)} of a `smoke_plan`; "one" printed nothing here."""
+    names = launched.info["names"]
+    return {"one": (step_rows(launched.folder / "one"), ""),
+            **{name: (step_rows(launched.folder / name), text)
+               for name, text in zip(names, launched.printed, strict=True)}}
 
 
 def _run_plan(path: str) -> None:

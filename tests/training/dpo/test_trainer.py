@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from rumik_app import TTSEngine
-from tests.training.distributed import set_args, smoke_on_one_and_two_processes
+from tests.training.distributed import set_args, shared_plan, smoke_plan, smoke_runs
 from training.common import TRAINING_STATE, latest_checkpoint, read_metrics
 from training.config import load_config
 from training.dpo.__main__ import main
@@ -183,14 +183,20 @@ def test_a_kill_mid_phase_resumes_exactly_and_a_fresh_run_repeats(smoke_run, tin
     assert all(torch.equal(weights[k], v) for k, v in load_file(str(part / "model.safetensors")).items())
 
 
+@shared_plan
+def two_process_plan(folder, request):
+    """The smoke on one process here, then DDP and FSDP2 in the session's shared launch."""
+    sets = set_args(f"model={request.getfixturevalue('tiny_checkpoint')}", "phases=2", "rollout.max_new_tokens=32",
+                    "save_every=8")
+    return smoke_plan(main, "training.dpo", folder, sets, {"fsdp2": set_args("distributed=fsdp2")})
+
+
 @pytest.mark.slow
-def test_two_processes_match_one(tiny_checkpoint, tmp_path):
+def test_two_processes_match_one(shared_launch):
     """DDP and FSDP2 (gloo, 2 CPU processes, each sampling half the groups, the pool shared) give the
     one-process numbers. FSDP2 trains sharded; the reference and the rollouts use each process's full
     replica, gathered after every step (training.grpo.rollout)."""
-    sets = set_args(f"model={tiny_checkpoint}", "phases=2", "rollout.max_new_tokens=32", "save_every=8")
-    runs = smoke_on_one_and_two_processes(main, "training.dpo", tmp_path, sets,
-                                          {"fsdp2": set_args("distributed=fsdp2")})  # DDP and FSDP2: one launch
+    runs = smoke_runs(shared_launch[__name__])
     (one, _), (two, ddp), (sharded, fsdp2) = runs["one"], runs["two"], runs["fsdp2"]
     assert "training.dpo: 2 processes (DDP over CPU processes)" in ddp
     assert "training.dpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp2

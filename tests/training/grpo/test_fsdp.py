@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rumik_app import TTSEngine
-from tests.training.distributed import Copy, run_in_one_launch, set_args
+from tests.training.distributed import Copy, set_args, shared_plan
 from training.common import read_metrics
 from training.grpo.__main__ import main
 
@@ -23,17 +23,26 @@ def _rows(out) -> list[dict]:
     return [row for row in read_metrics(out) if "event" not in row]
 
 
-def test_fsdp2_matches_one_process_and_resumes_exactly(tiny_checkpoint, tmp_path):
-    sets = set_args(f"model={tiny_checkpoint}", f"steps={STEPS}", "rollout.max_new_tokens=16", "save_every=5")
+@shared_plan
+def two_process_plan(tmp_path, request):
+    """One process here; in the session's shared launch, FSDP2 on two, then a resume on two from the
+    step-5 DCP checkpoint (a copy in a fresh OUT): steps 6-10 again."""
+    sets = set_args(f"model={request.getfixturevalue('tiny_checkpoint')}", f"steps={STEPS}",
+                    "rollout.max_new_tokens=16", "save_every=5")
     main(["--smoke", "--out", str(tmp_path / "one"), *sets])
-    # resume on 2 processes from the step-5 DCP checkpoint (a copy in a fresh OUT): steps 6-10 again
+    sets += set_args("distributed=fsdp2")
     step5 = tmp_path / "fsdp2" / "checkpoints" / "step_00000005"
     resumed = tmp_path / "resumed" / "checkpoints"
     resumed.mkdir(parents=True)
-    printed, _, _ = run_in_one_launch([
-        ("training.grpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets, *set_args("distributed=fsdp2")]),
-        Copy(step5, resumed / "step_00000005"),
-        ("training.grpo", ["--smoke", "--out", str(tmp_path / "resumed"), *sets, *set_args("distributed=fsdp2")])])
+    return [("training.grpo", ["--smoke", "--out", str(tmp_path / "fsdp2"), *sets]),
+            Copy(step5, resumed / "step_00000005"),
+            ("training.grpo", ["--smoke", "--out", str(tmp_path / "resumed"), *sets])], {}
+
+
+def test_fsdp2_matches_one_process_and_resumes_exactly(shared_launch):
+    launched = shared_launch[__name__]
+    tmp_path, (printed, _, _) = launched.folder, launched.printed
+    resumed = tmp_path / "resumed" / "checkpoints"
     assert "training.grpo: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in printed
     one, two = _rows(tmp_path / "one"), _rows(tmp_path / "fsdp2")
     assert len(one) == len(two) == STEPS

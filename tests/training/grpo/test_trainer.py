@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 import training.grpo.trainer as grpo
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from tests.training.distributed import set_args, smoke_on_one_and_two_processes
+from tests.training.distributed import set_args, shared_plan, smoke_plan, smoke_runs
 from training.common import latest_checkpoint, read_metrics, wsd_lambda
 from training.config import load_config
 from training.grpo.__main__ import main
@@ -337,11 +337,18 @@ def test_real_reward_streams_run_in_the_loop(tiny_checkpoint, tmp_path):
     assert row["rewards/content/abstained"] == 0.5 and row["rewards/duration/std"] is not None
 
 
+@shared_plan
+def two_process_plan(folder, request):
+    """The smoke on one process here, then on two (DDP) in the session's shared launch."""
+    sets = set_args(f"model={request.getfixturevalue('tiny_checkpoint')}", "steps=2", "rollout.max_new_tokens=16",
+                    "save_every=2")
+    return smoke_plan(main, "training.grpo", folder, sets)
+
+
 @pytest.mark.slow
-def test_two_processes_match_one(tiny_checkpoint, tmp_path):
+def test_two_processes_match_one(shared_launch):
     """DDP (gloo, 2 CPU processes, each with half the prompts) gives the single-process run's numbers."""
-    sets = set_args(f"model={tiny_checkpoint}", "steps=2", "rollout.max_new_tokens=16", "save_every=2")
-    runs = smoke_on_one_and_two_processes(main, "training.grpo", tmp_path, sets)
+    runs = smoke_runs(shared_launch[__name__])
     (one, _), (two, printed) = runs["one"], runs["two"]
     assert "training.grpo: 2 processes (DDP over CPU processes)" in printed
     assert len(one) == len(two) == 2

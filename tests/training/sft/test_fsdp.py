@@ -3,8 +3,8 @@
 FSDP2 = DDP = one process on the SFT smoke's losses; DCP-sharded checkpoints that resume exactly
 on the same world size and reshard from 2 processes to 1; the final weights in the published format.
 Two plain torchrun launches make every two-process run: `--smoke` under FSDP2, which prepares the
-smoke's data on the main process only, SIGKILLed at its step-4 checkpoint; then one
-(tests.training.distributed.run_in_one_launch) that resumes it first, as a fresh process after a
+smoke's data on the main process only, SIGKILLed at its step-4 checkpoint; then the session's
+shared launch (tests.training.distributed.shared_plan) resumes it first, as a fresh process after a
 crash would, then makes the whole DDP and FSDP2 runs, and resumes a copy of the DDP run's step-4
 checkpoint.
 """
@@ -18,7 +18,7 @@ import torch
 
 from rumik_app import TTSEngine
 from rumik_app.errors import ConfigError
-from tests.training.distributed import Copy, kill_on_two_cpu_processes_when, run_in_one_launch, set_args
+from tests.training.distributed import Copy, kill_on_two_cpu_processes_when, set_args, shared_plan
 from training.common import read_metrics
 from training.config import load_config
 from training.dpo.config import DPOConfig
@@ -59,12 +59,12 @@ def _close(a: list[dict], b: list[dict]) -> None:
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4), x["step"]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    """The same 10 steps on one process, on two (DDP) and on two (FSDP2); an FSDP2 `--smoke` run
-    SIGKILLed once its step-4 checkpoint is on disk, then resumed by the same config; a DDP run resumed
-    from a copy of the whole DDP run's step-4 checkpoint (module docstring)."""
-    tmp = tmp_path_factory.mktemp("fsdp")
+@shared_plan
+def two_process_plan(tmp, request) -> tuple[list, dict]:
+    """An FSDP2 `--smoke` launch SIGKILLed once its step-4 checkpoint is on disk, and the same 10 steps
+    on one process, here; the steps of the session's shared launch: the killed run resumed by the same
+    config, the whole runs on two (DDP) and on two (FSDP2), and a DDP run resumed from a copy of the
+    whole DDP run's step-4 checkpoint (module docstring)."""
     killed = tmp / "killed"
     step4 = killed / "checkpoints" / "step_00000004"
     kill_on_two_cpu_processes_when("training.sft", ["--smoke", "--out", str(killed), *set_args(*SETS),
@@ -75,17 +75,25 @@ def runs(tmp_path_factory) -> dict:
     (tmp / "resumed1" / "checkpoints").mkdir(parents=True)  # the same checkpoint, for one process
     shutil.copytree(step4, tmp / "resumed1" / "checkpoints" / "step_00000004")
     ddp_step4 = tmp / "ddp" / "checkpoints" / "step_00000004"
-    resumed, ddp, fsdp, _, ddp_resumed = run_in_one_launch([
-        _two(smoke, killed, "distributed=fsdp2"), _two(smoke, tmp / "ddp"),
-        _two(smoke, tmp / "fsdp2", "distributed=fsdp2"),
-        Copy(ddp_step4, tmp / "ddp_resumed" / "checkpoints" / ddp_step4.name), _two(smoke, tmp / "ddp_resumed")])
+    steps = [_two(smoke, killed, "distributed=fsdp2"), _two(smoke, tmp / "ddp"),
+             _two(smoke, tmp / "fsdp2", "distributed=fsdp2"),
+             Copy(ddp_step4, tmp / "ddp_resumed" / "checkpoints" / ddp_step4.name), _two(smoke, tmp / "ddp_resumed")]
+    return steps, {"smoke": smoke, "finished_before_kill": finished}
+
+
+@pytest.fixture(scope="module")
+def runs(shared_launch) -> dict:
+    """The folders and printed text of `two_process_plan`'s runs."""
+    launched = shared_launch[__name__]
+    tmp, info = launched.folder, launched.info
+    resumed, ddp, fsdp, _, ddp_resumed = launched.printed
     assert "training.sft: 2 processes (DDP over CPU processes)" in ddp
     assert "training.sft: 2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in fsdp
     assert "MiB of weights, grads and AdamW state per process" in fsdp
     assert fsdp.count(f"finished step {STEPS}/{STEPS}") == 1  # the main process prints
-    return {"smoke": smoke, "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp,
-            "killed": killed, "killed_log": (tmp / "killed.log").read_text(errors="replace"),
-            "finished_before_kill": finished, "resumed": resumed, "ddp_resumed": ddp_resumed}
+    return {"smoke": info["smoke"], "one": tmp / "one", "ddp": tmp / "ddp", "fsdp2": tmp / "fsdp2", "tmp": tmp,
+            "killed": tmp / "killed", "killed_log": (tmp / "killed.log").read_text(errors="replace"),
+            "finished_before_kill": info["finished_before_kill"], "resumed": resumed, "ddp_resumed": ddp_resumed}
 
 
 @pytest.mark.slow
