@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # its first module, so the long-first order holds; every other module stays a scope of its own.
 SHARED_SCOPES = {
     "vllm-engine": ("tests/vllm/test_backend.py", "tests/vllm/test_grpo.py", "tests/vllm/test_repetition_penalty.py",
-                    "tests/vllm/test_serve.py", "tests/vllm/test_sockets.py"),
+                    "tests/vllm/test_serve.py", "tests/vllm/test_sockets.py", "tests/vllm/test_voices.py"),
     # Not a shared fixture but a shared machine: each starts a local Ray of 3 actors, every one importing
     # torch and the judges; two at once double that load and its memory for their whole run.
     "ray": ("tests/training/test_prepare_engines.py", "tests/benchmarks/test_prepare_throughput.py"),

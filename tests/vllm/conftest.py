@@ -39,11 +39,16 @@ def engine64(calibrated):
     return TTSEngine.from_pretrained(str(calibrated[0]), device="cpu", dtype="float32")
 
 
+# test_voices serves library voices (LoRA ranks 4 and 8) from the same engine: one start, not two.
+LORA = {"enable_lora": True, "max_loras": 4, "max_lora_rank": 8}
+
+
 @pytest.fixture(scope="session")
 def vllm_engine(calibrated):
-    """The vLLM backend on the same checkpoint; shut down at the end of the session."""
+    """The vLLM backend on the same checkpoint, with LoRA support (LORA) and no library attached;
+    shut down at the end of the session."""
     from rumik_app.engine.loading import load_engine
 
-    engine = load_engine(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32")
+    engine = load_engine(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32", **LORA)
     yield engine
     engine.close()

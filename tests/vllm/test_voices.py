@@ -14,7 +14,7 @@ import shutil
 import pytest
 import torch
 
-from rumik_app import SynthesisRequest, TTSEngine
+from rumik_app import SynthesisRequest
 from rumik_app.decode.sampling import RowParams
 from rumik_app.errors import PromptError
 from rumik_app.voices.library import VoiceLibrary
@@ -29,21 +29,18 @@ ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def voices(calibrated, tmp_path_factory):
-    """(engine backend, vLLM backend, voices folder), both serving the same 4 random voices."""
-    from rumik_app.engine.loading import load_engine
-
+def voices(calibrated, engine64, vllm_engine, tmp_path_factory):
+    """(engine backend, vLLM backend, voices folder): the session's two engines (tests/vllm/conftest.py;
+    vLLM was started with LoRA support), both serving the same 4 random voices until the module ends."""
     checkpoint = calibrated[0]
     folder = tmp_path_factory.mktemp("vllm-voices")
-    engine = TTSEngine.from_pretrained(str(checkpoint), device="cpu", dtype="float32")
     for seed, name in enumerate(NAMES):
-        build_random_voice(folder, engine.model, name, checkpoint, rank=4 if seed % 2 else 8, seed=seed)
-    engine.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)))
-    vllm = load_engine(str(checkpoint), backend="vllm", device="cpu", dtype="float32", enable_lora=True,
-                       max_loras=4, max_lora_rank=8)
-    vllm.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)))
-    yield engine, vllm, folder
-    vllm.close()
+        build_random_voice(folder, engine64.model, name, checkpoint, rank=4 if seed % 2 else 8, seed=seed)
+    for engine in (engine64, vllm_engine):
+        engine.use_voices(VoiceLibrary(folder, base_fingerprint(checkpoint)))
+    yield engine64, vllm_engine, folder
+    for engine in (engine64, vllm_engine):
+        engine.use_voices(None)  # the other modules' engines serve the checkpoint's voices only
 
 
 def mixed(temperature: float) -> list[SynthesisRequest]:
