@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rumik_app.errors import RumikError
 from rumik_app.voices.library import describe
-from rumik_app.voices.makers import FINAL_STATES, MAX_UPLOAD_FILES, VoiceMaker, check_upload_name
+from rumik_app.voices.makers import FINAL_STATES, MAX_UPLOAD_FILES, STEPS, VoiceMaker, check_upload_name
 from rumik_app.voices.package import read_package
 from rumik_app.watermark import DEFAULT_POLICY
 from webapp.access import AdminGate
@@ -39,8 +39,7 @@ DEFAULT_STATEMENT = ("I agree that recordings of my voice are used to make a syn
                      "rumik-oss-1, and that audio made with it carries a watermark.")
 STEP_NAMES = {"data": "Reading and cutting the recordings", "consent": "Checking the consent",
               "load": "Loading the model", "encode": "Encoding the clips", "replay": "Keeping the built-in voices",
-              "train": "Training", "evaluate": "Evaluating", "package": "Adding the voice to the library"}
-STEPS = tuple(STEP_NAMES)
+              "train": "Training", "evaluate": "Evaluating", "package": "Adding the voice to the library"}  # of STEPS
 UPLOAD_TYPES = [".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".webm", ".txt", ".zip"]
 IDLE = "Upload recordings, read the statement for consent, name the voice and start."
 

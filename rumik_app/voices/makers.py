@@ -39,6 +39,8 @@ PLAIN_NAME = re.compile(r"[^/\\\x00-\x1f]{1,200}")  # an uploaded file's own nam
 JOBS_FOLDER = "voice-adaptations"  # under the server's --data-dir and the app's data dir
 STATES = ("queued", "running", "done", "failed", "cancelled")
 FINAL_STATES = ("done", "failed", "cancelled")
+# The steps of an adaptation, in order: each maker's progress events name them (training.voice.progress).
+STEPS = ("data", "consent", "load", "encode", "replay", "train", "evaluate", "package")
 
 
 class MakerError(RumikError, ValueError):

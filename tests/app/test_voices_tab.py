@@ -149,3 +149,15 @@ def test_in_chromium_the_tab_uploads_follows_and_the_new_voice_plays(made, drive
     spoken = ARTIFACTS / "your-voices-speaks.png"
     drv.save_screenshot(str(spoken))
     print(f"\nscreenshots: {moving} {done} {spoken}")
+
+
+def test_the_progress_names_every_step_of_the_makers_contract_in_its_order():
+    """The tab's labels are for the contract's steps (rumik_app.voices.makers.STEPS), and the bar
+    moves through them in that order."""
+    from rumik_app.voices.makers import STEPS
+    from webapp.voices_tab import STEP_NAMES, _done_fraction
+
+    assert tuple(STEP_NAMES) == STEPS
+    shown = [_done_fraction([{"step": step, "status": "started"}], "running") for step in STEPS]
+    assert [fraction for fraction, _ in shown] == sorted(fraction for fraction, _ in shown)
+    assert 0.0 < shown[0][0] and shown[-1][0] < 1.0 and [label for _, label in shown] == list(STEP_NAMES.values())

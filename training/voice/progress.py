@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable
 
 from rumik_app.errors import RumikError
-
-STEPS = ("data", "consent", "load", "encode", "replay", "train", "evaluate", "package")
+from rumik_app.voices.makers import STEPS  # the maker contract's list, which the app shows too
 
 
 class Cancelled(RumikError, RuntimeError):
