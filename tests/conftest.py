@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 
 # Before anything imports huggingface_hub (it reads these at import time).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("RUMIK_CACHE", tempfile.mkdtemp(prefix="rumik-test-cache-"))
+MADE_HERE: list[str] = []  # temporary folders this process made, removed when its run ends (pytest_unconfigure)
+
+
+def made_here(prefix: str) -> str:
+    """A new temporary folder that this process removes when its pytest run ends."""
+    MADE_HERE.append(tempfile.mkdtemp(prefix=prefix))
+    return MADE_HERE[-1]
+
+
+if "RUMIK_CACHE" not in os.environ:  # xdist's workers inherit the controller's, which removes it last
+    os.environ["RUMIK_CACHE"] = made_here("rumik-test-cache-")
 # CPU loads default to bf16 on CPUs with native bf16 (rumik_app.checkpoint.load.choose_dtype):
 # the suite's exact oracles are fp32 on every machine, in-process and in the servers it spawns.
 # tests/rumik_app/test_quantize.py unpins it to test the machine-dependent default itself.
@@ -207,3 +218,9 @@ def real_width_checkpoint(tmp_path_factory) -> "os.PathLike":
 
     spec = TinySpec(hidden=2048, layers=REAL_WIDTH_LAYERS, heads=16, kv_heads=4, ffn=11008, logit_scale=0.125)
     return build_tiny_checkpoint(tmp_path_factory.mktemp("real-width") / "rumik-oss-1-real-width", spec)
+
+
+def pytest_unconfigure(config) -> None:
+    """Remove this process's temporary folders (`made_here`); a test's own go with pytest's tmp_path."""
+    for folder in MADE_HERE:
+        shutil.rmtree(folder, ignore_errors=True)

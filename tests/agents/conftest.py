@@ -14,17 +14,19 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.conftest import made_here
+
 KEY = "agents-test-key"
 MAX_SECONDS = 1.5  # every utterance: tiny's random weights rarely stop by themselves
 START_TIMEOUT_S = 180.0
-os.environ.setdefault("NLTK_DATA", tempfile.mkdtemp(prefix="nltk-"))  # pipecat looks for punkt_tab at import
+if "NLTK_DATA" not in os.environ:  # pipecat looks for punkt_tab at import; removed when the run ends
+    os.environ["NLTK_DATA"] = made_here("nltk-")
 
 
 def _free_port() -> int:
@@ -44,7 +46,7 @@ def _rumik_command() -> str:
 def server():
     """(base URL, API key) of a running `rumik serve --model tiny`."""
     port = _free_port()
-    cache = tempfile.mkdtemp(prefix="rumik-agents-")
+    cache = made_here("rumik-agents-")
     # RUMIK_CPU_DTYPE: fp32 on any CPU, as the main suite (tests/conftest.py), so audio compared
     # across requests does not depend on whether this machine's CPU has native bf16.
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RUMIK_CACHE=cache,
