@@ -7,8 +7,9 @@
 tests/cpu_report.py counts a test worker's own CPU and its reaped children's; processes that
 no worker reaps while a test runs (vLLM's engine core and workers, Ray's actors, servers, the
 forkserver's children, kernel threads) are missing there. This samples every process on the
-machine every `--interval` seconds and keeps each one's last CPU time (user + system), so the
-report adds up to what the cores did; processes shorter than the interval may be missed.
+machine every `--interval` seconds and keeps each one's last CPU time (user + system), less what
+it had spent when sampling began, so the report adds up to what the cores did during the run;
+processes shorter than the interval may be missed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+READY = "tests.proc_sampler: sampling"  # on stderr once the first sweep is done: from here on, CPU counts
 # Kinds of process, first match wins; anything else is reported by its command's first 60 characters.
 KINDS = (
     (r"pytest-xdist|import sys;exec\(eval", "pytest worker (in-process tests)"),
@@ -58,12 +60,19 @@ def sample(out: Path, interval: float) -> None:
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(True))
+    first_sweep = True
     while not stop:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             found = _read(pid)
             if found:
                 key, row = found
-                seen[key] = {**seen.get(key, row), "cpu_s": row["cpu_s"]}  # the first command line, the last CPU
+                # A process already running at the start counts from there (kernel threads, the VM's agent):
+                # what it spent before is not the run's.
+                start = {"cpu_start_s": row["cpu_s"]} if first_sweep else {}
+                seen[key] = {**seen.get(key, {**row, **start}), "cpu_s": row["cpu_s"]}  # first command, last CPU
+        if first_sweep:
+            print(f"{READY} every {interval} s into {out} (stop with SIGTERM or Ctrl-C)", file=sys.stderr, flush=True)
+            first_sweep = False
         time.sleep(interval)
     out.write_text(json.dumps(seen))
 
@@ -78,7 +87,7 @@ def report(path: Path, top: int) -> str:
     cpu, count = Counter(), Counter()
     for row in rows:
         name = kind(row["cmd"])
-        cpu[name] += row["cpu_s"]
+        cpu[name] += row["cpu_s"] - row.get("cpu_start_s", 0.0)
         count[name] += 1
     lines = [f"{len(rows)} processes, {sum(cpu.values()):.0f} CPU s in all\n", "| kind | CPU s | processes |",
              "|---|---:|---:|"]
