@@ -61,6 +61,15 @@ class Battles:
         pairs = np.array(list(pair_ids), dtype=np.int64).reshape(-1, 2)
         return cls(tuple(systems), pairs, np.array(indices, dtype=np.int64))
 
+    @classmethod
+    def of_counts(cls, systems: Sequence[str], groups: Iterable[tuple[str, str, float, int]]) -> "Battles":
+        """From (system_a, system_b, outcome for a, how many) groups: the battles `of` would give for that
+        many copies of each triple (a database's GROUP BY, without a row per battle)."""
+        groups = list(groups)
+        one_each = cls.of(systems, ((a, b, outcome) for a, b, outcome, _ in groups))
+        repeats = np.array([count for *_, count in groups], dtype=np.int64)
+        return cls(one_each.systems, one_each.pairs, np.repeat(one_each.outcome_index, repeats))
+
     def counts(self) -> np.ndarray:
         """[P, 3] battles of each pair ending in each outcome."""
         return np.bincount(self.outcome_index, minlength=3 * len(self.pairs)).reshape(-1, 3).astype(np.float64)
