@@ -19,6 +19,7 @@ def shared_launch(request, tmp_path_factory) -> dict[str, Launched]:
     this fixture: a launch costs ~26 CPU s before its first step, the runs themselves a few."""
     wanted = {item.module.__name__ for item in request.session.items if FIXTURE in item.fixturenames}
     plans = {name: plan for name, plan in PLANS.items() if name in wanted}
+
     def folder(name: str):
         return tmp_path_factory.mktemp(name.removeprefix("tests.training.").replace(".", "-"))
 
