@@ -255,7 +255,10 @@ def test_through_the_server_an_adaptation_streams_its_progress_and_its_voice_spe
                          **upload(inputs))
     assert refused.status_code == 401 and "--admin-key" in refused.json()["error"]["message"]  # not an API key
     posted = httpx.post(srv.url + ADAPTATIONS, headers=admin(), timeout=60, **upload(inputs))
-    assert posted.status_code == 202 and posted.json()["state"] == "queued", posted.text
+    # The job as it is when the answer is written: queued, or already running when the worker took it at
+    # once (a busy machine: CI saw "running", no step, no events yet).
+    assert posted.status_code == 202 and posted.json()["state"] in ("queued", "running"), posted.text
+    assert posted.json()["step"] is None and posted.json()["events"] == [], posted.text
     job = posted.json()["id"]
     events = sse_events(srv.url, job)
     assert events[-1][0] == "done" and events[-1][1]["state"] == "done", events[-1]
