@@ -105,6 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="--spawn: the interpreter that runs the servers (default: this one)")
     p.add_argument("--server-arg", action="append", default=[],
                    help="--spawn: one more flag for every server, e.g. --server-arg=--dtype=bf16 (repeatable)")
+    p.add_argument("--vllm-server-arg", action="append", default=[],
+                   help="--spawn: one more flag for the vllm server only (the engine's server refuses vLLM's "
+                        "options), e.g. --vllm-server-arg=--gpu-memory-utilization=0.45 (repeatable)")
     p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated client counts")
     p.add_argument("--rounds", type=int, default=2, help="requests per client per level")
     p.add_argument("--max-seconds", type=float, default=2.0, help="max_seconds of every request")
@@ -414,7 +417,7 @@ def start_server(args: argparse.Namespace, backend: str) -> tuple[subprocess.Pop
     port = _free_port()
     cmd = [args.server_python, "-m", "rumik_app.serve", "--backend", backend, "--model", args.checkpoint,
            "--port", str(port), "--max-batch", str(args.max_batch), "--max-queue", "1024", "--log-level", "warning",
-           *args.server_arg]
+           *args.server_arg, *(args.vllm_server_arg if backend == "vllm" else [])]
     log = Path(tempfile.mkstemp(prefix=f"serve-{backend}-", suffix=".log")[1])
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(log, "w") as out:
@@ -457,7 +460,7 @@ def spawn_and_measure(args: argparse.Namespace) -> dict:
         log.unlink(missing_ok=True)
         print(table(reports[backend]["levels"]), flush=True)
     return {"checkpoint": args.checkpoint, "max_batch": args.max_batch, "server_args": args.server_arg,
-            "backends": reports}
+            "vllm_server_args": args.vllm_server_arg, "backends": reports}
 
 
 def main(argv: list[str] | None = None) -> dict:

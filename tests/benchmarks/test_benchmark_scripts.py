@@ -97,8 +97,10 @@ def test_serve_load_measures_a_batch_against_concurrent_requests_in_one_run(tiny
 def test_serve_load_spawns_each_backend_and_reports_them_side_by_side(tiny_checkpoint, capsys):
     from benchmarks import serve_load
 
+    # vLLM's own flag goes to the vllm server only: the engine's server exits on it (its first GPU run did).
     report = serve_load.main(["--spawn", "engine", "--checkpoint", str(tiny_checkpoint), "--max-batch", "2",
-                              "--concurrency", "1,2", "--rounds", "1", "--max-seconds", "0.3"])
+                              "--concurrency", "1,2", "--rounds", "1", "--max-seconds", "0.3",
+                              "--vllm-server-arg=--gpu-memory-utilization=0.45"])
     engine = report["backends"]["engine"]
     assert [lv["concurrency"] for lv in engine["levels"]] == [1, 2]
     assert all(lv["errors"] == 0 and lv["audio_s_per_s"] > 0 for lv in engine["levels"])
