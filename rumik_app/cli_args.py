@@ -34,7 +34,7 @@ from rumik_app.watermark import DEFAULT_POLICY, POLICIES
 BACKENDS = ("engine", "vllm")
 # vLLM's own engine options, as `load_engine(backend="vllm")` keywords and --kebab-case flags.
 VLLM_OPTIONS = ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
-                "distributed_executor_backend", "gpu_memory_utilization")
+                "distributed_executor_backend", "gpu_memory_utilization", "kv_cache_memory_bytes")
 LOAD_OPTIONS = ("device", "dtype", "compile", "quantize", "watermark")
 # Weight quantisation at load: int8 weight-only (CPU: aten's int8 GEMV; CUDA: torchao), int4
 # (torchao, CUDA), nf4 (bitsandbytes, CUDA); fp8 is vLLM's own online quantisation.
@@ -47,6 +47,17 @@ QUANTIZE_HELP = ("quantise the body's weights at load: int8 (CPU and CUDA), int4
 
 class QuantizeError(CheckpointError, ValueError):
     """A `quantize` mode this backend or device does not have; the message names one that works."""
+
+
+def positive_bytes(text: str) -> int:
+    """argparse type: a whole number of bytes above zero (2**27, not 128MiB: vLLM's unit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"wants a whole number of bytes above zero, e.g. 134217728; got {text!r}")
+    return value
 
 
 def check_quantize(quantize: str | None, backend: str = "engine", device_type: str = "cpu") -> str | None:
@@ -105,6 +116,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, backend: bool = True) 
                        help="vllm: mp = processes on this node (default); ray = a Ray cluster, for several nodes")
     group.add_argument("--gpu-memory-utilization", type=float, default=None,
                        help="vllm: share of each GPU's memory vLLM may take (default 0.8; Mimi needs the rest)")
+    group.add_argument("--kv-cache-memory-bytes", type=positive_bytes, default=None, metavar="BYTES",
+                       help="vllm: the KV cache's size in bytes, instead of --gpu-memory-utilization's share "
+                            "(on a CPU, instead of VLLM_CPU_KVCACHE_SPACE's whole GiB)")
 
 
 VOICES_HELP = ("a voice library folder (created if missing): its voice packages are served besides the "

@@ -75,6 +75,7 @@ from rumik_app.decode.sampling import FINISH_MAX_TOKENS, RowParams, check_stop_m
 from rumik_app.engine.base import BaseEngine
 from rumik_app.engine.loading import VLLM_MISSING
 from rumik_app.engine.stream import FIRST_PIECE_FRAMES, PIECE_FRAMES
+from rumik_app.environment import environment
 from rumik_app.errors import CheckpointError, PromptError
 from rumik_app.files import atomic_write
 from rumik_app.model.codec import MimiCodec
@@ -93,6 +94,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.8  # leaves room on the GPU for Mimi decoding
 # `quantize` modes -> vLLM's `quantization` (online, at load). fp8_per_channel: per-channel
 # weight scales and per-token activation scales, so one row's scale never depends on its batch.
 VLLM_QUANTIZATION = {"fp8": "fp8_per_channel"}
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU KV cache in whole GiB (docs/vllm.md, CPU notes)
 WARMUP_REQUEST = SynthesisRequest("Hello.", seed=0, temperature=0.0, max_new_tokens=16)
 SYNC_EXTENSION = "rumik_vllm.weights.WeightSyncExtension"  # vLLM's worker_extension_cls: weight updates
 CPU_CHUNKED_PREFILL_FIX = (
@@ -515,8 +517,13 @@ def _start_async_llm(args):
 
     from rumik_vllm.logits import processor_for
 
-    vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
-    vllm_config.model_config.logits_processors = [processor_for(vllm_config.use_v2_model_runner)]
-    with main_module_hidden(), compiler_off_in_new_processes(vllm_config):
-        return AsyncLLM(vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config), log_stats=False,
-                        log_requests=False)
+    # A size asked for beats the environment's default, as flags do everywhere: vLLM lets its legacy
+    # CPU variable win over kv_cache_memory_bytes, so it is unset while the config is made and the
+    # processes start (they inherit the environment).
+    unset = {CPU_KV_CACHE_ENV: None} if args.kv_cache_memory_bytes is not None else {}
+    with environment(unset):
+        vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        vllm_config.model_config.logits_processors = [processor_for(vllm_config.use_v2_model_runner)]
+        with main_module_hidden(), compiler_off_in_new_processes(vllm_config):
+            return AsyncLLM(vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config),
+                            log_stats=False, log_requests=False)

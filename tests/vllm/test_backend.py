@@ -10,6 +10,7 @@ and an abandoned stream frees its vLLM request.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import numpy as np
@@ -186,3 +187,12 @@ def test_abandoned_astream_aborts_its_vllm_request(vllm_engine):
         time.sleep(0.1)
     assert vllm_engine.num_unfinished_requests() == 0
     assert stats["tokens"] < 1600 and stats["finish_reasons"] == []
+
+
+def test_the_kv_cache_size_asked_for_wins_over_vllms_cpu_variable(vllm_engine):
+    """The session's engine asked for KV_CACHE_BYTES while VLLM_CPU_KVCACHE_SPACE=1 was set (conftest);
+    vLLM alone would have taken the variable's whole GiB. The variable is back once the engine started."""
+    from tests.vllm.conftest import KV_CACHE_BYTES
+
+    assert vllm_engine.engine_loop.llm.vllm_config.cache_config.kv_cache_memory_bytes == KV_CACHE_BYTES
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+from tests.vllm.conftest import KV_CACHE_FLAGS
+
 ROOT = Path(__file__).resolve().parents[2]
 # No main guard: the whole script runs at import, as a user's `python - <<EOF` does.
 STDIN_SCRIPT = """
@@ -31,7 +33,7 @@ runpy.run_module("rumik_app.synthesize", run_name="__main__")  # `python -m`, wi
 def test_the_cli_streams_a_wav_through_vllm_from_a_script_without_a_main_guard(calibrated, tmp_path):
     out = tmp_path / "v.wav"
     args = ["--backend", "vllm", "--model", str(calibrated[0]), "--text", "नमस्ते <laugh> दोस्तों", "--seed", "3",
-            "--max-seconds", "0.64", "--stream", "--out", str(out)]
+            "--max-seconds", "0.64", "--stream", "--out", str(out), *KV_CACHE_FLAGS]
     proc = subprocess.run([sys.executable, "-"], input=f"ARGS = {args!r}\n" + STDIN_SCRIPT, cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})

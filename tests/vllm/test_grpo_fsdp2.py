@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.distributed import run_on_two_cpu_processes, set_args
+from tests.vllm.conftest import KV_CACHE_BYTES
 from tests.vllm.test_grpo import SMOKE_GAP_MAX
 from training.common import read_metrics
 
@@ -23,7 +24,7 @@ def test_fsdp2_on_two_processes_pushes_the_gathered_weights_into_each_vllm_engin
     """The shards are gathered into each process's replica and pushed into its vLLM engine after every
     step, so the sampler's log-probs stay within SMOKE_GAP_MAX of the trainer's at every step (2 steps)."""
     sets = set_args(f"model={calibrated[0]}", "steps=2", "rollout.max_new_tokens=16", "save_every=2",
-                    "rollout.backend=vllm", "distributed=fsdp2")
+                    "rollout.backend=vllm", "distributed=fsdp2", f"rollout.vllm_kv_cache_memory_bytes={KV_CACHE_BYTES}")
     done = run_on_two_cpu_processes("training.grpo", ["--smoke", "--out", str(tmp_path / "run"), *sets],
                                     timeout_s=LAUNCH_TIMEOUT_S)
     assert "2 processes (FSDP2 over CPU processes, sharded per decoder layer)" in done.stdout

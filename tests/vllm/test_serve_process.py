@@ -25,6 +25,7 @@ from tests.servers import (
     stream_in_thread,
     wait_for,
 )
+from tests.vllm.conftest import KV_CACHE_FLAGS
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ def test_serve_backend_vllm_streams_drains_on_sigterm_and_exits(calibrated):
     proc, url = start_server_process(
         calibrated[0], "--backend", "vllm", "--max-batch", "1", "--max-queue", "4", "--tensor-parallel-size", "1",
         "--data-parallel-size", "1", "--gpu-memory-utilization", "0.5", "--no-compile", "--shutdown-timeout", "30",
-        "--served-model-name", "tiny", timeout=START_TIMEOUT_S)
+        "--served-model-name", "tiny", *KV_CACHE_FLAGS, timeout=START_TIMEOUT_S)
     try:
         engine_processes = _descendants(proc.pid)
         assert engine_processes, "vLLM's engine core runs in a child process"
@@ -105,7 +106,7 @@ def _in_vllm(url: str) -> int:
 def test_full_batch_of_seeded_requests_then_a_dead_engine_core_gives_503_and_exit_status_3(calibrated):
     proc, url = start_server_process(
         calibrated[0], "--backend", "vllm", "--max-batch", "64", "--no-compile", "--gpu-memory-utilization", "0.5",
-        "--shutdown-timeout", "10", "--served-model-name", "tiny", timeout=START_TIMEOUT_S)
+        "--shutdown-timeout", "10", "--served-model-name", "tiny", *KV_CACHE_FLAGS, timeout=START_TIMEOUT_S)
     try:
         check_full_batch(url, 64)
         processes, core = _descendants(proc.pid), _engine_core(proc.pid)

@@ -61,8 +61,10 @@ class SamplingConfig:
     rollouts come from ("engine": `TTSEngine.generate_batch` on the live weights; "vllm": a
     vLLM engine in each training process, its weights synced after every optimiser step:
     training.grpo.vllm_rollouts). vllm_gpu_memory_utilization: the share of the GPU that
-    engine may take (the trainer keeps the rest). vllm_enable_sleep_mode: free vLLM's GPU
-    memory while the trainer updates (None: on with CUDA; vLLM has no sleep mode on CPU).
+    engine may take (the trainer keeps the rest); vllm_kv_cache_memory_bytes: its KV cache's
+    size in bytes instead (None: from that share, or on a CPU from VLLM_CPU_KVCACHE_SPACE).
+    vllm_enable_sleep_mode: free vLLM's GPU memory while the trainer updates (None: on with
+    CUDA; vLLM has no sleep mode on CPU).
     """
 
     num_generations: int = 8
@@ -79,6 +81,7 @@ class SamplingConfig:
     restrict_phase: bool = True
     backend: str = "engine"
     vllm_gpu_memory_utilization: float = VLLM_COLOCATE_MEMORY
+    vllm_kv_cache_memory_bytes: int | None = None
     vllm_enable_sleep_mode: bool | None = None
 
     def validate(self) -> None:
@@ -102,6 +105,8 @@ class SamplingConfig:
             raise ConfigError(f"rollout.backend must be one of {ROLLOUT_BACKENDS}, got {self.backend!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigError("rollout.vllm_gpu_memory_utilization must be in (0, 1]")
+        if self.vllm_kv_cache_memory_bytes is not None and self.vllm_kv_cache_memory_bytes <= 0:
+            raise ConfigError("rollout.vllm_kv_cache_memory_bytes must be a number of bytes above zero, or unset")
 
 
 @dataclass

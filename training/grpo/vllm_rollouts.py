@@ -158,6 +158,14 @@ def engine_environment(device: torch.device):
         yield
 
 
+def vllm_options(rollout, sleep: bool) -> dict:
+    """vLLM's keywords that the rollout config sets only when asked: sleep mode and the KV cache's size."""
+    options = {"enable_sleep_mode": True} if sleep else {}
+    if rollout.vllm_kv_cache_memory_bytes is not None:
+        options["kv_cache_memory_bytes"] = rollout.vllm_kv_cache_memory_bytes
+    return options
+
+
 class VLLMRollouts:
     """A `RolloutSource` on a `VLLMEngine` (module docstring). engine: the VLLMEngine (its
     weights must be the trainer's, or `sync_weights(full=True)` first); weights: the trainer's
@@ -185,7 +193,7 @@ class VLLMRollouts:
                 # Mimi decodes nowhere here (rewards decode with the trainer's codec): keep it off the GPU.
                 engine = load_engine(cfg.model, backend="vllm", device="cpu", dtype=dtype, seed=cfg.seed,
                                      gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
-                                     **({"enable_sleep_mode": True} if sleep else {}))
+                                     **vllm_options(cfg.rollout, sleep))
             source = cls(engine, weights, sleep=sleep)
             weights.mark()  # vLLM loaded the checkpoint the trainer starts from
         else:

@@ -22,6 +22,7 @@ def test_shipped_configs_load_and_validate():
 
 @pytest.mark.parametrize("override, message", [
     ("rollout.vllm_gpu_memory_utilization=0", r"rollout.vllm_gpu_memory_utilization must be in \(0, 1\]"),
+    ("rollout.vllm_kv_cache_memory_bytes=0", "rollout.vllm_kv_cache_memory_bytes must be a number of bytes"),
     ("rollout.backend=sglang", "rollout.backend must be one of"),
     ("loss.loss_type=kto", "loss.loss_type must be one of"),
     ("loss.routing=diagonal", "loss.routing must be one of"),
