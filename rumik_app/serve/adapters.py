@@ -365,6 +365,8 @@ class AsyncEngineAdapter(EngineVoices):
                 piece.cancel()
                 await asyncio.gather(piece, return_exceptions=True)
         if piece.cancelled():
+            if self.engine_died:  # the drain is the engine's death (the watcher saw it first): say so
+                raise self._engine_dead("vLLM's engine core died")
             raise ShuttingDown("The server is shutting down; this request was not started. Retry.")
         return piece.result()
 

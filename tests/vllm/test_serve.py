@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rumik_app import SynthesisRequest
 from rumik_app.engine.serving import ShuttingDown
 from rumik_app.prompt import PromptError
-from rumik_app.serve.adapters import AsyncEngineAdapter
+from rumik_app.serve.adapters import AsyncEngineAdapter, EngineDied
 from rumik_app.serve.encoding import to_s16
 from tests.servers import (
     BAD_INPUTS,
@@ -263,3 +263,23 @@ def test_drain_refuses_requests_without_audio_and_finishes_streaming_ones(vllm_e
     np.testing.assert_allclose(streamed, vllm_engine.synthesize(streaming_req).samples, atol=1e-5)  # every sample
     assert backend.stats().draining and vllm_engine.num_unfinished_requests() == 0
     assert vllm_engine.is_healthy()  # stop() leaves an engine it did not load running
+
+
+def test_a_request_waiting_for_audio_when_the_engine_dies_is_told_the_server_restarts(vllm_engine):
+    """The engine watcher can see a dead engine core before the waiting request does: its drain then
+    ends the wait, and the answer must still say "restarting" (503, retry), not "shutting down"."""
+    backend = AsyncEngineAdapter(vllm_engine, max_batch=4, max_queue=4)
+    waiting_req = SynthesisRequest(LONG["input"], seed=5, temperature=0.0, max_new_tokens=3000)
+
+    async def main():
+        await backend.start()
+        no_audio_yet = asyncio.ensure_future(anext(backend.stream(waiting_req)))
+        while vllm_engine.num_unfinished_requests() < 1:  # submitted to vLLM, first audio frames away
+            await asyncio.sleep(0.001)
+        backend._engine_dead("the watcher saw the engine core die")  # as _watch_engine does
+        with pytest.raises(EngineDied, match="restarting"):
+            await no_audio_yet
+        await backend.stop(timeout=10)
+
+    asyncio.run(main())
+    assert vllm_engine.num_unfinished_requests() == 0 and vllm_engine.is_healthy()  # the request was aborted
