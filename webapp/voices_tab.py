@@ -68,7 +68,7 @@ class VoiceTabHandlers:
                 for path in recordings:
                     shutil.copyfile(path, folder / check_upload_name(Path(path).name))
                 kept = shutil.copyfile(consent, staging / ("consent" + (Path(consent).suffix.lower() or ".wav")))
-                return self.maker.submit((name or "").strip(), folder, kept, (statement or "").strip())
+                return self.maker.submit((name or "").strip(), folder, kept, (statement or "").strip())["id"]
             except RumikError as exc:
                 raise ui_error(str(exc)) from None
             finally:

@@ -115,12 +115,11 @@ async def create_adaptation(request: Request) -> JSONResponse:
             fields = await asyncio.to_thread(_write_upload, form, staging)
         finally:
             await form.close()
-        job_id = await _call(maker.submit, fields["name"], staging / "recordings", fields["consent"],
-                             fields["statement"], document=fields["document"], settings=fields["settings"])
+        created = await _call(maker.submit, fields["name"], staging / "recordings", fields["consent"],
+                              fields["statement"], document=fields["document"], settings=fields["settings"])
     finally:
         await asyncio.to_thread(shutil.rmtree, staging, True)
-    status = await _call(maker.status, job_id)
-    return JSONResponse(_described(status, []), status_code=202)
+    return JSONResponse(_described(created, []), status_code=202)  # as created: the worker may have it already
 
 
 async def _receive_form(request: Request, timeout: float):

@@ -4,7 +4,7 @@
                              model="rumik-ai/rumik-oss-1", settings=["train.steps=300"], config=None)
     maker.start()
     upload = maker.staging()                        # a new folder for one upload's files
-    job = maker.submit("Arjun", upload / "recordings", upload / "consent.wav", statement)
+    job = maker.submit("Arjun", upload / "recordings", upload / "consent.wav", statement)["id"]   # queued
     maker.status(job); maker.events(job, after=0); maker.cancel(job); maker.close()
 
     add_adaptation_arguments(parser)                # --adapt-voices --adapt-config --adapt-set (server and app)
@@ -67,8 +67,10 @@ class VoiceMaker(Protocol):
         ...
 
     def submit(self, name: str, recordings: Path, consent: Path, statement: str, document: bool = False,
-               settings: list[str] | None = None) -> str:
-        """Check and queue one adaptation; the recordings folder and the consent file are moved into the job."""
+               settings: list[str] | None = None) -> dict:
+        """Check and queue one adaptation; the recordings folder and the consent file are moved into the job.
+        Returns the job as created (`status`'s record, "queued"): the worker may take it at once, so a
+        `status` read after this can already say "running"."""
         ...
 
     def status(self, job_id: str) -> dict:

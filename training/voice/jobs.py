@@ -3,7 +3,7 @@
     jobs = AdaptationJobs(Path(data_dir) / "voice-jobs", Path("voices"), model="rumik-ai/rumik-oss-1",
                           settings=["train.steps=300"], config=None)   # a VoiceConfig file, then --set
     jobs.start()                                   # the worker thread; unfinished jobs are queued again
-    job = jobs.submit("Arjun", recordings_dir, consent_file, statement)   # inputs are moved into the job
+    job = jobs.submit("Arjun", recordings_dir, consent_file, statement)["id"]   # inputs moved into the job
     jobs.status(job)       # {"id", "name", "state", "step", "error", "created_at", "updated_at"}
     jobs.events(job, after=0)                      # [(seq, event)] since `after` (training.voice.progress)
     jobs.cancel(job)                               # a queued job at once, a running one at its next check
@@ -93,10 +93,11 @@ class AdaptationJobs:
         return folder
 
     def submit(self, name: str, recordings: Path, consent: Path, statement: str, document: bool = False,
-               settings: list[str] | None = None) -> str:
+               settings: list[str] | None = None) -> dict:
         """Check and queue a job (module docstring); the recordings folder and the consent file are moved
-        into ROOT/<id>/inputs. AdaptationsFull when full; VoiceError, DataError or ConfigError for a
-        name, consent, recordings or settings that are refused (nothing is kept of those)."""
+        into ROOT/<id>/inputs; returns the job's record as created (`status`'s keys, state "queued").
+        AdaptationsFull when full; VoiceError, DataError or ConfigError for a name, consent, recordings or
+        settings that are refused (nothing is kept of those)."""
         from training.voice.create import check_new_voice
 
         settings = self.settings + check_visitor_settings(list(settings or []))
@@ -121,7 +122,8 @@ class AdaptationJobs:
             shutil.rmtree(self.root / job_id, ignore_errors=True)
             raise
         self._wake.set()
-        return job_id
+        return {"id": job_id, "name": name, "state": QUEUED, "step": None, "error": None, "created_at": now,
+                "updated_at": now}
 
     def _check_room(self, con=None) -> None:
         if con is None:
