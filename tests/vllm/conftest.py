@@ -23,9 +23,9 @@ if importlib.util.find_spec("vllm") is None:
 # for any start that does not ask for KV_CACHE_BYTES.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # What every vLLM start here asks for (flag, rollout key, load_engine keyword), which wins over that
-# variable: vLLM zeroes its cache at start, and a VM's fresh memory is slow to touch. 1 GiB cost the
-# worker 9 CPU s and the start 10 s on 2 cores, 128 MiB 1 s. The tiny checkpoint fits 64,527 tokens in it,
-# 7 requests of the longest model length, 64 of the tests' longest (docs/vllm.md, CPU notes).
+# variable: an eighth of the memory beside the other workers (vLLM zeroes its cache at start). The tiny
+# checkpoint fits 64,527 tokens in it: 7 requests of the longest model length, 64 of the tests' longest
+# (docs/vllm.md, CPU notes).
 KV_CACHE_BYTES = 128 << 20
 KV_CACHE_FLAGS = ("--kv-cache-memory-bytes", str(KV_CACHE_BYTES))
 
