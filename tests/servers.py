@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ import pytest
 
 from rumik_app.prompt import PromptError, validate_text
 from rumik_app.request import SERVER_LIMITS
+from tests.conftest import made_here
 from tests.warm_process import WarmProcess, start_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +97,12 @@ class ServerThread:
         return httpx.get(self.url + "/health", timeout=5).json()
 
 
+@functools.cache
+def _log_folder() -> str:
+    """Where the servers' logs go: removed when this process's pytest run ends (77 had piled up in /tmp)."""
+    return made_here("speech-server-logs-")
+
+
 def start_server_process(checkpoint, *args: str, timeout: float = START_TIMEOUT_S):
     """`python -m rumik_app.serve --model CHECKPOINT ARGS` on a free port; returns (process, url) once healthy
     (within `timeout` s). The engine backend's server is a fork of a warm process (tests/warm_process.py:
@@ -103,7 +111,7 @@ def start_server_process(checkpoint, *args: str, timeout: float = START_TIMEOUT_
     port = free_port()
     env = dict(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     words = ["--model", str(checkpoint), "--port", str(port), "--log-level", "warning", *args]
-    log = tempfile.NamedTemporaryFile("w+", prefix="speech-server-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile("w+", prefix="speech-server-", suffix=".log", dir=_log_folder(), delete=False)
     if "vllm" in args:
         proc = subprocess.Popen([sys.executable, "-m", "rumik_app.serve", *words], cwd=ROOT, text=True,
                                 env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
