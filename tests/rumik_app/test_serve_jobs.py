@@ -252,7 +252,9 @@ def test_sigkill_mid_job_then_restart_finishes_it_equal_to_an_uninterrupted_run(
     keys.write_text(f"{KEY_A}\n{KEY_B}\n")
     data = tmp_path / "data"
     args = ("--max-batch", "1", "--served-model-name", "tiny", "--api-keys-file", str(keys), "--data-dir", str(data))
-    body = {**JOB, "max_seconds": 1.0}  # 6 chunks, one at a time: killed after 2
+    # 12 chunks, one at a time: killed after 2. With 6, a quiet machine finished the other 4 between the
+    # poll that saw 2 and the kill (a clean-clone CI run found all 6 written).
+    body = {**JOB, "input": f"{CHAPTER} {CHAPTER}", "max_seconds": 1.0}
     proc, url = start_server_process(tiny_checkpoint, *args)
     try:
         job = create(url, KEY_A, **body).json()
