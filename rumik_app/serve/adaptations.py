@@ -1,7 +1,7 @@
 """Voice adaptations over HTTP: a visitor's recordings become a library voice, as a background job.
 
     POST   /v1/voices/adaptations        multipart/form-data -> 202 {"id": "vjob_...", "state": "queued", ...}
-                                         ("running" if the worker took it before the answer was written)
+                                         (the job as created; the worker may have started it since)
              name          the new voice's name (2-32 letters, digits, _ or -)
              statement     the consent statement the speaker reads
              consent       the speaker's recording of it (or, with consent_document=true, a signed document)

@@ -46,6 +46,7 @@ from training.voice.voice_config import VoiceConfig
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 UNFINISHED = (QUEUED, RUNNING)
+RECORD = ("id", "name", "state", "step", "error", "created_at", "updated_at")  # a job as `status` and `submit` give it
 MAX_QUEUED = 4
 MAX_EVENTS = 20_000  # per job: a 300-step run gives ~320
 POLL_S = 0.5
@@ -122,8 +123,7 @@ class AdaptationJobs:
             shutil.rmtree(self.root / job_id, ignore_errors=True)
             raise
         self._wake.set()
-        return {"id": job_id, "name": name, "state": QUEUED, "step": None, "error": None, "created_at": now,
-                "updated_at": now}
+        return dict(zip(RECORD, (job_id, name, QUEUED, None, None, now, now), strict=True))
 
     def _check_room(self, con=None) -> None:
         if con is None:
@@ -136,12 +136,11 @@ class AdaptationJobs:
 
     def status(self, job_id: str) -> dict:
         with self.store._connect() as con:
-            row = con.execute("SELECT id, name, state, step, error, created_at, updated_at FROM voice_jobs "
-                              "WHERE id = ?", (job_id,)).fetchone()
+            row = con.execute(f"SELECT {', '.join(RECORD)} FROM voice_jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownAdaptation(f"No voice adaptation {job_id[:40]!r}: use the id POST /v1/voices/adaptations "
                                     "answered.")
-        return dict(zip(("id", "name", "state", "step", "error", "created_at", "updated_at"), row, strict=True))
+        return dict(zip(RECORD, row, strict=True))
 
     def events(self, job_id: str, after: int = 0) -> list[tuple[int, dict]]:
         with self.store._connect() as con:
