@@ -46,6 +46,11 @@ SUMMARY="$OUT/README.md"
 printf '# GPU suite %s\n\n%s\n\n| step | status | seconds | table |\n|---|---|---:|---|\n' \
   "$(date -u +%Y-%m-%dT%H:%MZ)" "$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU: the CPU")')" > "$SUMMARY"
 
+# installed MODULE: whether $PYTHON can import MODULE (found, not imported).
+installed() {
+  "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)" "$1"
+}
+
 # run NAME LIMIT_S COMMAND...: the command's stdout to OUT/NAME.md, a row in the summary.
 run() {
   local name="$1" limit="$2"; shift 2
@@ -79,7 +84,7 @@ else
   # batch 8 76 s), so 120 s timed out; grpo_rollouts took 97 s on the engine alone. serve_load's engine
   # server had refused vLLM's --gpu-memory-utilization (now --vllm-server-arg).
   LIMIT_SPEED=330; LIMIT_LOAD=150; LIMIT_GRPO=150
-  if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
+  if ! installed vllm; then
     SPAWN=engine; GRPO+=(--backends engine)
     echo "| vllm | skipped: vllm is not installed (serve_load and grpo_rollouts ran the engine alone) | 0 | |" \
       >> "$SUMMARY"
@@ -98,7 +103,7 @@ kernel_package() {
 
 for q in $QUANTS; do
   pkg="$(kernel_package "$q")"
-  if [ -n "$pkg" ] && ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$pkg') is None)"; then
+  if [ -n "$pkg" ] && ! installed "$pkg"; then
     echo "| gpu_speed_$q | skipped: $pkg is not installed (pip install -e .[cuda]) | 0 | |" >> "$SUMMARY"
     continue
   fi
