@@ -63,6 +63,15 @@ def test_engine_flags_become_load_engine_arguments():
         engine_kwargs(_parse("--tensor-parallel-size", "2"))
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "128MiB", ""])
+def test_a_kv_cache_size_that_is_not_a_positive_whole_number_of_bytes_is_a_usage_error(value, capsys):
+    assert engine_kwargs(_parse("--backend", "vllm", "--kv-cache-memory-bytes", "134217728")) == {
+        "backend": "vllm", "kv_cache_memory_bytes": 134217728}
+    with pytest.raises(SystemExit) as exit_:
+        _parse("--backend", "vllm", "--kv-cache-memory-bytes", value)
+    assert exit_.value.code == 2 and "a whole number of bytes above zero" in capsys.readouterr().err
+
+
 def test_a_voice_library_on_vllm_starts_vllm_with_lora():
     def parse(*argv: str) -> argparse.Namespace:
         parser = argparse.ArgumentParser()
