@@ -38,6 +38,16 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # Inductor compiles in a pool of worker processes, one per core, each importing torch (about 8 CPU s a
 # compiling test, measured on test_fast_decode); beside the suite's own workers a pool buys nothing.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# httpx builds an SSL context for every client, even one that only speaks http:// to 127.0.0.1: each
+# module-level httpx.get of a poll loop and each of gradio_client's requests. From a CA bundle file
+# (SSL_CERT_FILE, else certifi's) OpenSSL 3 parses every certificate, 13-17 ms of CPU a client here;
+# from the hashed system directory it reads one only when a handshake asks (0.1 ms). The tests make
+# thousands: two gradio-heavy modules alone spent 43.5 CPU s with the file, 28.2 with the directory.
+# httpx reads SSL_CERT_DIR when SSL_CERT_FILE is unset; OpenSSL's default file is the same bundle.
+SYSTEM_CERT_DIR = "/etc/ssl/certs"
+if os.path.isdir(SYSTEM_CERT_DIR) and any(name.endswith(".0") for name in os.listdir(SYSTEM_CERT_DIR)):
+    os.environ.pop("SSL_CERT_FILE", None)
+    os.environ["SSL_CERT_DIR"] = SYSTEM_CERT_DIR
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
