@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 import pytest
 
+from rumik_app.align import DEFAULT_ALIGNERS
 from rumik_app.prompt import PromptError, validate_text
 from rumik_app.request import SERVER_LIMITS
 from tests.conftest import made_here
@@ -67,8 +68,20 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
 
+@functools.cache
+def default_aligners():
+    """The server's default word aligners, loaded once per test process and shared by its in-process
+    servers (each server loading pocketsphinx's dictionary again cost 0.35 s of CPU, dozens of times a
+    worker). An AlignerSet keeps one lock per aligner, so servers sharing it still use each decoder
+    from one thread at a time."""
+    from rumik_app.serve.app import server_aligners
+
+    return server_aligners(DEFAULT_ALIGNERS)
+
+
 class ServerThread:
-    """The speech app on a uvicorn server in a daemon thread (no signal handling)."""
+    """The speech app on a uvicorn server in a daemon thread (no signal handling). Without `aligners` in
+    app_options it gets the default ones, as `create_app` would load them (`default_aligners`)."""
 
     def __init__(self, adapter, model_name: str = "tiny", shutdown_timeout: float = 10.0, **app_options):
         import uvicorn
@@ -78,6 +91,7 @@ class ServerThread:
         self.adapter = adapter
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        app_options.setdefault("aligners", default_aligners())
         app = create_app(adapter, model_name=model_name, shutdown_timeout=shutdown_timeout, **app_options)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=shutdown_timeout)
