@@ -8,6 +8,7 @@ built on the fly by `rumik_app.checkpoint.tiny` and loaded through the same code
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import tempfile
@@ -67,6 +68,21 @@ def _long_first(item) -> int:
 
 def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=_long_first)  # stable: the order within each group is pytest's
+
+
+# Python's full garbage collections walk every tracked object: after collection a worker holds torch,
+# transformers, gradio, vLLM's modules and every test module, and each full pass cost 0.3-0.5 s, 14% of a
+# worker's CPU on a sample of the suite (22 passes, 7.3 of 51.8 CPU s). What exists once collection is done
+# lives for the whole run, so it is frozen out of the collector's sight, and a full pass waits for 5x as many
+# younger collections: 13 passes, 4.2 of 47.6 CPU s. Cyclic garbage is still collected, only later.
+FULL_COLLECTION_EVERY = 50  # younger (generation 1) collections; Python's default is 10
+
+
+def pytest_collection_finish(session) -> None:
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
 
 
 # Modules that share a session fixture which takes a minute to build run on one xdist worker, so it is
@@ -231,6 +247,9 @@ def real_width_checkpoint(tmp_path_factory) -> "os.PathLike":
 
 
 def pytest_unconfigure(config) -> None:
-    """Remove this process's temporary folders (`made_here`); a test's own go with pytest's tmp_path."""
+    """Remove this process's temporary folders (`made_here`); a test's own go with pytest's tmp_path. The
+    frozen objects go back to the collector, so the interpreter's exit frees them (nanobind's extension
+    types count what was never freed, and say so)."""
+    gc.unfreeze()
     for folder in MADE_HERE:
         shutil.rmtree(folder, ignore_errors=True)
